@@ -1,0 +1,399 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu-runner.h"
+#include "dot.h"
+#include "float16.h"
+#include "kv-pool.h"
+#include "quantize.h"
+#include "thread-pool.h"
+
+struct cpu_runner {
+        const struct model *model;
+        struct cpu_runner_config config;
+        const struct dot_kernels *kernels;
+        struct thread_pool *pool;
+        struct kv_pool *kv;
+        uint32_t q_dim, kv_dim, max_dim;
+
+        /* Scratch for one step, T = max_batch_tokens, reused across steps. */
+        float *x;                /* (T, n_embd) the residual stream */
+        float *xn;               /* (T, max_dim) normed input or attention output */
+        struct block_q8_1 *xq;   /* (T, max_dim / 32) xn quantized */
+        float *q;                /* (T, q_dim) */
+        float *k;                /* (T, kv_dim) */
+        float *v;                /* (T, kv_dim) */
+        float *gate;             /* (T, n_ff) */
+        float *up;               /* (T, n_ff) */
+        float *rope_cos;         /* (T, rope_dim / 2) */
+        float *rope_sin;         /* (T, rope_dim / 2) */
+        float *thread_scratch;   /* (n_threads, max_model_len + max_dim) scores and rows */
+        size_t thread_scratch_stride;
+
+        /* The step in progress, read by every worker. */
+        const struct batch *batch;
+        float *logits;
+};
+
+static void *alloc_floats(size_t n) {
+        return calloc(n ? n : 1, sizeof(float));
+}
+
+int cpu_runner_new(const struct model *model, const struct cpu_runner_config *config, struct cpu_runner **ret,
+                   struct error *err) {
+        const struct model_hparams *hp = &model->hp;
+        struct cpu_runner *r;
+        int rc;
+
+        if (config->max_batch_tokens == 0 || config->max_model_len == 0)
+                return error_set(err, EINVAL, "max_batch_tokens and max_model_len must be positive");
+        if (hp->n_embd % QUANT_BLOCK != 0 || hp->n_ff % QUANT_BLOCK != 0 || (hp->n_head * hp->head_dim) % QUANT_BLOCK != 0)
+                return error_set(err, EOPNOTSUPP, "the CPU runner needs embedding, feed-forward and attention widths that are multiples of %d",
+                                 QUANT_BLOCK);
+        r = calloc(1, sizeof(*r));
+        if (!r)
+                return error_set(err, ENOMEM, "out of memory");
+        r->model = model;
+        r->config = *config;
+        r->kernels = dot_kernels_select();
+        r->q_dim = hp->n_head * hp->head_dim;
+        r->kv_dim = hp->n_head_kv * hp->head_dim;
+        r->max_dim = hp->n_embd;
+        if (r->q_dim > r->max_dim)
+                r->max_dim = r->q_dim;
+        if (hp->n_ff > r->max_dim)
+                r->max_dim = hp->n_ff;
+
+        if ((rc = thread_pool_new(config->n_threads, &r->pool, err)) < 0 ||
+            (rc = kv_pool_new(hp->n_layer, config->n_kv_blocks, config->block_size, r->kv_dim, &r->kv, err)) < 0) {
+                cpu_runner_free(r);
+                return rc;
+        }
+
+        size_t T = config->max_batch_tokens;
+        r->thread_scratch_stride = (size_t) config->max_model_len + r->max_dim;
+        r->x = alloc_floats(T * hp->n_embd);
+        r->xn = alloc_floats(T * r->max_dim);
+        r->xq = calloc(T * (r->max_dim / QUANT_BLOCK), sizeof(struct block_q8_1));
+        r->q = alloc_floats(T * r->q_dim);
+        r->k = alloc_floats(T * r->kv_dim);
+        r->v = alloc_floats(T * r->kv_dim);
+        r->gate = alloc_floats(T * hp->n_ff);
+        r->up = alloc_floats(T * hp->n_ff);
+        r->rope_cos = alloc_floats(T * (hp->rope_dim / 2));
+        r->rope_sin = alloc_floats(T * (hp->rope_dim / 2));
+        r->thread_scratch = alloc_floats(config->n_threads * r->thread_scratch_stride);
+        if (!r->x || !r->xn || !r->xq || !r->q || !r->k || !r->v || !r->gate || !r->up || !r->rope_cos ||
+            !r->rope_sin || !r->thread_scratch) {
+                cpu_runner_free(r);
+                return error_set(err, ENOMEM, "cannot allocate scratch for %zu tokens per step", T);
+        }
+        *ret = r;
+        return 0;
+}
+
+void cpu_runner_free(struct cpu_runner *r) {
+        if (!r)
+                return;
+        thread_pool_free(r->pool);
+        kv_pool_free(r->kv);
+        free(r->x);
+        free(r->xn);
+        free(r->xq);
+        free(r->q);
+        free(r->k);
+        free(r->v);
+        free(r->gate);
+        free(r->up);
+        free(r->rope_cos);
+        free(r->rope_sin);
+        free(r->thread_scratch);
+        free(r);
+}
+
+const char *cpu_runner_kernels(const struct cpu_runner *r) {
+        return r->kernels->name;
+}
+
+/* The share [begin, end) of n items that thread ith of nth works on. */
+static void split(uint64_t n, unsigned ith, unsigned nth, uint64_t *begin, uint64_t *end) {
+        *begin = n * ith / nth;
+        *end = n * (ith + 1) / nth;
+}
+
+static void rms_norm(const float *x, const float *weight, float *out, uint32_t n, float eps) {
+        double sum = 0.0;
+        for (uint32_t i = 0; i < n; i++)
+                sum += (double) x[i] * x[i];
+        float scale = 1.0f / sqrtf((float) (sum / n) + eps);
+        for (uint32_t i = 0; i < n; i++)
+                out[i] = x[i] * scale * weight[i];
+}
+
+/* out[t * out_stride + row] (+)= W[row] . x[t] for this thread's share of W's rows. Each
+ * result depends only on its row and token, never on the split or the batch. */
+static void matmul(const struct cpu_runner *r, const struct weight *w, const float *x, const struct block_q8_1 *xq,
+                   uint32_t n_tokens, float *out, uint32_t out_stride, bool accumulate, float *row_scratch, unsigned ith,
+                   unsigned nth) {
+        uint64_t begin, end;
+        size_t n_blocks = w->n_cols / QUANT_BLOCK;
+        dot_q_fn dot = dot_kernel_for(r->kernels, w->type);
+
+        split(w->n_rows, ith, nth, &begin, &end);
+        for (uint64_t row = begin; row < end; row++) {
+                const uint8_t *wrow = w->data + row * w->row_bytes;
+                if (!dot)
+                        tensor_row_to_float(w->type, wrow, row_scratch, w->n_cols);
+                for (uint32_t t = 0; t < n_tokens; t++) {
+                        float v;
+                        if (dot)
+                                v = dot(wrow, xq + t * n_blocks, n_blocks);
+                        else {
+                                const float *xt = x + (size_t) t * w->n_cols;
+                                v = 0.0f;
+                                for (uint64_t i = 0; i < w->n_cols; i++)
+                                        v += row_scratch[i] * xt[i];
+                        }
+                        float *o = &out[(size_t) t * out_stride + row];
+                        *o = accumulate ? *o + v : v;
+                }
+        }
+}
+
+/* Normalizes and quantizes this thread's share of tokens: xn = norm(x) * weight, xq = q8(xn). */
+static void norm_tokens(struct cpu_runner *r, const float *weight, const int32_t *rows, uint32_t n_rows, unsigned ith,
+                        unsigned nth) {
+        const struct model_hparams *hp = &r->model->hp;
+        uint64_t begin, end;
+        split(n_rows, ith, nth, &begin, &end);
+        for (uint64_t i = begin; i < end; i++) {
+                uint32_t t = rows ? (uint32_t) rows[i] : (uint32_t) i;
+                float *xn = r->xn + i * hp->n_embd;
+                rms_norm(r->x + (size_t) t * hp->n_embd, weight, xn, hp->n_embd, hp->rms_eps);
+                quantize_row_q8_1(xn, r->xq + i * (hp->n_embd / QUANT_BLOCK), hp->n_embd);
+        }
+}
+
+static void quantize_tokens(struct cpu_runner *r, const float *x, uint32_t width, uint32_t n_tokens, unsigned ith,
+                            unsigned nth) {
+        uint64_t begin, end;
+        split(n_tokens, ith, nth, &begin, &end);
+        for (uint64_t t = begin; t < end; t++)
+                quantize_row_q8_1(x + t * width, r->xq + t * (width / QUANT_BLOCK), width);
+}
+
+/* Rotates adjacent pairs (x[2i], x[2i+1]) of each head by position * theta^(-2i / rope_dim). */
+static void rope(const struct cpu_runner *r, float *x, uint32_t n_heads, uint32_t t) {
+        const struct model_hparams *hp = &r->model->hp;
+        const float *c = r->rope_cos + (size_t) t * (hp->rope_dim / 2);
+        const float *s = r->rope_sin + (size_t) t * (hp->rope_dim / 2);
+        for (uint32_t h = 0; h < n_heads; h++) {
+                float *xh = x + (size_t) h * hp->head_dim;
+                for (uint32_t i = 0; i < hp->rope_dim / 2; i++) {
+                        float a = xh[2 * i], b = xh[2 * i + 1];
+                        xh[2 * i] = a * c[i] - b * s[i];
+                        xh[2 * i + 1] = a * s[i] + b * c[i];
+                }
+        }
+}
+
+static void rope_tables(struct cpu_runner *r, unsigned ith, unsigned nth) {
+        const struct model_hparams *hp = &r->model->hp;
+        const struct batch *b = r->batch;
+        uint32_t half = hp->rope_dim / 2;
+        /* The angle advances by repeated multiplication, as the reference does, so that the
+         * rounding of each angle matches it. */
+        float theta_scale = powf(hp->rope_theta, -2.0f / (float) hp->rope_dim);
+        uint64_t begin, end;
+        split(b->n_tokens, ith, nth, &begin, &end);
+        for (uint64_t t = begin; t < end; t++) {
+                float theta = (float) b->positions[t];
+                for (uint32_t i = 0; i < half; i++) {
+                        r->rope_cos[t * half + i] = cosf(theta);
+                        r->rope_sin[t * half + i] = sinf(theta);
+                        theta *= theta_scale;
+                }
+        }
+}
+
+/* Applies RoPE to q and k of this thread's tokens and stores k and v in the KV pool. */
+static void store_kv(struct cpu_runner *r, uint32_t layer, unsigned ith, unsigned nth) {
+        const struct model_hparams *hp = &r->model->hp;
+        const struct batch *b = r->batch;
+        uint64_t begin, end;
+        split(b->n_tokens, ith, nth, &begin, &end);
+        for (uint64_t t = begin; t < end; t++) {
+                const struct batch_seq *seq = &b->seqs[b->seq_ids[t]];
+                uint32_t pos = (uint32_t) b->positions[t];
+                uint64_t slot = kv_pool_slot(r->kv, layer, (uint32_t) seq->block_table[pos / r->kv->block_size],
+                                             pos % r->kv->block_size);
+                float *q = r->q + t * r->q_dim, *k = r->k + t * r->kv_dim, *v = r->v + t * r->kv_dim;
+                rope(r, q, hp->n_head, (uint32_t) t);
+                rope(r, k, hp->n_head_kv, (uint32_t) t);
+                for (uint32_t i = 0; i < r->kv_dim; i++) {
+                        r->kv->k[slot + i] = f32_to_f16(k[i]);
+                        r->kv->v[slot + i] = f32_to_f16(v[i]);
+                }
+        }
+}
+
+/* Causal grouped-query attention of each (token, head) in this thread's share over the
+ * token's sequence, positions 0..pos in order, read through the block table. */
+static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsigned nth) {
+        const struct model_hparams *hp = &r->model->hp;
+        const struct batch *b = r->batch;
+        const struct dot_kernels *kern = r->kernels;
+        uint32_t group = hp->n_head / hp->n_head_kv, hd = hp->head_dim, bs = r->kv->block_size;
+        float scale = 1.0f / sqrtf((float) hd);
+        float *scores = r->thread_scratch + ith * r->thread_scratch_stride;
+        float *q16 = scores + r->config.max_model_len;
+        uint64_t begin, end;
+
+        split((uint64_t) b->n_tokens * hp->n_head, ith, nth, &begin, &end);
+        for (uint64_t item = begin; item < end; item++) {
+                uint32_t t = (uint32_t) (item / hp->n_head), h = (uint32_t) (item % hp->n_head);
+                const struct batch_seq *seq = &b->seqs[b->seq_ids[t]];
+                uint32_t n_ctx = (uint32_t) b->positions[t] + 1;
+                size_t head_offset = (size_t) (h / group) * hd;
+                const float *q = r->q + (size_t) t * r->q_dim + (size_t) h * hd;
+                float *out = r->xn + (size_t) t * r->q_dim + (size_t) h * hd;
+
+                /* The query meets the f16 keys at f16 precision, as in the reference. */
+                for (uint32_t i = 0; i < hd; i++)
+                        q16[i] = f16_to_f32(f32_to_f16(q[i]));
+
+                float max = -INFINITY;
+                for (uint32_t j = 0; j < n_ctx; j++) {
+                        uint64_t slot = kv_pool_slot(r->kv, layer, (uint32_t) seq->block_table[j / bs], j % bs);
+                        scores[j] = kern->dot_f16(r->kv->k + slot + head_offset, q16, hd) * scale;
+                        max = fmaxf(max, scores[j]);
+                }
+                float sum = 0.0f;
+                for (uint32_t j = 0; j < n_ctx; j++) {
+                        scores[j] = expf(scores[j] - max);
+                        sum += scores[j];
+                }
+                memset(out, 0, hd * sizeof(float));
+                for (uint32_t j = 0; j < n_ctx; j++) {
+                        uint64_t slot = kv_pool_slot(r->kv, layer, (uint32_t) seq->block_table[j / bs], j % bs);
+                        kern->axpy_f16(out, r->kv->v + slot + head_offset, scores[j], hd);
+                }
+                float inv = 1.0f / sum;
+                for (uint32_t i = 0; i < hd; i++)
+                        out[i] *= inv;
+        }
+}
+
+static void swiglu(struct cpu_runner *r, unsigned ith, unsigned nth) {
+        uint32_t n_ff = r->model->hp.n_ff;
+        uint64_t begin, end;
+        split(r->batch->n_tokens, ith, nth, &begin, &end);
+        for (uint64_t t = begin; t < end; t++) {
+                float *g = r->gate + t * n_ff, *u = r->up + t * n_ff, *h = r->xn + t * n_ff;
+                for (uint32_t i = 0; i < n_ff; i++)
+                        h[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+                quantize_row_q8_1(h, r->xq + t * (n_ff / QUANT_BLOCK), n_ff);
+        }
+}
+
+static void embed(struct cpu_runner *r, unsigned ith, unsigned nth) {
+        const struct model *m = r->model;
+        const struct batch *b = r->batch;
+        uint64_t begin, end;
+        split(b->n_tokens, ith, nth, &begin, &end);
+        for (uint64_t t = begin; t < end; t++)
+                tensor_row_to_float(m->token_embd.type, m->token_embd.data + (uint64_t) b->tokens[t] * m->token_embd.row_bytes,
+                                    r->x + t * m->hp.n_embd, m->hp.n_embd);
+}
+
+static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
+        struct cpu_runner *r = ctx;
+        struct thread_pool *pool = r->pool;
+        const struct model *m = r->model;
+        const struct model_hparams *hp = &m->hp;
+        const struct batch *b = r->batch;
+        uint32_t T = b->n_tokens;
+        float *row_scratch = r->thread_scratch + ith * r->thread_scratch_stride + r->config.max_model_len;
+
+        embed(r, ith, nth);
+        rope_tables(r, ith, nth);
+        thread_pool_barrier(pool);
+
+        for (uint32_t layer = 0; layer < hp->n_layer; layer++) {
+                const struct model_layer *l = &m->layers[layer];
+
+                norm_tokens(r, l->attn_norm, NULL, T, ith, nth);
+                thread_pool_barrier(pool);
+                matmul(r, &l->wq, r->xn, r->xq, T, r->q, r->q_dim, false, row_scratch, ith, nth);
+                matmul(r, &l->wk, r->xn, r->xq, T, r->k, r->kv_dim, false, row_scratch, ith, nth);
+                matmul(r, &l->wv, r->xn, r->xq, T, r->v, r->kv_dim, false, row_scratch, ith, nth);
+                thread_pool_barrier(pool);
+                store_kv(r, layer, ith, nth);
+                thread_pool_barrier(pool);
+                attention(r, layer, ith, nth);
+                thread_pool_barrier(pool);
+                quantize_tokens(r, r->xn, r->q_dim, T, ith, nth);
+                thread_pool_barrier(pool);
+                matmul(r, &l->wo, r->xn, r->xq, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
+                thread_pool_barrier(pool);
+
+                norm_tokens(r, l->ffn_norm, NULL, T, ith, nth);
+                thread_pool_barrier(pool);
+                matmul(r, &l->w_gate, r->xn, r->xq, T, r->gate, hp->n_ff, false, row_scratch, ith, nth);
+                matmul(r, &l->w_up, r->xn, r->xq, T, r->up, hp->n_ff, false, row_scratch, ith, nth);
+                thread_pool_barrier(pool);
+                swiglu(r, ith, nth);
+                thread_pool_barrier(pool);
+                matmul(r, &l->w_down, r->xn, r->xq, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
+                thread_pool_barrier(pool);
+        }
+
+        norm_tokens(r, m->output_norm, b->output_tokens, b->n_outputs, ith, nth);
+        thread_pool_barrier(pool);
+        matmul(r, &m->output, r->xn, r->xq, b->n_outputs, r->logits, hp->n_vocab, false, row_scratch, ith, nth);
+}
+
+static int validate_batch(const struct cpu_runner *r, const struct batch *b, struct error *err) {
+        const struct model_hparams *hp = &r->model->hp;
+        if (b->n_tokens == 0 || b->n_tokens > r->config.max_batch_tokens)
+                return error_set(err, EINVAL, "batch of %u tokens; 1 to %u allowed", b->n_tokens, r->config.max_batch_tokens);
+        if (b->n_outputs > b->n_tokens)
+                return error_set(err, EINVAL, "batch asks for %u outputs from %u tokens", b->n_outputs, b->n_tokens);
+        for (uint32_t i = 0; i < b->n_outputs; i++)
+                if (b->output_tokens[i] < 0 || (uint32_t) b->output_tokens[i] >= b->n_tokens)
+                        return error_set(err, EINVAL, "output token index %d out of range", b->output_tokens[i]);
+        for (uint32_t t = 0; t < b->n_tokens; t++) {
+                if (b->tokens[t] < 0 || (uint32_t) b->tokens[t] >= hp->n_vocab)
+                        return error_set(err, EINVAL, "token id %d outside the vocabulary [0, %u)", b->tokens[t], hp->n_vocab);
+                if (b->seq_ids[t] < 0 || (uint32_t) b->seq_ids[t] >= b->n_seqs)
+                        return error_set(err, EINVAL, "token %u names sequence %d of %u", t, b->seq_ids[t], b->n_seqs);
+                const struct batch_seq *seq = &b->seqs[b->seq_ids[t]];
+                int32_t pos = b->positions[t];
+                if (pos < 0 || (uint32_t) pos >= r->config.max_model_len ||
+                    (uint32_t) pos / r->kv->block_size >= seq->n_blocks)
+                        return error_set(err, EINVAL, "position %d is outside its sequence's %u KV blocks (max_model_len %u)",
+                                         pos, seq->n_blocks, r->config.max_model_len);
+                for (uint32_t j = 0; j <= (uint32_t) pos / r->kv->block_size; j++)
+                        if (seq->block_table[j] < 0 || (uint32_t) seq->block_table[j] >= r->kv->n_blocks)
+                                return error_set(err, EINVAL, "block id %d outside the KV pool of %u blocks",
+                                                 seq->block_table[j], r->kv->n_blocks);
+        }
+        return 0;
+}
+
+int cpu_runner_forward(struct cpu_runner *r, const struct batch *batch, float *logits, struct error *err) {
+        int rc = validate_batch(r, batch, err);
+        if (rc < 0)
+                return rc;
+        r->batch = batch;
+        r->logits = logits;
+        thread_pool_run(r->pool, forward_worker, r);
+        r->batch = NULL;
+        r->logits = NULL;
+        return 0;
+}

@@ -1,0 +1,18 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#if HAVE_X86_64_KERNELS
+#include <immintrin.h>
+
+#include "dot.h"
+
+#define DOT_TARGET "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"
+#define DOT_SET avx512vnni
+#define DOT_SET_NAME "avx512vnni"
+
+__attribute__((target(DOT_TARGET))) static inline __m256i dot_u8_s8(__m256i u, __m256i s) {
+        return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+}
+
+#include "dot-x86-template.h"
+#endif

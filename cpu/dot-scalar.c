@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include "dot.h"
+#include "float16.h"
+
+static float dot_q4_0_scalar(const void *weight_row, const struct block_q8_1 *act, size_t n_blocks) {
+        const struct block_q4_0 *w = weight_row;
+        float sum = 0.0f;
+        for (size_t b = 0; b < n_blocks; b++) {
+                int32_t isum = 0;
+                for (int j = 0; j < QUANT_BLOCK / 2; j++)
+                        isum += ((w[b].qs[j] & 15) - 8) * act[b].qs[j] + ((w[b].qs[j] >> 4) - 8) * act[b].qs[j + 16];
+                sum += (float) isum * (f16_to_f32(w[b].d) * f16_to_f32(act[b].d));
+        }
+        return sum;
+}
+
+static float dot_q4_1_scalar(const void *weight_row, const struct block_q8_1 *act, size_t n_blocks) {
+        const struct block_q4_1 *w = weight_row;
+        float sum = 0.0f;
+        for (size_t b = 0; b < n_blocks; b++) {
+                int32_t isum = 0;
+                for (int j = 0; j < QUANT_BLOCK / 2; j++)
+                        isum += (w[b].qs[j] & 15) * act[b].qs[j] + (w[b].qs[j] >> 4) * act[b].qs[j + 16];
+                /* the offset m meets the activation sum, precomputed as s = d * sum(q) */
+                sum += (float) isum * (f16_to_f32(w[b].d) * f16_to_f32(act[b].d)) +
+                       f16_to_f32(w[b].m) * f16_to_f32(act[b].s);
+        }
+        return sum;
+}
+
+static float dot_q8_0_scalar(const void *weight_row, const struct block_q8_1 *act, size_t n_blocks) {
+        const struct block_q8_0 *w = weight_row;
+        float sum = 0.0f;
+        for (size_t b = 0; b < n_blocks; b++) {
+                int32_t isum = 0;
+                for (int j = 0; j < QUANT_BLOCK; j++)
+                        isum += w[b].qs[j] * act[b].qs[j];
+                sum += (float) isum * (f16_to_f32(w[b].d) * f16_to_f32(act[b].d));
+        }
+        return sum;
+}
+
+static float dot_f16_scalar(const f16_bits *k, const float *q, size_t n) {
+        float sum = 0.0f;
+        for (size_t i = 0; i < n; i++)
+                sum += f16_to_f32(k[i]) * q[i];
+        return sum;
+}
+
+static void axpy_f16_scalar(float *acc, const f16_bits *v, float w, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                acc[i] += w * f16_to_f32(v[i]);
+}
+
+const struct dot_kernels dot_kernels_scalar = {
+        .name = "scalar",
+        .q4_0 = dot_q4_0_scalar,
+        .q4_1 = dot_q4_1_scalar,
+        .q8_0 = dot_q8_0_scalar,
+        .dot_f16 = dot_f16_scalar,
+        .axpy_f16 = axpy_f16_scalar,
+};

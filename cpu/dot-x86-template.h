@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: MIT */
+/* The x86 dot kernels, written once and instantiated per instruction set. The including file
+ * defines DOT_TARGET (a target attribute string), DOT_SET (the set's name as an identifier)
+ * and dot_u8_s8(), which turns 32 unsigned-by-signed byte products into 8 int32 partial
+ * sums; only that step differs between AVX2 and AVX-512 VNNI. No include guard: this file is
+ * meant to be included once per instruction set. */
+
+#include <immintrin.h>
+
+#define DOT_CONCAT_(a, b) a##_##b
+#define DOT_CONCAT(a, b) DOT_CONCAT_(a, b)
+#define DOT_FN(name) DOT_CONCAT(name, DOT_SET)
+
+__attribute__((target(DOT_TARGET))) static inline float DOT_FN(hsum)(__m256 v) {
+        __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        return _mm_cvtss_f32(s);
+}
+
+__attribute__((target(DOT_TARGET))) static inline float DOT_FN(half)(uint16_t h) {
+        return _cvtsh_ss(h);
+}
+
+/* The 32 nibbles of a 4-bit block as bytes in element order: the low nibbles are elements
+ * 0..15 and the high nibbles 16..31. */
+__attribute__((target(DOT_TARGET))) static inline __m256i DOT_FN(unpack_nibbles)(const uint8_t *qs) {
+        __m128i packed = _mm_loadu_si128((const __m128i *) qs);
+        __m256i both = _mm256_set_m128i(_mm_srli_epi16(packed, 4), packed);
+        return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+}
+
+/* Signed by signed through the unsigned-by-signed instruction: |w| * (a with w's sign). */
+__attribute__((target(DOT_TARGET))) static inline __m256i DOT_FN(dot_s8_s8)(__m256i w, __m256i a) {
+        return dot_u8_s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+}
+
+__attribute__((target(DOT_TARGET))) static float DOT_FN(dot_q4_0)(const void *weight_row, const struct block_q8_1 *act,
+                                                                  size_t n_blocks) {
+        const struct block_q4_0 *w = weight_row;
+        __m256 acc = _mm256_setzero_ps();
+        for (size_t b = 0; b < n_blocks; b++) {
+                __m256i wq = _mm256_sub_epi8(DOT_FN(unpack_nibbles)(w[b].qs), _mm256_set1_epi8(8));
+                __m256i aq = _mm256_loadu_si256((const __m256i *) act[b].qs);
+                __m256 scale = _mm256_set1_ps(DOT_FN(half)(w[b].d) * DOT_FN(half)(act[b].d));
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT_FN(dot_s8_s8)(wq, aq)), scale, acc);
+        }
+        return DOT_FN(hsum)(acc);
+}
+
+__attribute__((target(DOT_TARGET))) static float DOT_FN(dot_q4_1)(const void *weight_row, const struct block_q8_1 *act,
+                                                                  size_t n_blocks) {
+        const struct block_q4_1 *w = weight_row;
+        __m256 acc = _mm256_setzero_ps();
+        float offset = 0.0f;
+        for (size_t b = 0; b < n_blocks; b++) {
+                __m256i wq = DOT_FN(unpack_nibbles)(w[b].qs);
+                __m256i aq = _mm256_loadu_si256((const __m256i *) act[b].qs);
+                __m256 scale = _mm256_set1_ps(DOT_FN(half)(w[b].d) * DOT_FN(half)(act[b].d));
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8_s8(wq, aq)), scale, acc);
+                offset += DOT_FN(half)(w[b].m) * DOT_FN(half)(act[b].s);
+        }
+        return DOT_FN(hsum)(acc) + offset;
+}
+
+__attribute__((target(DOT_TARGET))) static float DOT_FN(dot_q8_0)(const void *weight_row, const struct block_q8_1 *act,
+                                                                  size_t n_blocks) {
+        const struct block_q8_0 *w = weight_row;
+        __m256 acc = _mm256_setzero_ps();
+        for (size_t b = 0; b < n_blocks; b++) {
+                __m256i wq = _mm256_loadu_si256((const __m256i *) w[b].qs);
+                __m256i aq = _mm256_loadu_si256((const __m256i *) act[b].qs);
+                __m256 scale = _mm256_set1_ps(DOT_FN(half)(w[b].d) * DOT_FN(half)(act[b].d));
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT_FN(dot_s8_s8)(wq, aq)), scale, acc);
+        }
+        return DOT_FN(hsum)(acc);
+}
+
+__attribute__((target(DOT_TARGET))) static float DOT_FN(dot_f16)(const f16_bits *k, const float *q, size_t n) {
+        __m256 acc = _mm256_setzero_ps();
+        size_t i = 0;
+        for (; i + 8 <= n; i += 8)
+                acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (k + i))),
+                                      _mm256_loadu_ps(q + i), acc);
+        float sum = DOT_FN(hsum)(acc);
+        for (; i < n; i++)
+                sum += DOT_FN(half)(k[i]) * q[i];
+        return sum;
+}
+
+__attribute__((target(DOT_TARGET))) static void DOT_FN(axpy_f16)(float *acc, const f16_bits *v, float w, size_t n) {
+        __m256 wv = _mm256_set1_ps(w);
+        size_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+                __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (v + i)));
+                _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(x, wv, _mm256_loadu_ps(acc + i)));
+        }
+        for (; i < n; i++)
+                acc[i] += w * DOT_FN(half)(v[i]);
+}
+
+const struct dot_kernels DOT_CONCAT(dot_kernels, DOT_SET) = {
+        .name = DOT_SET_NAME,
+        .q4_0 = DOT_FN(dot_q4_0),
+        .q4_1 = DOT_FN(dot_q4_1),
+        .q8_0 = DOT_FN(dot_q8_0),
+        .dot_f16 = DOT_FN(dot_f16),
+        .axpy_f16 = DOT_FN(axpy_f16),
+};

@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* Dot products of one weight row with one activation row, per weight type and per
+ * instruction set. Quantized weights meet activations quantized per block of 32 to int8
+ * (block_q8_1); the integer products are exact and only the float accumulation order differs
+ * between instruction sets. The scalar set is the reference every other one is tested
+ * against. */
+
+#include <stddef.h>
+
+#include "tensor-types.h"
+
+/* Sum over n_blocks blocks of weight_row (of the kernel's weight type) times act. */
+typedef float (*dot_q_fn)(const void *weight_row, const struct block_q8_1 *act, size_t n_blocks);
+
+struct dot_kernels {
+        const char *name;
+        dot_q_fn q4_0;
+        dot_q_fn q4_1;
+        dot_q_fn q8_0;
+        /* Attention over the f16 KV cache: sum(k[i] * q[i]), and acc[i] += w * v[i]. */
+        float (*dot_f16)(const f16_bits *k, const float *q, size_t n);
+        void (*axpy_f16)(float *acc, const f16_bits *v, float w, size_t n);
+};
+
+extern const struct dot_kernels dot_kernels_scalar;
+#if HAVE_X86_64_KERNELS
+extern const struct dot_kernels dot_kernels_avx2;
+extern const struct dot_kernels dot_kernels_avx512vnni;
+#endif
+
+/* The fastest set the CPU supports, or the one named by $ASYNCLLM_CPU_KERNELS
+ * (scalar, avx2, avx512vnni) when that is set and supported. */
+const struct dot_kernels *dot_kernels_select(void);
+
+/* The set with this name if the CPU supports it, else NULL. */
+const struct dot_kernels *dot_kernels_by_name(const char *name);
+
+/* The kernel for a quantized weight type, NULL for float types. */
+dot_q_fn dot_kernel_for(const struct dot_kernels *k, enum tensor_type type);

@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: MIT */
+#include <math.h>
+
+#include "float16.h"
+#include "quantize.h"
+
+void quantize_row_q8_1(const float *x, struct block_q8_1 *out, size_t n) {
+        for (size_t b = 0; b < n / QUANT_BLOCK; b++, x += QUANT_BLOCK) {
+                float amax = 0.0f;
+                for (int j = 0; j < QUANT_BLOCK; j++)
+                        amax = fmaxf(amax, fabsf(x[j]));
+                float d = amax / 127.0f;
+                float inv_d = d != 0.0f ? 1.0f / d : 0.0f;
+                int sum = 0;
+                for (int j = 0; j < QUANT_BLOCK; j++) {
+                        int q = (int) roundf(x[j] * inv_d);
+                        out[b].qs[j] = (int8_t) q;
+                        sum += q;
+                }
+                out[b].d = f32_to_f16(d);
+                out[b].s = f32_to_f16((float) sum * d);
+        }
+}

@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* One forward step, as the model runner hands it to a backend: a flat list of tokens from one
+ * or more sequences, each token with its position and its sequence, and each sequence with
+ * the block table that maps its positions to slots of the paged KV cache. */
+
+#include <stdint.h>
+
+struct batch_seq {
+        const int32_t *block_table; /* block ids; position p lives in block_table[p / block_size] */
+        uint32_t n_blocks;
+};
+
+struct batch {
+        uint32_t n_tokens;
+        const int32_t *tokens;    /* (n_tokens) */
+        const int32_t *positions; /* (n_tokens) positions of one sequence are consecutive and rising */
+        const int32_t *seq_ids;   /* (n_tokens) index into seqs */
+        uint32_t n_seqs;
+        const struct batch_seq *seqs;
+        uint32_t n_outputs;
+        const int32_t *output_tokens; /* (n_outputs) indices of the tokens whose logits are wanted */
+};

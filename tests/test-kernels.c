@@ -1,0 +1,247 @@
+/* SPDX-License-Identifier: MIT */
+/* Every SIMD kernel against the scalar reference, and the scalar reference against plain
+ * float arithmetic on the dequantized values. */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu-features.h"
+#include "dot.h"
+#include "float16.h"
+#include "quantize.h"
+#include "tensor-types.h"
+#include "thread-pool.h"
+
+#define N_BLOCKS 48
+#define N (N_BLOCKS * QUANT_BLOCK)
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint32_t next_u32(void) {
+        rng_state ^= rng_state << 13;
+        rng_state ^= rng_state >> 7;
+        rng_state ^= rng_state << 17;
+        return (uint32_t) (rng_state >> 16);
+}
+
+static float next_float(float scale) {
+        return ((float) (next_u32() & 0xffffff) / 8388608.0f - 1.0f) * scale;
+}
+
+static void random_weights(enum tensor_type type, void *out) {
+        uint8_t *p = out;
+        size_t n_bytes = tensor_row_bytes(type, N);
+        for (size_t i = 0; i < n_bytes; i++)
+                p[i] = (uint8_t) next_u32();
+        /* keep the scales finite and moderate: overwrite each block's f16 fields */
+        size_t block_bytes = tensor_type_info(type)->block_bytes;
+        for (size_t b = 0; b < N_BLOCKS; b++) {
+                f16_bits d = f32_to_f16(next_float(0.05f)), m = f32_to_f16(next_float(0.1f));
+                memcpy(p + b * block_bytes, &d, 2);
+                if (type == TENSOR_Q4_1)
+                        memcpy(p + b * block_bytes + 2, &m, 2);
+        }
+}
+
+START_TEST(test_f16_round_trip) {
+        for (uint32_t h = 0; h < 65536; h++) {
+                float f = f16_to_f32((uint16_t) h);
+                if (isnan(f)) {
+                        ck_assert(isnan(f16_to_f32(f32_to_f16(f))));
+                        continue;
+                }
+                ck_assert_msg(f32_to_f16(f) == h, "f16 %#x -> %g -> %#x", h, f, f32_to_f16(f));
+        }
+}
+END_TEST
+
+#if HAVE_X86_64_KERNELS
+#include <immintrin.h>
+__attribute__((target("f16c"))) static uint16_t hardware_f32_to_f16(float f) {
+        return (uint16_t) _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+}
+#endif
+
+START_TEST(test_f16_rounding_matches_hardware) {
+#if HAVE_X86_64_KERNELS
+        if (!cpu_features_get()->avx2) {
+                fprintf(stderr, "SKIP part: no F16C on this CPU, hardware comparison not run\n");
+                return;
+        }
+        for (int i = 0; i < 2000000; i++) {
+                uint32_t bits = next_u32() ^ (next_u32() << 16);
+                float f = f32_from_bits(bits);
+                if (isnan(f))
+                        continue;
+                uint16_t hw = hardware_f32_to_f16(f);
+                ck_assert_msg(f32_to_f16(f) == hw, "%a: ours %#x, hardware %#x", f, f32_to_f16(f), hw);
+        }
+#endif
+}
+END_TEST
+
+START_TEST(test_quantize_q8_1) {
+        float x[N], back[N];
+        struct block_q8_1 q[N_BLOCKS];
+        for (int i = 0; i < N; i++)
+                x[i] = next_float(i < QUANT_BLOCK ? 0.0f : 3.0f); /* first block all zero */
+        quantize_row_q8_1(x, q, N);
+        tensor_row_to_float(TENSOR_Q8_1, q, back, N);
+        for (int b = 0; b < N_BLOCKS; b++) {
+                float d = f16_to_f32(q[b].d);
+                int sum = 0;
+                for (int j = 0; j < QUANT_BLOCK; j++) {
+                        ck_assert_int_le(abs(q[b].qs[j]), 127);
+                        sum += q[b].qs[j];
+                        ck_assert_msg(fabsf(back[b * QUANT_BLOCK + j] - x[b * QUANT_BLOCK + j]) <= d * (0.5f + 127.0f / 2048.0f) + 1e-6f, /* d itself is rounded to f16 */
+                                      "block %d element %d", b, j);
+                }
+                /* s is d * sum(q) with the unrounded d, then rounded to f16 */
+                float s_expect = (float) sum * f16_to_f32(q[b].d);
+                ck_assert(fabsf(f16_to_f32(q[b].s) - s_expect) <= fabsf(s_expect) * 2e-3f + 1e-6f);
+        }
+        ck_assert_uint_eq(q[0].d, 0);
+}
+END_TEST
+
+/* The scalar kernel equals float arithmetic on the decoded values, up to float rounding. */
+START_TEST(test_scalar_matches_float) {
+        static const enum tensor_type types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q8_0 };
+        uint8_t w[N * 2];
+        float wf[N], x[N], xf[N];
+        struct block_q8_1 xq[N_BLOCKS];
+        for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++)
+                for (int rep = 0; rep < 50; rep++) {
+                        random_weights(types[ti], w);
+                        for (int i = 0; i < N; i++)
+                                x[i] = next_float(2.0f);
+                        quantize_row_q8_1(x, xq, N);
+                        tensor_row_to_float(types[ti], w, wf, N);
+                        tensor_row_to_float(TENSOR_Q8_1, xq, xf, N);
+                        double expect = 0.0, magnitude = 0.0;
+                        for (int i = 0; i < N; i++) {
+                                expect += (double) wf[i] * xf[i];
+                                magnitude += fabs((double) wf[i] * xf[i]);
+                        }
+                        float got = dot_kernel_for(&dot_kernels_scalar, types[ti])(w, xq, N_BLOCKS);
+                        /* Q4_1's offset uses s = d * sum(q) rounded to f16: allow its rounding */
+                        double tol = 1e-5 * magnitude + (types[ti] == TENSOR_Q4_1 ? 2e-3 * magnitude : 0.0) + 1e-6;
+                        ck_assert_msg(fabs(got - expect) <= tol, "%s: %g vs %g", tensor_type_info(types[ti])->name,
+                                      got, expect);
+                }
+}
+END_TEST
+
+static void compare_sets(const struct dot_kernels *k) {
+        static const enum tensor_type types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q8_0 };
+        uint8_t w[N * 2];
+        float x[N];
+        struct block_q8_1 xq[N_BLOCKS];
+        f16_bits h[N];
+        for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++)
+                for (int rep = 0; rep < 200; rep++) {
+                        size_t n_blocks = 1 + (size_t) rep % N_BLOCKS;
+                        random_weights(types[ti], w);
+                        for (int i = 0; i < N; i++)
+                                x[i] = next_float(4.0f);
+                        quantize_row_q8_1(x, xq, N);
+                        float ref = dot_kernel_for(&dot_kernels_scalar, types[ti])(w, xq, n_blocks);
+                        float got = dot_kernel_for(k, types[ti])(w, xq, n_blocks);
+                        ck_assert_msg(fabsf(got - ref) <= 1e-4f * (1.0f + fabsf(ref)), "%s %s n_blocks %zu: %g vs %g",
+                                      k->name, tensor_type_info(types[ti])->name, n_blocks, got, ref);
+                }
+        for (int rep = 0; rep < 200; rep++) {
+                size_t n = 1 + (size_t) rep % 130; /* tails included */
+                float acc_ref[130], acc[130];
+                for (size_t i = 0; i < n; i++) {
+                        h[i] = f32_to_f16(next_float(3.0f));
+                        x[i] = next_float(3.0f);
+                        acc_ref[i] = acc[i] = next_float(1.0f);
+                }
+                float ref = dot_kernels_scalar.dot_f16(h, x, n), got = k->dot_f16(h, x, n);
+                ck_assert_msg(fabsf(got - ref) <= 1e-4f * (1.0f + fabsf(ref)), "%s dot_f16 n %zu", k->name, n);
+                dot_kernels_scalar.axpy_f16(acc_ref, h, 0.37f, n);
+                k->axpy_f16(acc, h, 0.37f, n);
+                for (size_t i = 0; i < n; i++)
+                        ck_assert_msg(fabsf(acc[i] - acc_ref[i]) <= 1e-6f * (1.0f + fabsf(acc_ref[i])), "%s axpy_f16", k->name);
+        }
+}
+
+START_TEST(test_simd_sets_match_scalar) {
+        static const char *const names[] = { "avx2", "avx512vnni" };
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+                const struct dot_kernels *k = dot_kernels_by_name(names[i]);
+                if (!k) {
+                        fprintf(stderr, "SKIP part: this CPU lacks %s; that kernel set was not compared\n", names[i]);
+                        continue;
+                }
+                compare_sets(k);
+        }
+        ck_assert_ptr_nonnull(dot_kernels_select());
+}
+END_TEST
+
+struct pool_check {
+        struct thread_pool *pool;
+        _Atomic unsigned phase_count[8];
+        _Atomic unsigned errors;
+};
+
+static void pool_phases(void *ctx, unsigned ith, unsigned nth) {
+        struct pool_check *c = ctx;
+        for (unsigned phase = 0; phase < 8; phase++) {
+                atomic_fetch_add(&c->phase_count[phase], 1);
+                thread_pool_barrier(c->pool);
+                /* after the barrier everyone has arrived at this phase */
+                if (atomic_load(&c->phase_count[phase]) != nth)
+                        atomic_fetch_add(&c->errors, 1);
+                thread_pool_barrier(c->pool);
+        }
+        (void) ith;
+}
+
+START_TEST(test_thread_pool_barriers) {
+        for (unsigned n = 1; n <= 4; n++) {
+                struct pool_check c = { 0 };
+                struct error err;
+                ck_assert_int_eq(thread_pool_new(n, &c.pool, &err), 0);
+                for (int run = 0; run < 200; run++) {
+                        for (int p = 0; p < 8; p++)
+                                atomic_store(&c.phase_count[p], 0);
+                        thread_pool_run(c.pool, pool_phases, &c);
+                        for (int p = 0; p < 8; p++)
+                                ck_assert_uint_eq(atomic_load(&c.phase_count[p]), n);
+                }
+                ck_assert_uint_eq(atomic_load(&c.errors), 0);
+                thread_pool_free(c.pool);
+        }
+        struct thread_pool *pool;
+        struct error err;
+        ck_assert_int_eq(thread_pool_new(0, &pool, &err), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err.message, "thread count"));
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("kernels");
+        TCase *tc = tcase_create("kernels");
+        tcase_set_timeout(tc, 120);
+        tcase_add_test(tc, test_f16_round_trip);
+        tcase_add_test(tc, test_f16_rounding_matches_hardware);
+        tcase_add_test(tc, test_quantize_q8_1);
+        tcase_add_test(tc, test_scalar_matches_float);
+        tcase_add_test(tc, test_simd_sets_match_scalar);
+        tcase_add_test(tc, test_thread_pool_barriers);
+        suite_add_tcase(s, tc);
+        SRunner *sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        int failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
