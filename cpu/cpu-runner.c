@@ -116,6 +116,10 @@ void cpu_runner_free(struct cpu_runner *r) {
         free(r);
 }
 
+const struct model *cpu_runner_model(const struct cpu_runner *r) {
+        return r->model;
+}
+
 const char *cpu_runner_kernels(const struct cpu_runner *r) {
         return r->kernels->name;
 }
@@ -273,19 +277,19 @@ static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
                         scores[j] = kern->dot_f16(r->kv->k + slot + head_offset, q16, hd) * scale;
                         max = fmaxf(max, scores[j]);
                 }
-                float sum = 0.0f;
+                double sum = 0.0;
                 for (uint32_t j = 0; j < n_ctx; j++) {
                         scores[j] = expf(scores[j] - max);
                         sum += scores[j];
                 }
+                /* The normalized weights meet the f16 values at f16 precision, as in the
+                 * reference's attention without flash attention. */
+                float inv = (float) (1.0 / sum);
                 memset(out, 0, hd * sizeof(float));
                 for (uint32_t j = 0; j < n_ctx; j++) {
                         uint64_t slot = kv_pool_slot(r->kv, layer, (uint32_t) seq->block_table[j / bs], j % bs);
-                        kern->axpy_f16(out, r->kv->v + slot + head_offset, scores[j], hd);
+                        kern->axpy_f16(out, r->kv->v + slot + head_offset, f16_to_f32(f32_to_f16(scores[j] * inv)), hd);
                 }
-                float inv = 1.0f / sum;
-                for (uint32_t i = 0; i < hd; i++)
-                        out[i] *= inv;
         }
 }
 

@@ -27,5 +27,7 @@ void cpu_runner_free(struct cpu_runner *runner);
  * values of every token are stored in the KV pool at its position's slot. */
 int cpu_runner_forward(struct cpu_runner *runner, const struct batch *batch, float *logits, struct error *err);
 
+const struct model *cpu_runner_model(const struct cpu_runner *runner);
+
 /* The kernel set chosen for this CPU. */
 const char *cpu_runner_kernels(const struct cpu_runner *runner);

@@ -257,11 +257,9 @@ static int read_tensor_info(struct cursor *c, struct gguf_tensor *t) {
                                  c->name, (int) t->name.len, t->name.data, type);
         t->type = type;
 
-        /* The element count must not overflow and must fit in the file, which also bounds
-         * every later multiplication of these dimensions. */
         uint64_t n_elements = 1;
         for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) {
-                if (t->ne[d] == 0 || n_elements > UINT64_MAX / t->ne[d] || n_elements * t->ne[d] > c->size * 8)
+                if (t->ne[d] == 0 || n_elements > UINT64_MAX / t->ne[d])
                         return error_set(c->err, EINVAL, "%s: tensor '%.*s' has an invalid shape (dimension %u is %llu)",
                                          c->name, (int) t->name.len, t->name.data, d,
                                          (unsigned long long) t->ne[d]);
@@ -272,8 +270,42 @@ static int read_tensor_info(struct cursor *c, struct gguf_tensor *t) {
                                  "%s: tensor '%.*s' of type %s has %llu elements per row, not a multiple of its block size %u",
                                  c->name, (int) t->name.len, t->name.data, info->name,
                                  (unsigned long long) t->ne[0], info->block_size);
+        /* The data must fit in the file, which also keeps n_bytes and every later product of
+         * these dimensions in range. A sane shape that does not fit means a cut-off file. */
+        if (n_elements / info->block_size > c->size / info->block_bytes)
+                return error_set(c->err, EINVAL,
+                                 "%s: tensor '%.*s' (%llu elements of %s) does not fit in the file of %llu bytes (truncated file?)",
+                                 c->name, (int) t->name.len, t->name.data, (unsigned long long) n_elements, info->name,
+                                 (unsigned long long) c->size);
         t->n_bytes = n_elements / info->block_size * info->block_bytes;
         return 0;
+}
+
+static int compare_keys(const void *a, const void *b) {
+        const struct gguf_string *x = &(*(const struct gguf_kv *const *) a)->key;
+        const struct gguf_string *y = &(*(const struct gguf_kv *const *) b)->key;
+        int c = memcmp(x->data, y->data, x->len < y->len ? x->len : y->len);
+        return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+/* A key given twice would make look-ups depend on order; refuse it. Sorting keeps this
+ * n log n for files with very many keys. */
+static int check_unique_keys(const struct gguf_file *f, struct error *err) {
+        if (f->n_kv < 2)
+                return 0;
+        const struct gguf_kv **sorted = malloc(f->n_kv * sizeof(*sorted));
+        if (!sorted)
+                return error_set(err, ENOMEM, "%s: out of memory", f->path);
+        for (uint64_t i = 0; i < f->n_kv; i++)
+                sorted[i] = &f->kv[i];
+        qsort(sorted, f->n_kv, sizeof(*sorted), compare_keys);
+        int r = 0;
+        for (uint64_t i = 1; i < f->n_kv && r == 0; i++)
+                if (compare_keys(&sorted[i - 1], &sorted[i]) == 0)
+                        r = error_set(err, EINVAL, "%s: metadata key '%.*s' appears twice", f->path,
+                                      (int) sorted[i]->key.len, sorted[i]->key.data);
+        free(sorted);
+        return r;
 }
 
 static int parse(struct gguf_file *f, struct error *err) {
@@ -314,13 +346,20 @@ static int parse(struct gguf_file *f, struct error *err) {
                         return r;
         }
 
+        if ((r = check_unique_keys(f, err)) < 0)
+                return r;
+
         f->alignment = GGUF_DEFAULT_ALIGNMENT;
         const struct gguf_kv *align = gguf_find_kv(f, "general.alignment");
         if (align) {
-                if (align->value.type != GGUF_VALUE_U32 || align->value.u64 == 0 ||
-                    (align->value.u64 & (align->value.u64 - 1)) != 0)
+                if (align->value.type != GGUF_VALUE_U32)
                         return error_set(err, EINVAL, "%s: general.alignment must be a u32 power of two, got a %s",
                                          f->path, gguf_value_type_name(align->value.type));
+                /* The format asks for a multiple of 8; less would let f32 and f16 data start at
+                 * addresses their loads may not use. */
+                if (align->value.u64 < 8 || (align->value.u64 & (align->value.u64 - 1)) != 0)
+                        return error_set(err, EINVAL, "%s: general.alignment must be a u32 power of two of at least 8, got %llu",
+                                         f->path, (unsigned long long) align->value.u64);
                 f->alignment = align->value.u64;
         }
 

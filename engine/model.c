@@ -151,8 +151,10 @@ static int vocab_size(const struct gguf_file *f, const char *arch, uint32_t *ret
         int r = arch_key_u32(f, arch, "vocab_size", ret, err);
         if (r != -ENOENT)
                 return r;
-        if ((r = gguf_get_array(f, "tokenizer.ggml.tokens", GGUF_VALUE_STRING, &tokens, err)) < 0)
-                return error_prefix(err, r, "no %s.vocab_size", arch);
+        struct error tokens_err;
+        if ((r = gguf_get_array(f, "tokenizer.ggml.tokens", GGUF_VALUE_STRING, &tokens, &tokens_err)) < 0)
+                return error_set(err, -r, "%s: no %s.vocab_size, and tokenizer.ggml.tokens cannot stand in (%s)", f->path,
+                                 arch, tokens_err.message);
         if (tokens->array.count == 0 || tokens->array.count > UINT32_MAX)
                 return error_set(err, EINVAL, "%s: tokenizer.ggml.tokens has %llu entries", f->path,
                                  (unsigned long long) tokens->array.count);
@@ -173,6 +175,10 @@ int model_from_gguf(struct gguf_file *file, struct model **ret, struct error *er
         m->file = file;
         if ((r = gguf_get_string(file, "general.architecture", &arch_s, err)) < 0)
                 goto fail;
+        if (memchr(arch_s.data, 0, arch_s.len)) {
+                r = error_set(err, EINVAL, "%s: general.architecture contains a NUL byte", file->path);
+                goto fail;
+        }
         if (!(m->architecture = string_dup(arch_s))) {
                 r = error_set(err, ENOMEM, "out of memory");
                 goto fail;
@@ -205,6 +211,14 @@ int model_from_gguf(struct gguf_file *file, struct model **ret, struct error *er
         else if ((r = bind_weight(file, "output.weight", hp->n_embd, hp->n_vocab, &m->output, err)) < 0)
                 goto fail;
 
+        /* Every layer has 9 tensors: refuse a block_count the file cannot hold before
+         * allocating for it (a corrupt count would otherwise ask for terabytes). */
+        if (hp->n_layer > file->n_tensors / 9) {
+                r = error_set(err, EINVAL, "%s: block_count %u needs %llu layer tensors, but the file has %llu tensors in all",
+                              file->path, hp->n_layer, (unsigned long long) hp->n_layer * 9,
+                              (unsigned long long) file->n_tensors);
+                goto fail;
+        }
         m->layers = calloc(hp->n_layer, sizeof(*m->layers));
         if (!m->layers) {
                 r = error_set(err, ENOMEM, "out of memory");

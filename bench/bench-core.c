@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: MIT */
+/* Single-sequence throughput of the CPU runner, measured the way llama-bench measures it:
+ * pp = one batched pass over a prompt of random tokens, tg = tokens decoded one at a time
+ * from an empty context. Prints one JSON object per line per test, with every repetition. */
+#include "config.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cpu-runner.h"
+#include "model.h"
+#include "sequence.h"
+
+static double now_seconds(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
+}
+
+static int compare_double(const void *a, const void *b) {
+        double x = *(const double *) a, y = *(const double *) b;
+        return (x > y) - (x < y);
+}
+
+static void report(const char *test, unsigned n_tokens, unsigned threads, const char *kernels, double *rates,
+                   unsigned reps) {
+        qsort(rates, reps, sizeof(double), compare_double);
+        printf("{\"test\": \"%s%u\", \"threads\": %u, \"kernels\": \"%s\", \"median_tps\": %.2f, \"min_tps\": %.2f, "
+               "\"max_tps\": %.2f, \"reps\": [",
+               test, n_tokens, threads, kernels, rates[reps / 2], rates[0], rates[reps - 1]);
+        for (unsigned i = 0; i < reps; i++)
+                printf("%s%.2f", i ? ", " : "", rates[i]);
+        printf("]}\n");
+        fflush(stdout);
+}
+
+static void usage(FILE *f) {
+        fprintf(f, "Usage: bench-core [--model PATH] [--threads N] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [-r REPS]\n");
+}
+
+int main(int argc, char **argv) {
+        const char *model_path = getenv("ASYNCLLM_MODEL");
+        unsigned threads = 2, n_prompt = 512, n_gen = 128, reps = 5;
+        static const struct option options[] = {
+                { "model", required_argument, NULL, 'm' }, { "threads", required_argument, NULL, 't' },
+                { "help", no_argument, NULL, 'h' },        { NULL, 0, NULL, 0 },
+        };
+        int c;
+        while ((c = getopt_long(argc, argv, "m:t:p:n:r:h", options, NULL)) != -1)
+                switch (c) {
+                case 'm': model_path = optarg; break;
+                case 't': threads = (unsigned) atoi(optarg); break;
+                case 'p': n_prompt = (unsigned) atoi(optarg); break;
+                case 'n': n_gen = (unsigned) atoi(optarg); break;
+                case 'r': reps = (unsigned) atoi(optarg); break;
+                case 'h': usage(stdout); return 0;
+                default: usage(stderr); return 2;
+                }
+        if (!model_path || threads < 1 || n_prompt < 1 || n_gen < 1 || reps < 1) {
+                usage(stderr);
+                return 2;
+        }
+
+        struct error err;
+        struct model *model;
+        struct cpu_runner *runner;
+        struct sequence *seq;
+        if (model_load(model_path, &model, &err) < 0) {
+                fprintf(stderr, "bench-core: %s\n", err.message);
+                return 1;
+        }
+        unsigned max_len = n_prompt > n_gen ? n_prompt : n_gen;
+        struct cpu_runner_config config = {
+                .n_threads = threads, .max_batch_tokens = n_prompt, .max_model_len = max_len,
+                .block_size = 16, .n_kv_blocks = (max_len + 15) / 16,
+        };
+        if (cpu_runner_new(model, &config, &runner, &err) < 0 || sequence_new(runner, &config, &seq, &err) < 0) {
+                fprintf(stderr, "bench-core: %s\n", err.message);
+                return 1;
+        }
+        int32_t *tokens = malloc(sizeof(int32_t) * max_len);
+        float *logits = malloc(sizeof(float) * model->hp.n_vocab);
+        double *rates = malloc(sizeof(double) * reps);
+        if (!tokens || !logits || !rates)
+                return 1;
+        srand(1234);
+        for (unsigned i = 0; i < max_len; i++)
+                tokens[i] = rand() % (int) model->hp.n_vocab;
+
+        /* one warm-up pass touches the weights and the KV pool */
+        if (sequence_feed(seq, tokens, n_prompt, false, logits, &err) < 0) {
+                fprintf(stderr, "bench-core: %s\n", err.message);
+                return 1;
+        }
+        for (unsigned r = 0; r < reps; r++) {
+                sequence_reset(seq);
+                double t0 = now_seconds();
+                sequence_feed(seq, tokens, n_prompt, false, logits, &err);
+                rates[r] = n_prompt / (now_seconds() - t0);
+        }
+        report("pp", n_prompt, threads, cpu_runner_kernels(runner), rates, reps);
+        for (unsigned r = 0; r < reps; r++) {
+                sequence_reset(seq);
+                double t0 = now_seconds();
+                for (unsigned i = 0; i < n_gen; i++)
+                        sequence_feed(seq, &tokens[i], 1, false, logits, &err);
+                rates[r] = n_gen / (now_seconds() - t0);
+        }
+        report("tg", n_gen, threads, cpu_runner_kernels(runner), rates, reps);
+
+        free(rates);
+        free(logits);
+        free(tokens);
+        sequence_free(seq);
+        cpu_runner_free(runner);
+        model_free(model);
+        return 0;
+}

@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+
+#include "sampling-params.h"
+
+void sampling_params_init_default(struct sampling_params *p) {
+        *p = (struct sampling_params) {
+                .temperature = 1.0,
+                .top_p = 1.0,
+                .top_k = 0,
+                .min_p = 0.0,
+                .presence_penalty = 0.0,
+                .frequency_penalty = 0.0,
+                .repetition_penalty = 1.0,
+                .logprobs = SAMPLING_LOGPROBS_NONE,
+                .min_tokens = 0,
+                .max_tokens = SAMPLING_DEFAULT_MAX_TOKENS,
+        };
+}
+
+static int check_ids(const char *name, const int32_t *ids, size_t n, int32_t n_vocab, struct error *err) {
+        if (n > 0 && !ids)
+                return error_set(err, EINVAL, "%s: %zu entries given but no array", name, n);
+        for (size_t i = 0; i < n; i++)
+                if (ids[i] < 0 || ids[i] >= n_vocab)
+                        return error_set(err, EINVAL, "%s[%zu]: token id %" PRId32 " is outside the vocabulary [0, %"
+                                         PRId32 ")", name, i, ids[i], n_vocab);
+        return 0;
+}
+
+/* Every range check is written so that NaN fails it. */
+int sampling_params_validate(const struct sampling_params *p, int32_t n_vocab, int32_t max_logprobs,
+                             struct error *err) {
+        int r;
+
+        if (!p)
+                return error_set(err, EINVAL, "sampling params missing");
+        if (n_vocab <= 0)
+                return error_set(err, EINVAL, "vocabulary size must be positive, got %" PRId32, n_vocab);
+
+        if (!(p->temperature >= 0.0 && p->temperature <= SAMPLING_MAX_TEMPERATURE))
+                return error_set(err, EINVAL, "temperature must be in [0, %g] (0 = greedy), got %g",
+                                 SAMPLING_MAX_TEMPERATURE, p->temperature);
+        if (!(p->top_p > 0.0 && p->top_p <= 1.0))
+                return error_set(err, EINVAL, "top_p must be in (0, 1], got %g", p->top_p);
+        if (p->top_k < -1)
+                return error_set(err, EINVAL, "top_k must be 0 or -1 (disabled) or at least 1, got %" PRId32, p->top_k);
+        if (!(p->min_p >= 0.0 && p->min_p <= 1.0))
+                return error_set(err, EINVAL, "min_p must be in [0, 1], got %g", p->min_p);
+        if (!(p->presence_penalty >= -2.0 && p->presence_penalty <= 2.0))
+                return error_set(err, EINVAL, "presence_penalty must be in [-2, 2], got %g", p->presence_penalty);
+        if (!(p->frequency_penalty >= -2.0 && p->frequency_penalty <= 2.0))
+                return error_set(err, EINVAL, "frequency_penalty must be in [-2, 2], got %g", p->frequency_penalty);
+        if (!(p->repetition_penalty > 0.0 && isfinite(p->repetition_penalty)))
+                return error_set(err, EINVAL, "repetition_penalty must be a finite number > 0 (1 = disabled), got %g",
+                                 p->repetition_penalty);
+
+        if (max_logprobs < 0 || max_logprobs > n_vocab)
+                max_logprobs = n_vocab;
+        if (p->logprobs < SAMPLING_LOGPROBS_NONE || p->logprobs > max_logprobs)
+                return error_set(err, EINVAL, "logprobs must be -1 (none) or in [0, %" PRId32 "], got %" PRId32,
+                                 max_logprobs, p->logprobs);
+
+        if (p->max_tokens != SAMPLING_MAX_TOKENS_NONE && p->max_tokens < 1)
+                return error_set(err, EINVAL, "max_tokens must be at least 1 (or -1 for no limit), got %" PRId32,
+                                 p->max_tokens);
+        if (p->min_tokens < 0)
+                return error_set(err, EINVAL, "min_tokens must be at least 0, got %" PRId32, p->min_tokens);
+        if (p->max_tokens != SAMPLING_MAX_TOKENS_NONE && p->min_tokens > p->max_tokens)
+                return error_set(err, EINVAL, "min_tokens must be in [0, max_tokens=%" PRId32 "], got %" PRId32,
+                                 p->max_tokens, p->min_tokens);
+
+        if (p->n_logit_bias > 0 && !p->logit_bias)
+                return error_set(err, EINVAL, "logit_bias: %zu entries given but no array", p->n_logit_bias);
+        for (size_t i = 0; i < p->n_logit_bias; i++) {
+                const struct logit_bias *b = &p->logit_bias[i];
+
+                if (b->token < 0 || b->token >= n_vocab)
+                        return error_set(err, EINVAL, "logit_bias[%zu]: token id %" PRId32
+                                         " is outside the vocabulary [0, %" PRId32 ")", i, b->token, n_vocab);
+                if (!isfinite(b->bias))
+                        return error_set(err, EINVAL, "logit_bias[%zu]: bias of token %" PRId32
+                                         " must be a finite number, got %g", i, b->token, (double) b->bias);
+        }
+
+        if (p->has_allowed_token_ids && p->n_allowed_token_ids == 0)
+                return error_set(err, EINVAL, "allowed_token_ids must not be empty when given");
+        if (p->has_allowed_token_ids) {
+                r = check_ids("allowed_token_ids", p->allowed_token_ids, p->n_allowed_token_ids, n_vocab, err);
+                if (r < 0)
+                        return r;
+        }
+        r = check_ids("stop_token_ids", p->stop_token_ids, p->n_stop_token_ids, n_vocab, err);
+        if (r < 0)
+                return r;
+
+        return 0;
+}
+
+double sampling_params_temperature(const struct sampling_params *p) {
+        if (p->temperature > 0.0 && p->temperature < SAMPLING_MIN_TEMPERATURE)
+                return SAMPLING_MIN_TEMPERATURE;
+        return p->temperature;
+}
+
+bool sampling_params_is_greedy(const struct sampling_params *p) {
+        return sampling_params_temperature(p) < SAMPLING_GREEDY_EPS;
+}

@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* The per-request knobs of token sampling, with vLLM's SamplingParams meanings, defaults and
+ * allowed ranges. Arrays are borrowed: the caller owns them and keeps them alive as long as
+ * the params are used (pointer + count; a NULL pointer is fine with a count of 0). */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+
+/* A temperature below this samples greedily (argmax), as vLLM's _SAMPLING_EPS. */
+#define SAMPLING_GREEDY_EPS 1e-5
+/* A temperature in (0, this) is raised to this, as vLLM does to keep the softmax finite;
+ * hence only a temperature of exactly 0 is greedy. */
+#define SAMPLING_MIN_TEMPERATURE 1e-2
+#define SAMPLING_MAX_TEMPERATURE 2.0
+/* logit_bias values are clamped to [-this, this] when applied (OpenAI's range). */
+#define SAMPLING_MAX_LOGIT_BIAS 100.0
+/* vLLM's default for --max-logprobs. */
+#define SAMPLING_DEFAULT_MAX_LOGPROBS 20
+/* vLLM's SamplingParams default for max_tokens. */
+#define SAMPLING_DEFAULT_MAX_TOKENS 16
+/* max_tokens value meaning "no limit but the context length" (vLLM: None). */
+#define SAMPLING_MAX_TOKENS_NONE (-1)
+/* logprobs value meaning "return no logprobs" (vLLM: None). */
+#define SAMPLING_LOGPROBS_NONE (-1)
+
+struct logit_bias {
+        int32_t token;
+        float bias; /* added to the token's logit; clamped to [-100, 100] */
+};
+
+struct sampling_params {
+        double temperature;        /* [0, 2]; 0 = greedy. Default 1 */
+        double top_p;              /* (0, 1]; 1 = disabled. Default 1 */
+        int32_t top_k;             /* >= 1, or 0 / -1 = disabled. Default 0 */
+        double min_p;              /* [0, 1], relative to the most likely token; 0 = disabled */
+        double presence_penalty;   /* [-2, 2], output tokens only. Default 0 */
+        double frequency_penalty;  /* [-2, 2], per occurrence in the output. Default 0 */
+        double repetition_penalty; /* > 0, prompt and output tokens; 1 = disabled. Default 1 */
+
+        bool has_seed;
+        uint64_t seed;
+
+        int32_t logprobs; /* SAMPLING_LOGPROBS_NONE, or N >= 0: the top N plus the chosen token */
+
+        const struct logit_bias *logit_bias; /* (n_logit_bias); repeated ids add up */
+        size_t n_logit_bias;
+
+        bool has_allowed_token_ids; /* when set, only these ids can be sampled; must be non-empty */
+        const int32_t *allowed_token_ids; /* (n_allowed_token_ids) */
+        size_t n_allowed_token_ids;
+
+        const int32_t *stop_token_ids; /* (n_stop_token_ids); also masked until min_tokens */
+        size_t n_stop_token_ids;
+        bool ignore_eos;
+
+        int32_t min_tokens; /* EOS and stop_token_ids are masked until this many output tokens */
+        int32_t max_tokens; /* >= 1, or SAMPLING_MAX_TOKENS_NONE. Default 16 */
+};
+
+void sampling_params_init_default(struct sampling_params *p);
+
+/* Checks every field against vLLM's ranges and every token id against [0, n_vocab).
+ * max_logprobs bounds logprobs (vLLM's --max-logprobs; negative = n_vocab). On failure
+ * returns -EINVAL with a message that names the parameter and the allowed range. */
+int sampling_params_validate(const struct sampling_params *p, int32_t n_vocab, int32_t max_logprobs,
+                             struct error *err);
+
+/* The temperature sampling really uses: values in (0, SAMPLING_MIN_TEMPERATURE) are raised
+ * to it. */
+double sampling_params_temperature(const struct sampling_params *p);
+
+/* True when the token is the argmax: top_k, top_p and min_p are then ignored. */
+bool sampling_params_is_greedy(const struct sampling_params *p);

@@ -1,0 +1,880 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pretokenizer.h"
+#include "tokenizer.h"
+#include "unicode.h"
+
+/* The GPT-2 byte-to-unicode map sends every byte to a printable code point: bytes that are
+ * printable Latin-1 keep their value, the other 68 take 256, 257, ... in byte order. So the
+ * largest code point used is 256 + 67. */
+#define BYTE_CP_LIMIT (256 + 68)
+
+struct token {
+        uint32_t text_off; /* into text_arena: the vocabulary spelling, NUL-terminated */
+        uint32_t text_len;
+        uint32_t bytes_off; /* into bytes_arena: what it decodes to, NUL-terminated */
+        uint32_t bytes_len;
+        uint8_t type; /* enum token_type */
+};
+
+/* Open addressing, linear probing; a key of UINT64_MAX marks a free slot. */
+struct merge_slot {
+        uint64_t key; /* left id << 32 | right id */
+        uint32_t rank;
+        int32_t result;
+};
+
+struct tokenizer {
+        enum pretokenizer pre;
+        int32_t n_vocab;
+        struct token *tokens; /* (n_vocab) */
+        char *text_arena;
+        char *bytes_arena;
+
+        int32_t *vocab_slots; /* (vocab_mask + 1) token ids by spelling, -1 free */
+        size_t vocab_mask;
+        struct merge_slot *merge_slots; /* (merge_mask + 1) */
+        size_t merge_mask;
+
+        int32_t byte_token[256];
+        int32_t *specials; /* (n_specials) special token ids, longest text first */
+        size_t n_specials;
+
+        int32_t bos, eos, unk, pad;
+        bool add_bos;
+        char *chat_template;
+};
+
+static void byte_map(uint32_t byte_to_cp[static 256], int16_t cp_to_byte[static BYTE_CP_LIMIT]) {
+        uint32_t next = 256;
+
+        for (size_t i = 0; i < BYTE_CP_LIMIT; i++)
+                cp_to_byte[i] = -1;
+        for (uint32_t b = 0; b < 256; b++) {
+                bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+                byte_to_cp[b] = printable ? b : next++;
+                cp_to_byte[byte_to_cp[b]] = (int16_t) b;
+        }
+}
+
+static uint64_t hash_bytes(const char *s, size_t len) {
+        /* FNV-1a */
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (size_t i = 0; i < len; i++) {
+                h ^= (uint8_t) s[i];
+                h *= 0x100000001b3ull;
+        }
+        return h;
+}
+
+static uint64_t hash_u64(uint64_t x) {
+        /* splitmix64's finaliser: ids are small and sequential, so mix them well */
+        x ^= x >> 30;
+        x *= 0xbf58476d1ce4e5b9ull;
+        x ^= x >> 27;
+        x *= 0x94d049bb133111ebull;
+        x ^= x >> 31;
+        return x;
+}
+
+static size_t table_size_for(size_t n) {
+        size_t size = 16;
+        while (size < 2 * n)
+                size *= 2;
+        return size;
+}
+
+static const char *token_text(const struct tokenizer *tk, int32_t id) {
+        return tk->text_arena + tk->tokens[id].text_off;
+}
+
+int32_t tokenizer_find(const struct tokenizer *tk, const char *text, size_t len) {
+        for (size_t i = hash_bytes(text, len) & tk->vocab_mask;; i = (i + 1) & tk->vocab_mask) {
+                int32_t id = tk->vocab_slots[i];
+                if (id < 0)
+                        return -1;
+                if (tk->tokens[id].text_len == len && memcmp(token_text(tk, id), text, len) == 0)
+                        return id;
+        }
+}
+
+static void vocab_insert(struct tokenizer *tk, int32_t id) {
+        const struct token *t = &tk->tokens[id];
+        const char *text = token_text(tk, id);
+
+        for (size_t i = hash_bytes(text, t->text_len) & tk->vocab_mask;; i = (i + 1) & tk->vocab_mask) {
+                int32_t other = tk->vocab_slots[i];
+                if (other < 0 || (tk->tokens[other].text_len == t->text_len &&
+                                  memcmp(token_text(tk, other), text, t->text_len) == 0)) {
+                        /* A duplicate spelling maps to its last id, as in llama.cpp. */
+                        tk->vocab_slots[i] = id;
+                        return;
+                }
+        }
+}
+
+static const struct merge_slot *find_merge(const struct tokenizer *tk, int32_t left, int32_t right) {
+        uint64_t key = (uint64_t) (uint32_t) left << 32 | (uint32_t) right;
+
+        for (size_t i = hash_u64(key) & tk->merge_mask;; i = (i + 1) & tk->merge_mask) {
+                const struct merge_slot *m = &tk->merge_slots[i];
+                if (m->key == key)
+                        return m;
+                if (m->key == UINT64_MAX)
+                        return NULL;
+        }
+}
+
+static void merge_insert(struct tokenizer *tk, int32_t left, int32_t right, uint32_t rank, int32_t result) {
+        uint64_t key = (uint64_t) (uint32_t) left << 32 | (uint32_t) right;
+
+        for (size_t i = hash_u64(key) & tk->merge_mask;; i = (i + 1) & tk->merge_mask) {
+                struct merge_slot *m = &tk->merge_slots[i];
+                if (m->key == key)
+                        return; /* listed twice: the first, lower rank wins */
+                if (m->key == UINT64_MAX) {
+                        *m = (struct merge_slot) { .key = key, .rank = rank, .result = result };
+                        return;
+                }
+        }
+}
+
+static bool type_is_literal(uint8_t type) {
+        /* Their text is what they stand for, not byte-level encoded. */
+        return type == TOKEN_TYPE_CONTROL || type == TOKEN_TYPE_USER_DEFINED || type == TOKEN_TYPE_UNKNOWN;
+}
+
+/* Decodes a vocabulary spelling to bytes through the inverse byte map; characters outside
+ * the map (possible only in a vocabulary that was not made byte-level) and ill-formed
+ * UTF-8 are kept as they are. out has room for len bytes: no character grows. */
+static size_t spelling_to_bytes(const char *text, size_t len, const int16_t cp_to_byte[static BYTE_CP_LIMIT],
+                                char *out) {
+        size_t o = 0;
+
+        for (size_t i = 0; i < len;) {
+                uint32_t cp;
+                size_t n;
+                if (utf8_next((const uint8_t *) text + i, len - i, &cp, &n) == UTF8_VALID && cp < BYTE_CP_LIMIT &&
+                    cp_to_byte[cp] >= 0)
+                        out[o++] = (char) cp_to_byte[cp];
+                else {
+                        memcpy(out + o, text + i, n);
+                        o += n;
+                }
+                i += n;
+        }
+        return o;
+}
+
+static int load_tokens(struct tokenizer *tk, const struct gguf_file *f, struct error *err) {
+        const struct gguf_value *tokens, *types = NULL;
+        int16_t cp_to_byte[BYTE_CP_LIMIT];
+        uint32_t byte_to_cp[256];
+        size_t text_size = 0;
+        int r;
+
+        r = gguf_get_array(f, "tokenizer.ggml.tokens", GGUF_VALUE_STRING, &tokens, err);
+        if (r < 0)
+                return r;
+        if (tokens->array.count == 0 || tokens->array.count > INT32_MAX)
+                return error_set(err, EINVAL, "%s: tokenizer.ggml.tokens has %llu entries, expected 1 to %d",
+                                 f->path, (unsigned long long) tokens->array.count, INT32_MAX);
+        tk->n_vocab = (int32_t) tokens->array.count;
+
+        if (gguf_find_kv(f, "tokenizer.ggml.token_type")) {
+                r = gguf_get_array(f, "tokenizer.ggml.token_type", GGUF_VALUE_I32, &types, err);
+                if (r < 0)
+                        return r;
+                if (types->array.count != tokens->array.count)
+                        return error_set(err, EINVAL,
+                                         "%s: tokenizer.ggml.token_type has %llu entries but tokenizer.ggml.tokens has %llu",
+                                         f->path, (unsigned long long) types->array.count,
+                                         (unsigned long long) tokens->array.count);
+        }
+
+        for (int32_t id = 0; id < tk->n_vocab; id++) {
+                text_size += tokens->array.strings[id].len + 1;
+                if (text_size > UINT32_MAX)
+                        return error_set(err, EINVAL, "%s: tokenizer.ggml.tokens holds more than 4 GiB of text",
+                                         f->path);
+        }
+
+        tk->tokens = calloc((size_t) tk->n_vocab, sizeof(*tk->tokens));
+        tk->text_arena = malloc(text_size);
+        tk->bytes_arena = malloc(text_size);
+        if (!tk->tokens || !tk->text_arena || !tk->bytes_arena)
+                return error_set(err, ENOMEM, "out of memory loading %d tokens", tk->n_vocab);
+
+        byte_map(byte_to_cp, cp_to_byte);
+        uint32_t off = 0, bytes_off = 0;
+        for (int32_t id = 0; id < tk->n_vocab; id++) {
+                struct gguf_string s = tokens->array.strings[id];
+                struct token *t = &tk->tokens[id];
+                int64_t type = TOKEN_TYPE_NORMAL;
+
+                if (types) {
+                        type = gguf_array_int(types, (uint64_t) id);
+                        if (type < TOKEN_TYPE_UNDEFINED || type > TOKEN_TYPE_BYTE)
+                                return error_set(err, EINVAL, "%s: tokenizer.ggml.token_type[%d] is %lld, not a token type (0-6)",
+                                                 f->path, id, (long long) type);
+                }
+                t->type = (uint8_t) type;
+
+                t->text_off = off;
+                t->text_len = (uint32_t) s.len;
+                memcpy(tk->text_arena + off, s.data, s.len);
+                tk->text_arena[off + s.len] = '\0';
+                off += (uint32_t) s.len + 1;
+
+                t->bytes_off = bytes_off;
+                if (type_is_literal(t->type)) {
+                        memcpy(tk->bytes_arena + bytes_off, s.data, s.len);
+                        t->bytes_len = (uint32_t) s.len;
+                } else
+                        t->bytes_len = (uint32_t) spelling_to_bytes(s.data, s.len, cp_to_byte,
+                                                                    tk->bytes_arena + bytes_off);
+                tk->bytes_arena[bytes_off + t->bytes_len] = '\0';
+                bytes_off += t->bytes_len + 1;
+        }
+
+        tk->vocab_mask = table_size_for((size_t) tk->n_vocab) - 1;
+        tk->vocab_slots = malloc((tk->vocab_mask + 1) * sizeof(*tk->vocab_slots));
+        if (!tk->vocab_slots)
+                return error_set(err, ENOMEM, "out of memory loading %d tokens", tk->n_vocab);
+        memset(tk->vocab_slots, 0xff, (tk->vocab_mask + 1) * sizeof(*tk->vocab_slots));
+        for (int32_t id = 0; id < tk->n_vocab; id++)
+                vocab_insert(tk, id);
+
+        /* Where BPE starts. A vocabulary may lack some bytes (SmolLM2's lacks 21 never seen
+         * in training): those stay -1 and encode to nothing, as in llama.cpp and HF. */
+        for (uint32_t b = 0; b < 256; b++) {
+                char spelling[UTF8_MAX_LEN];
+                size_t n = utf8_encode(byte_to_cp[b], spelling);
+                tk->byte_token[b] = tokenizer_find(tk, spelling, n);
+        }
+        return 0;
+}
+
+static int load_merges(struct tokenizer *tk, const struct gguf_file *f, struct error *err) {
+        const struct gguf_value *merges;
+        char *joined = NULL;
+        size_t joined_cap = 0;
+        int r;
+
+        r = gguf_get_array(f, "tokenizer.ggml.merges", GGUF_VALUE_STRING, &merges, err);
+        if (r < 0)
+                return r;
+        if (merges->array.count > UINT32_MAX)
+                return error_set(err, EINVAL, "%s: tokenizer.ggml.merges has %llu entries, too many", f->path,
+                                 (unsigned long long) merges->array.count);
+
+        tk->merge_mask = table_size_for(merges->array.count) - 1;
+        tk->merge_slots = malloc((tk->merge_mask + 1) * sizeof(*tk->merge_slots));
+        if (!tk->merge_slots)
+                return error_set(err, ENOMEM, "out of memory loading %llu merges",
+                                 (unsigned long long) merges->array.count);
+        for (size_t i = 0; i <= tk->merge_mask; i++)
+                tk->merge_slots[i].key = UINT64_MAX;
+
+        for (uint64_t rank = 0; rank < merges->array.count; rank++) {
+                struct gguf_string m = merges->array.strings[rank];
+                const char *space = m.len > 1 ? memchr(m.data + 1, ' ', m.len - 1) : NULL;
+                int32_t ids[3];
+
+                /* "left right"; the search starts at 1 so that a left part may be a space. */
+                if (!space || space + 1 == m.data + m.len) {
+                        r = error_set(err, EINVAL, "%s: tokenizer.ggml.merges[%llu] \"%.*s\" is not \"LEFT RIGHT\"",
+                                      f->path, (unsigned long long) rank, (int) m.len, m.data);
+                        goto finish;
+                }
+                size_t left_len = (size_t) (space - m.data), right_len = m.len - left_len - 1;
+                if (left_len + right_len > joined_cap) {
+                        char *p = realloc(joined, left_len + right_len);
+                        if (!p) {
+                                r = error_set(err, ENOMEM, "out of memory loading merges");
+                                goto finish;
+                        }
+                        joined = p;
+                        joined_cap = left_len + right_len;
+                }
+                memcpy(joined, m.data, left_len);
+                memcpy(joined + left_len, space + 1, right_len);
+
+                ids[0] = tokenizer_find(tk, m.data, left_len);
+                ids[1] = tokenizer_find(tk, space + 1, right_len);
+                ids[2] = tokenizer_find(tk, joined, left_len + right_len);
+                for (int k = 0; k < 3; k++)
+                        if (ids[k] < 0) {
+                                const char *part = k == 0 ? m.data : k == 1 ? space + 1 : joined;
+                                size_t part_len = k == 0 ? left_len : k == 1 ? right_len : left_len + right_len;
+                                r = error_set(err, EINVAL,
+                                              "%s: tokenizer.ggml.merges[%llu] \"%.*s\": \"%.*s\" is not in tokenizer.ggml.tokens",
+                                              f->path, (unsigned long long) rank, (int) m.len, m.data, (int) part_len,
+                                              part);
+                                goto finish;
+                        }
+                merge_insert(tk, ids[0], ids[1], (uint32_t) rank, ids[2]);
+        }
+        r = 0;
+finish:
+        free(joined);
+        return r;
+}
+
+static int load_special_id(const struct gguf_file *f, const char *key, int32_t n_vocab, int32_t *ret,
+                           struct error *err) {
+        uint32_t v;
+
+        *ret = -1;
+        if (!gguf_find_kv(f, key))
+                return 0;
+        int r = gguf_get_u32(f, key, &v, err);
+        if (r < 0)
+                return r;
+        if (v >= (uint32_t) n_vocab)
+                return error_set(err, EINVAL, "%s: %s is %u, beyond the vocabulary of %d tokens", f->path, key, v,
+                                 n_vocab);
+        *ret = (int32_t) v;
+        return 0;
+}
+
+/* Longer text first; among equals, the lower id. */
+static bool special_before(const struct tokenizer *tk, int32_t x, int32_t y) {
+        uint32_t lx = tk->tokens[x].text_len, ly = tk->tokens[y].text_len;
+        return lx > ly || (lx == ly && x < y);
+}
+
+static int load_specials(struct tokenizer *tk, struct error *err) {
+        size_t n = 0;
+
+        for (int32_t id = 0; id < tk->n_vocab; id++)
+                if (type_is_literal(tk->tokens[id].type) && tk->tokens[id].text_len > 0)
+                        n++;
+        if (n == 0)
+                return 0;
+        tk->specials = malloc(n * sizeof(*tk->specials));
+        if (!tk->specials)
+                return error_set(err, ENOMEM, "out of memory loading special tokens");
+        /* Insertion sort: special tokens are few, and they arrive in id order. */
+        for (int32_t id = 0; id < tk->n_vocab; id++) {
+                if (!type_is_literal(tk->tokens[id].type) || tk->tokens[id].text_len == 0)
+                        continue;
+                size_t i = tk->n_specials++;
+                for (; i > 0 && special_before(tk, id, tk->specials[i - 1]); i--)
+                        tk->specials[i] = tk->specials[i - 1];
+                tk->specials[i] = id;
+        }
+        return 0;
+}
+
+int tokenizer_load(const struct gguf_file *f, struct tokenizer **ret, struct error *err) {
+        struct tokenizer *tk;
+        struct gguf_string s;
+        int r;
+
+        r = gguf_get_string(f, "tokenizer.ggml.model", &s, err);
+        if (r < 0)
+                return r;
+        if (!gguf_string_equals(s, "gpt2"))
+                return error_set(err, EOPNOTSUPP,
+                                 "%s: tokenizer.ggml.model is \"%.*s\"; only \"gpt2\" (byte-level BPE) is supported",
+                                 f->path, (int) s.len, s.data);
+
+        tk = calloc(1, sizeof(*tk));
+        if (!tk)
+                return error_set(err, ENOMEM, "out of memory loading the tokenizer");
+
+        /* Files from converters older than the key were plain GPT-2. */
+        tk->pre = PRETOKENIZER_GPT2;
+        if (gguf_find_kv(f, "tokenizer.ggml.pre")) {
+                r = gguf_get_string(f, "tokenizer.ggml.pre", &s, err);
+                if (r < 0)
+                        goto fail;
+                if (pretokenizer_from_name(s.data, s.len, &tk->pre) < 0) {
+                        r = error_set(err, EOPNOTSUPP,
+                                      "%s: tokenizer.ggml.pre is \"%.*s\"; supported: smollm, starcoder, gpt2, default",
+                                      f->path, (int) s.len, s.data);
+                        goto fail;
+                }
+        }
+
+        r = load_tokens(tk, f, err);
+        if (r < 0)
+                goto fail;
+        r = load_merges(tk, f, err);
+        if (r < 0)
+                goto fail;
+        r = load_specials(tk, err);
+        if (r < 0)
+                goto fail;
+
+        static const struct {
+                const char *key;
+                size_t offset;
+        } ids[] = {
+                { "tokenizer.ggml.bos_token_id", offsetof(struct tokenizer, bos) },
+                { "tokenizer.ggml.eos_token_id", offsetof(struct tokenizer, eos) },
+                { "tokenizer.ggml.unknown_token_id", offsetof(struct tokenizer, unk) },
+                { "tokenizer.ggml.padding_token_id", offsetof(struct tokenizer, pad) },
+        };
+        for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+                r = load_special_id(f, ids[i].key, tk->n_vocab, (int32_t *) ((char *) tk + ids[i].offset), err);
+                if (r < 0)
+                        goto fail;
+        }
+
+        if (gguf_find_kv(f, "tokenizer.ggml.add_bos_token")) {
+                r = gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &tk->add_bos, err);
+                if (r < 0)
+                        goto fail;
+        }
+
+        if (gguf_find_kv(f, "tokenizer.chat_template")) {
+                r = gguf_get_string(f, "tokenizer.chat_template", &s, err);
+                if (r < 0)
+                        goto fail;
+                if (memchr(s.data, '\0', s.len)) {
+                        r = error_set(err, EINVAL, "%s: tokenizer.chat_template contains a NUL byte", f->path);
+                        goto fail;
+                }
+                tk->chat_template = strndup(s.data, s.len);
+                if (!tk->chat_template) {
+                        r = error_set(err, ENOMEM, "out of memory loading the chat template");
+                        goto fail;
+                }
+        }
+
+        *ret = tk;
+        return 0;
+fail:
+        tokenizer_free(tk);
+        return r;
+}
+
+void tokenizer_free(struct tokenizer *tk) {
+        if (!tk)
+                return;
+        free(tk->tokens);
+        free(tk->text_arena);
+        free(tk->bytes_arena);
+        free(tk->vocab_slots);
+        free(tk->merge_slots);
+        free(tk->specials);
+        free(tk->chat_template);
+        free(tk);
+}
+
+int32_t tokenizer_vocab_size(const struct tokenizer *tk) {
+        return tk->n_vocab;
+}
+
+int32_t tokenizer_bos(const struct tokenizer *tk) {
+        return tk->bos;
+}
+
+int32_t tokenizer_eos(const struct tokenizer *tk) {
+        return tk->eos;
+}
+
+int32_t tokenizer_unk(const struct tokenizer *tk) {
+        return tk->unk;
+}
+
+int32_t tokenizer_pad(const struct tokenizer *tk) {
+        return tk->pad;
+}
+
+bool tokenizer_add_bos(const struct tokenizer *tk) {
+        return tk->add_bos;
+}
+
+const char *tokenizer_chat_template(const struct tokenizer *tk) {
+        return tk->chat_template;
+}
+
+bool tokenizer_valid_id(const struct tokenizer *tk, int32_t id) {
+        return id >= 0 && id < tk->n_vocab;
+}
+
+const char *tokenizer_token_text(const struct tokenizer *tk, int32_t id, size_t *ret_len) {
+        if (!tokenizer_valid_id(tk, id))
+                return NULL;
+        if (ret_len)
+                *ret_len = tk->tokens[id].text_len;
+        return token_text(tk, id);
+}
+
+const char *tokenizer_token_bytes(const struct tokenizer *tk, int32_t id, size_t *ret_len) {
+        if (!tokenizer_valid_id(tk, id))
+                return NULL;
+        if (ret_len)
+                *ret_len = tk->tokens[id].bytes_len;
+        return tk->bytes_arena + tk->tokens[id].bytes_off;
+}
+
+enum token_type tokenizer_token_type(const struct tokenizer *tk, int32_t id) {
+        if (!tokenizer_valid_id(tk, id))
+                return TOKEN_TYPE_UNDEFINED;
+        return (enum token_type) tk->tokens[id].type;
+}
+
+bool tokenizer_is_control(const struct tokenizer *tk, int32_t id) {
+        return tokenizer_token_type(tk, id) == TOKEN_TYPE_CONTROL;
+}
+
+bool tokenizer_is_special(const struct tokenizer *tk, int32_t id) {
+        enum token_type t = tokenizer_token_type(tk, id);
+        return t == TOKEN_TYPE_CONTROL || t == TOKEN_TYPE_UNKNOWN;
+}
+
+/* Encoding */
+
+/* Symbol ids besides real tokens. */
+#define NO_TOKEN (-1) /* a byte the vocabulary lacks: it takes part in no merge, emits nothing */
+#define MERGED (-2)   /* merged into its left neighbour and unlinked */
+
+struct bpe_symbol {
+        int32_t id;
+        int32_t prev, next;
+};
+
+/* A candidate merge of the symbol at left with its right neighbour. It goes stale when
+ * either side changes; the ids recorded here tell (a symbol's id only ever grows longer,
+ * so it never returns to an earlier value). */
+struct bpe_pair {
+        uint32_t rank;
+        int32_t left;
+        int32_t left_id, right_id;
+};
+
+struct encoder {
+        const struct tokenizer *tk;
+        int32_t *ids;
+        size_t n_ids, ids_cap;
+        struct bpe_symbol *symbols; /* (work_cap) */
+        struct bpe_pair *heap;      /* (3 * work_cap): n - 1 pairs at first, at most 2 more per merge */
+        size_t work_cap;
+        struct error *err;
+};
+
+static int emit(struct encoder *e, int32_t id) {
+        if (e->n_ids == e->ids_cap) {
+                size_t cap = e->ids_cap ? 2 * e->ids_cap : 64;
+                int32_t *p = realloc(e->ids, cap * sizeof(*p));
+                if (!p)
+                        return error_set(e->err, ENOMEM, "out of memory encoding text");
+                e->ids = p;
+                e->ids_cap = cap;
+        }
+        e->ids[e->n_ids++] = id;
+        return 0;
+}
+
+static bool pair_before(const struct bpe_pair *a, const struct bpe_pair *b) {
+        return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+}
+
+static void heap_push(struct bpe_pair *heap, size_t *n, struct bpe_pair p) {
+        size_t i = (*n)++;
+        while (i > 0) {
+                size_t parent = (i - 1) / 2;
+                if (!pair_before(&p, &heap[parent]))
+                        break;
+                heap[i] = heap[parent];
+                i = parent;
+        }
+        heap[i] = p;
+}
+
+static struct bpe_pair heap_pop(struct bpe_pair *heap, size_t *n) {
+        struct bpe_pair top = heap[0], last = heap[--*n];
+        size_t i = 0;
+
+        for (;;) {
+                size_t child = 2 * i + 1;
+                if (child >= *n)
+                        break;
+                if (child + 1 < *n && pair_before(&heap[child + 1], &heap[child]))
+                        child++;
+                if (!pair_before(&heap[child], &last))
+                        break;
+                heap[i] = heap[child];
+                i = child;
+        }
+        if (*n > 0)
+                heap[i] = last;
+        return top;
+}
+
+static void push_candidate(const struct tokenizer *tk, const struct bpe_symbol *symbols, struct bpe_pair *heap,
+                           size_t *n, int32_t left) {
+        if (left < 0 || symbols[left].next < 0)
+                return;
+        int32_t right = symbols[left].next;
+        if (symbols[left].id == NO_TOKEN || symbols[right].id == NO_TOKEN)
+                return;
+        const struct merge_slot *m = find_merge(tk, symbols[left].id, symbols[right].id);
+        if (m)
+                heap_push(heap, n, (struct bpe_pair) {
+                        .rank = m->rank, .left = left, .left_id = symbols[left].id, .right_id = symbols[right].id });
+}
+
+static int encode_piece(const char *piece, size_t len, void *userdata) {
+        struct encoder *e = userdata;
+        const struct tokenizer *tk = e->tk;
+        const uint8_t *s = (const uint8_t *) piece;
+        size_t n_heap = 0;
+
+        if (len == 1)
+                return tk->byte_token[s[0]] >= 0 ? emit(e, tk->byte_token[s[0]]) : 0;
+
+        if (len > e->work_cap) {
+                struct bpe_symbol *symbols = realloc(e->symbols, len * sizeof(*symbols));
+                if (!symbols)
+                        return error_set(e->err, ENOMEM, "out of memory encoding text");
+                e->symbols = symbols;
+                struct bpe_pair *heap = realloc(e->heap, 3 * len * sizeof(*heap));
+                if (!heap)
+                        return error_set(e->err, ENOMEM, "out of memory encoding text");
+                e->heap = heap;
+                e->work_cap = len;
+        }
+
+        struct bpe_symbol *symbols = e->symbols;
+        for (size_t i = 0; i < len; i++)
+                symbols[i] = (struct bpe_symbol) {
+                        .id = tk->byte_token[s[i]],
+                        .prev = (int32_t) i - 1,
+                        .next = i + 1 < len ? (int32_t) i + 1 : -1,
+                };
+        for (size_t i = 0; i + 1 < len; i++)
+                push_candidate(tk, symbols, e->heap, &n_heap, (int32_t) i);
+
+        while (n_heap > 0) {
+                struct bpe_pair p = heap_pop(e->heap, &n_heap);
+                struct bpe_symbol *l = &symbols[p.left];
+                if (l->id != p.left_id || l->next < 0 || symbols[l->next].id != p.right_id)
+                        continue;
+
+                const struct merge_slot *m = find_merge(tk, p.left_id, p.right_id);
+                struct bpe_symbol *r = &symbols[l->next];
+                l->id = m->result;
+                l->next = r->next;
+                if (r->next >= 0)
+                        symbols[r->next].prev = p.left;
+                r->id = MERGED;
+
+                push_candidate(tk, symbols, e->heap, &n_heap, l->prev);
+                push_candidate(tk, symbols, e->heap, &n_heap, p.left);
+        }
+
+        for (int32_t i = 0; i >= 0; i = symbols[i].next) {
+                if (symbols[i].id == NO_TOKEN)
+                        continue;
+                int r = emit(e, symbols[i].id);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* memmem() is a GNU extension; special tokens are short and rare, so this will do. */
+static const char *find_bytes(const char *hay, size_t hay_len, const char *needle, size_t needle_len) {
+        if (needle_len == 0 || needle_len > hay_len)
+                return NULL;
+        const char *last = hay + (hay_len - needle_len);
+        for (const char *p = hay; p <= last; p++) {
+                p = memchr(p, needle[0], (size_t) (last - p) + 1);
+                if (!p)
+                        return NULL;
+                if (memcmp(p, needle, needle_len) == 0)
+                        return p;
+        }
+        return NULL;
+}
+
+/* A stretch of the text: raw text to pre-tokenize (id -1) or a special token. */
+struct fragment {
+        size_t start, len;
+        int32_t id;
+};
+
+struct fragments {
+        struct fragment *items;
+        size_t n, cap;
+};
+
+static int fragments_add(struct fragments *f, size_t start, size_t len, int32_t id) {
+        if (len == 0)
+                return 0;
+        if (f->n == f->cap) {
+                size_t cap = f->cap ? 2 * f->cap : 16;
+                struct fragment *p = realloc(f->items, cap * sizeof(*p));
+                if (!p)
+                        return -ENOMEM;
+                f->items = p;
+                f->cap = cap;
+        }
+        f->items[f->n++] = (struct fragment) { .start = start, .len = len, .id = id };
+        return 0;
+}
+
+/* Cuts the special tokens out of the text, longest first, each at every place it occurs
+ * in what is still raw text. */
+static int split_specials(const struct tokenizer *tk, const char *text, size_t len, bool parse_special,
+                          struct fragments *out) {
+        struct fragments cur = {}, next = {};
+        int r;
+
+        r = fragments_add(&cur, 0, len, -1);
+        if (r < 0)
+                goto finish;
+
+        for (size_t k = 0; k < tk->n_specials; k++) {
+                int32_t id = tk->specials[k];
+                const struct token *t = &tk->tokens[id];
+                const char *word = token_text(tk, id);
+
+                if (!parse_special && t->type != TOKEN_TYPE_USER_DEFINED)
+                        continue;
+                /* Most texts hold no special token at all: check before rebuilding. */
+                if (!find_bytes(text, len, word, t->text_len))
+                        continue;
+
+                next.n = 0;
+                for (size_t i = 0; i < cur.n; i++) {
+                        struct fragment fr = cur.items[i];
+                        if (fr.id >= 0) {
+                                r = fragments_add(&next, fr.start, fr.len, fr.id);
+                                if (r < 0)
+                                        goto finish;
+                                continue;
+                        }
+                        size_t pos = fr.start, end = fr.start + fr.len;
+                        const char *hit;
+                        while ((hit = find_bytes(text + pos, end - pos, word, t->text_len))) {
+                                size_t at = (size_t) (hit - text);
+                                r = fragments_add(&next, pos, at - pos, -1);
+                                if (r < 0)
+                                        goto finish;
+                                r = fragments_add(&next, at, t->text_len, id);
+                                if (r < 0)
+                                        goto finish;
+                                pos = at + t->text_len;
+                        }
+                        r = fragments_add(&next, pos, end - pos, -1);
+                        if (r < 0)
+                                goto finish;
+                }
+                struct fragments swap = cur;
+                cur = next;
+                next = swap;
+        }
+
+        *out = cur;
+        cur = (struct fragments) {};
+        r = 0;
+finish:
+        free(cur.items);
+        free(next.items);
+        return r;
+}
+
+int tokenizer_encode(const struct tokenizer *tk, const char *text, size_t len, bool parse_special,
+                     int32_t **ret_ids, size_t *ret_n, struct error *err) {
+        struct encoder e = { .tk = tk, .err = err };
+        struct fragments frags = {};
+        int r;
+
+        if (len > INT32_MAX)
+                return error_set(err, EINVAL, "text of %zu bytes is too long to encode", len);
+
+        r = split_specials(tk, text, len, parse_special, &frags);
+        if (r < 0) {
+                error_set(err, -r, "out of memory encoding text");
+                goto finish;
+        }
+
+        for (size_t i = 0; i < frags.n; i++) {
+                const struct fragment *fr = &frags.items[i];
+                if (fr->id >= 0)
+                        r = emit(&e, fr->id);
+                else
+                        r = pretokenize(tk->pre, text + fr->start, fr->len, encode_piece, &e);
+                if (r < 0)
+                        goto finish;
+        }
+
+        *ret_ids = e.ids;
+        *ret_n = e.n_ids;
+        e.ids = NULL;
+        r = 0;
+finish:
+        free(frags.items);
+        free(e.ids);
+        free(e.symbols);
+        free(e.heap);
+        return r;
+}
+
+/* Decoding */
+
+int tokenizer_decode(const struct tokenizer *tk, const int32_t *ids, size_t n, bool skip_special, char **ret,
+                     size_t *ret_len, struct error *err) {
+        size_t total = 0;
+        char *buf;
+
+        for (size_t i = 0; i < n; i++) {
+                if (!tokenizer_valid_id(tk, ids[i]))
+                        return error_set(err, EINVAL, "token id %" PRId32 " at position %zu is out of range (vocabulary of %d)",
+                                         ids[i], i, tk->n_vocab);
+                if (!(skip_special && tokenizer_is_special(tk, ids[i])))
+                        total += tk->tokens[ids[i]].bytes_len;
+        }
+
+        buf = malloc(total + 1);
+        if (!buf)
+                return error_set(err, ENOMEM, "out of memory decoding %zu tokens", n);
+        size_t o = 0;
+        for (size_t i = 0; i < n; i++) {
+                const struct token *t = &tk->tokens[ids[i]];
+                if (skip_special && tokenizer_is_special(tk, ids[i]))
+                        continue;
+                memcpy(buf + o, tk->bytes_arena + t->bytes_off, t->bytes_len);
+                o += t->bytes_len;
+        }
+        buf[o] = '\0';
+
+        *ret = buf;
+        if (ret_len)
+                *ret_len = o;
+        return 0;
+}
+
+int tokenizer_decode_text(const struct tokenizer *tk, const int32_t *ids, size_t n, bool skip_special, char **ret,
+                          size_t *ret_len, struct error *err) {
+        char *raw, *text;
+        size_t raw_len, len;
+        int r;
+
+        r = tokenizer_decode(tk, ids, n, skip_special, &raw, &raw_len, err);
+        if (r < 0)
+                return r;
+        text = malloc(3 * raw_len + 1);
+        if (!text) {
+                free(raw);
+                return error_set(err, ENOMEM, "out of memory decoding %zu tokens", n);
+        }
+        len = utf8_sanitize((const uint8_t *) raw, raw_len, text);
+        text[len] = '\0';
+        free(raw);
+
+        *ret = text;
+        if (ret_len)
+                *ret_len = len;
+        return 0;
+}

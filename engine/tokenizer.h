@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* Byte-level BPE tokenizer (tokenizer.ggml.model "gpt2") loaded from a GGUF file.
+ *
+ * Encoding: special tokens found literally in the text are cut out first; each remaining
+ * stretch of text is split into pieces by the model's pre-tokenizer (tokenizer.ggml.pre:
+ * "smollm"/"starcoder", "gpt2"/"default"; see pretokenizer.h); each piece's bytes start as
+ * single-byte tokens, and the merge with the lowest rank (leftmost on a tie) is applied
+ * until none applies.
+ *
+ * Special tokens: types control (3) and unknown (2) are recognised in the text only when
+ * parse_special is true; user-defined tokens (4) always are, as llama.cpp and HF tokenizers
+ * do. Longer tokens take precedence: they are cut out first, in order of decreasing length.
+ *
+ * Invalid UTF-8 in the text to encode: every byte that does not start a well-formed
+ * sequence (Unicode table 3-7: no overlong forms, surrogates or values above U+10FFFF)
+ * becomes a piece of its own and so its own byte token. Nothing is replaced, so
+ * tokenizer_decode(tokenizer_encode(s)) == s byte for byte. (llama.cpp instead replaces
+ * such bytes by U+FFFD before encoding.) The one exception: a byte that has no token in
+ * the vocabulary encodes to nothing. SmolLM2 lacks 21: the controls 0x04 0x06 0x13 0x14
+ * 0x16 0x1D, 0xF1 0xF2 (which lead only U+40000..U+BFFFF, unassigned), and 0xC0 0xC1
+ * 0xF5-0xFF (never in well-formed UTF-8). As in llama.cpp, such a byte still separates its
+ * neighbours during BPE (no merge spans it); HF tokenizers drops it first and may merge
+ * across it.
+ *
+ * The tokenizer copies what it needs: the GGUF file may be closed after tokenizer_load().
+ * A loaded tokenizer is immutable, so any number of threads may use it at once. */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "error.h"
+#include "gguf.h"
+
+/* tokenizer.ggml.token_type values. */
+enum token_type {
+        TOKEN_TYPE_UNDEFINED = 0,
+        TOKEN_TYPE_NORMAL = 1,
+        TOKEN_TYPE_UNKNOWN = 2,
+        TOKEN_TYPE_CONTROL = 3,
+        TOKEN_TYPE_USER_DEFINED = 4,
+        TOKEN_TYPE_UNUSED = 5,
+        TOKEN_TYPE_BYTE = 6,
+};
+
+struct tokenizer;
+
+/* Reads the tokenizer.* keys of f. Errors name the key and what is wrong with it:
+ * -EOPNOTSUPP for a tokenizer.ggml.model other than "gpt2" or an unknown
+ * tokenizer.ggml.pre, -ENOENT for a missing required key, -EINVAL for a malformed one,
+ * -ENOMEM. */
+int tokenizer_load(const struct gguf_file *f, struct tokenizer **ret, struct error *err);
+void tokenizer_free(struct tokenizer *tk);
+
+int32_t tokenizer_vocab_size(const struct tokenizer *tk);
+/* The special ids, or -1 where the file names none. */
+int32_t tokenizer_bos(const struct tokenizer *tk);
+int32_t tokenizer_eos(const struct tokenizer *tk);
+int32_t tokenizer_unk(const struct tokenizer *tk);
+int32_t tokenizer_pad(const struct tokenizer *tk);
+/* tokenizer.ggml.add_bos_token (false when absent). tokenizer_encode() never adds it. */
+bool tokenizer_add_bos(const struct tokenizer *tk);
+/* tokenizer.chat_template, NUL-terminated, or NULL when absent. */
+const char *tokenizer_chat_template(const struct tokenizer *tk);
+
+bool tokenizer_valid_id(const struct tokenizer *tk, int32_t id);
+/* The token as the vocabulary spells it (byte-level form, e.g. "Ġthe"); NUL-terminated;
+ * NULL for an invalid id. ret_len may be NULL. */
+const char *tokenizer_token_text(const struct tokenizer *tk, int32_t id, size_t *ret_len);
+/* The bytes the token decodes to (" the"); may hold NUL bytes or partial UTF-8 characters;
+ * NULL for an invalid id. */
+const char *tokenizer_token_bytes(const struct tokenizer *tk, int32_t id, size_t *ret_len);
+enum token_type tokenizer_token_type(const struct tokenizer *tk, int32_t id);
+/* Type control (3). */
+bool tokenizer_is_control(const struct tokenizer *tk, int32_t id);
+/* What skip_special leaves out: types control (3) and unknown (2). */
+bool tokenizer_is_special(const struct tokenizer *tk, int32_t id);
+/* The id of the token spelled text (vocabulary form), or -1. */
+int32_t tokenizer_find(const struct tokenizer *tk, const char *text, size_t len);
+
+/* Encodes text[0..len) into a malloc'ed array of ids (*ret_ids is NULL when *ret_n is 0).
+ * No BOS is added. -ENOMEM, or -EINVAL for a text too long for 32-bit positions. */
+int tokenizer_encode(const struct tokenizer *tk, const char *text, size_t len, bool parse_special,
+                     int32_t **ret_ids, size_t *ret_n, struct error *err);
+
+/* The exact bytes of ids, in a malloc'ed NUL-terminated buffer (the bytes may themselves
+ * hold NULs, hence ret_len, which may be NULL). Special tokens (tokenizer_is_special()) are
+ * their literal text, or nothing with skip_special. -EINVAL naming the first id out of
+ * range. */
+int tokenizer_decode(const struct tokenizer *tk, const int32_t *ids, size_t n, bool skip_special,
+                     char **ret, size_t *ret_len, struct error *err);
+
+/* As tokenizer_decode(), but valid UTF-8: every ill-formed part of the bytes becomes
+ * U+FFFD, one per maximal subpart (see utf8_next()), and a sequence cut short at the end
+ * becomes one U+FFFD. The streaming detokenizer (detokenizer.h) follows the same rule, so
+ * its pieces always concatenate to this. */
+int tokenizer_decode_text(const struct tokenizer *tk, const int32_t *ids, size_t n, bool skip_special,
+                          char **ret, size_t *ret_len, struct error *err);

@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* Random Llama models in GGUF form for tests: every key the loader and the tokenizer read,
+ * a byte-level "gpt2" vocabulary, and seeded weights small enough to keep activations sane.
+ * Also the reference quantizers the tests use to build expected values. */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gguf-writer.h"
+#include "tensor-types.h"
+
+/* 3 control tokens and the 256 byte tokens come first; n_vocab must be at least this. */
+#define SYNTHETIC_LLAMA_MIN_VOCAB 259
+
+struct synthetic_llama_config {
+        uint32_t n_layer;
+        uint32_t n_embd;
+        uint32_t n_ff;
+        uint32_t n_head;
+        uint32_t n_head_kv;
+        uint32_t n_vocab;
+        uint32_t n_ctx;
+        enum tensor_type weight_type; /* the linear weights: Q4_0, Q4_1, Q8_0, F16, F32 or BF16 */
+        enum tensor_type embd_type;   /* token_embd.weight, and output.weight when untied */
+        bool tied_output;             /* no output.weight in the file */
+        float rope_theta;             /* 0 means 10000 */
+        uint64_t seed;
+
+        /* Fault injection for loader tests; each is off when NULL. */
+        const char *architecture;  /* general.architecture and the key prefix; "llama" when NULL */
+        const char *omit_key;      /* a metadata key left out */
+        const char *string_key;    /* a metadata key written as a string instead of its type */
+        const char *omit_tensor;   /* a tensor left out */
+        const char *extra_row_tensor; /* a 2-D tensor written with one row too many */
+};
+
+/* Adds the whole model to w (which the caller may extend before writing). 0 or negative errno
+ * (-EINVAL for a configuration this generator cannot express). */
+int synthetic_llama_build(struct gguf_writer *w, const struct synthetic_llama_config *cfg);
+
+/* Builds the model and writes it to path. 0 or negative errno. */
+int synthetic_llama_write(const char *path, const struct synthetic_llama_config *cfg);
+
+/* Encodes n floats (a multiple of the block size for quantized types) as type: F32, F16,
+ * BF16 (round to nearest even), Q4_0, Q4_1 or Q8_0. */
+void test_quantize_row(enum tensor_type type, const float *x, void *out, uint64_t n);
+
+uint16_t test_f32_to_bf16(float f);
+
+/* A seeded generator (splitmix64) with uniform and normal draws. */
+struct test_rng {
+        uint64_t state;
+};
+
+uint64_t test_rng_next(struct test_rng *rng);
+float test_rng_uniform(struct test_rng *rng); /* [0, 1) */
+float test_rng_normal(struct test_rng *rng);  /* mean 0, standard deviation 1 */

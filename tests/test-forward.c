@@ -1,0 +1,359 @@
+/* SPDX-License-Identifier: MIT */
+/* The CPU forward pass on synthetic Llama models of several shapes and weight types (files
+ * the test writes itself): against a plain token-at-a-time reference written here, and for
+ * invariance: the same logits alone or batched with other sequences, however the prompt is
+ * chunked, whatever blocks hold its KV cache, with any thread count. */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu-runner.h"
+#include "dot.h"
+#include "float16.h"
+#include "model.h"
+#include "quantize.h"
+#include "synthetic-llama.h"
+#include "test-helpers.h"
+
+#define MAX_LEN 64
+#define BLOCK_SIZE 4
+
+static struct model *load_synthetic(const struct synthetic_llama_config *cfg) {
+        char *dir = test_tmpdir();
+        char *path = test_path_join(dir, "model.gguf");
+        struct model *m;
+        struct error err;
+        ck_assert_int_eq(synthetic_llama_write(path, cfg), 0);
+        ck_assert_msg(model_load(path, &m, &err) == 0, "%s", err.message);
+        free(path);
+        test_tmpdir_remove(dir); /* the mapping outlives the unlinked file */
+        return m;
+}
+
+/* --- the reference: one token at a time, contiguous f16 KV, scalar kernels ------------------ */
+
+struct reference {
+        const struct model *m;
+        f16_bits *k, *v; /* (n_layer, MAX_LEN, kv_dim) */
+        uint32_t length;
+};
+
+static float round_f16(float x) {
+        return f16_to_f32(f32_to_f16(x));
+}
+
+static void ref_matvec(const struct weight *w, const float *x, float *out) {
+        float *row = malloc(sizeof(float) * w->n_cols);
+        struct block_q8_1 *xq = malloc(sizeof(*xq) * (w->n_cols / QUANT_BLOCK));
+        dot_q_fn dot = dot_kernel_for(&dot_kernels_scalar, w->type);
+        quantize_row_q8_1(x, xq, w->n_cols);
+        for (uint64_t r = 0; r < w->n_rows; r++) {
+                const uint8_t *wrow = w->data + r * w->row_bytes;
+                if (dot) {
+                        out[r] = dot(wrow, xq, w->n_cols / QUANT_BLOCK);
+                        continue;
+                }
+                tensor_row_to_float(w->type, wrow, row, w->n_cols);
+                double s = 0.0;
+                for (uint64_t i = 0; i < w->n_cols; i++)
+                        s += (double) row[i] * x[i];
+                out[r] = (float) s;
+        }
+        free(row);
+        free(xq);
+}
+
+static void ref_rmsnorm(const float *x, const float *w, float *out, uint32_t n, float eps) {
+        double ss = 0.0;
+        for (uint32_t i = 0; i < n; i++)
+                ss += (double) x[i] * x[i];
+        float scale = (float) (1.0 / sqrt(ss / n + eps));
+        for (uint32_t i = 0; i < n; i++)
+                out[i] = x[i] * scale * w[i];
+}
+
+static void ref_rope(float *x, uint32_t n_heads, const struct model_hparams *hp, uint32_t pos) {
+        for (uint32_t h = 0; h < n_heads; h++)
+                for (uint32_t i = 0; i < hp->rope_dim / 2; i++) {
+                        double angle = pos * pow(hp->rope_theta, -2.0 * i / hp->rope_dim);
+                        float c = (float) cos(angle), s = (float) sin(angle);
+                        float *p = x + h * hp->head_dim + 2 * i;
+                        float a = p[0], b = p[1];
+                        p[0] = a * c - b * s;
+                        p[1] = a * s + b * c;
+                }
+}
+
+static void ref_step(struct reference *ref, int32_t token, float *logits) {
+        const struct model *m = ref->m;
+        const struct model_hparams *hp = &m->hp;
+        uint32_t E = hp->n_embd, hd = hp->head_dim, qd = hp->n_head * hd, kvd = hp->n_head_kv * hd, F = hp->n_ff;
+        uint32_t pos = ref->length++;
+        float *x = calloc(E, 4), *xn = calloc(qd > E ? qd : E, 4), *q = calloc(qd, 4), *k = calloc(kvd, 4),
+              *v = calloc(kvd, 4), *att = calloc(qd, 4), *tmp = calloc(E > F ? E : F, 4), *g = calloc(F, 4),
+              *u = calloc(F, 4), *scores = calloc(MAX_LEN, 4);
+
+        tensor_row_to_float(m->token_embd.type, m->token_embd.data + (uint64_t) token * m->token_embd.row_bytes, x, E);
+        for (uint32_t l = 0; l < hp->n_layer; l++) {
+                const struct model_layer *L = &m->layers[l];
+                ref_rmsnorm(x, L->attn_norm, xn, E, hp->rms_eps);
+                ref_matvec(&L->wq, xn, q);
+                ref_matvec(&L->wk, xn, k);
+                ref_matvec(&L->wv, xn, v);
+                ref_rope(q, hp->n_head, hp, pos);
+                ref_rope(k, hp->n_head_kv, hp, pos);
+                for (uint32_t i = 0; i < kvd; i++) {
+                        ref->k[((size_t) l * MAX_LEN + pos) * kvd + i] = f32_to_f16(k[i]);
+                        ref->v[((size_t) l * MAX_LEN + pos) * kvd + i] = f32_to_f16(v[i]);
+                }
+                for (uint32_t h = 0; h < hp->n_head; h++) {
+                        uint32_t kvh = h / (hp->n_head / hp->n_head_kv);
+                        double max = -INFINITY, sum = 0.0;
+                        for (uint32_t j = 0; j <= pos; j++) {
+                                double s = 0.0;
+                                for (uint32_t i = 0; i < hd; i++)
+                                        s += (double) round_f16(q[h * hd + i]) *
+                                             f16_to_f32(ref->k[((size_t) l * MAX_LEN + j) * kvd + kvh * hd + i]);
+                                scores[j] = (float) (s / sqrt((double) hd));
+                                max = fmax(max, scores[j]);
+                        }
+                        for (uint32_t j = 0; j <= pos; j++)
+                                sum += exp(scores[j] - max);
+                        for (uint32_t i = 0; i < hd; i++) {
+                                double o = 0.0;
+                                for (uint32_t j = 0; j <= pos; j++)
+                                        o += round_f16((float) (exp(scores[j] - max) / sum)) *
+                                             f16_to_f32(ref->v[((size_t) l * MAX_LEN + j) * kvd + kvh * hd + i]);
+                                att[h * hd + i] = (float) o;
+                        }
+                }
+                ref_matvec(&L->wo, att, tmp);
+                for (uint32_t i = 0; i < E; i++)
+                        x[i] += tmp[i];
+                ref_rmsnorm(x, L->ffn_norm, xn, E, hp->rms_eps);
+                ref_matvec(&L->w_gate, xn, g);
+                ref_matvec(&L->w_up, xn, u);
+                for (uint32_t i = 0; i < F; i++)
+                        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+                ref_matvec(&L->w_down, g, tmp);
+                for (uint32_t i = 0; i < E; i++)
+                        x[i] += tmp[i];
+        }
+        ref_rmsnorm(x, m->output_norm, xn, E, hp->rms_eps);
+        ref_matvec(&m->output, xn, logits);
+        free(x); free(xn); free(q); free(k); free(v); free(att); free(tmp); free(g); free(u); free(scores);
+}
+
+/* --- helpers to drive the runner ----------------------------------------------------------- */
+
+static struct cpu_runner *new_runner(const struct model *m, unsigned threads, uint32_t max_batch) {
+        struct cpu_runner_config config = {
+                .n_threads = threads, .max_batch_tokens = max_batch, .max_model_len = MAX_LEN,
+                .block_size = BLOCK_SIZE, .n_kv_blocks = 4 * MAX_LEN / BLOCK_SIZE,
+        };
+        struct cpu_runner *r;
+        struct error err;
+        ck_assert_msg(cpu_runner_new(m, &config, &r, &err) == 0, "%s", err.message);
+        return r;
+}
+
+struct test_seq {
+        const int32_t *tokens;
+        uint32_t n_tokens;
+        int32_t block_table[MAX_LEN / BLOCK_SIZE];
+};
+
+/* Runs the sequences to the end, each step taking up to `chunk` tokens of every unfinished
+ * sequence in one batch; logits[s] receives one row per token of sequence s. */
+static void run_batched(struct cpu_runner *r, const struct model *m, struct test_seq *seqs, uint32_t n_seqs,
+                        uint32_t chunk, float **logits) {
+        uint32_t V = m->hp.n_vocab, done[8] = { 0 };
+        int32_t tokens[256], positions[256], seq_ids[256], outputs[256];
+        struct batch_seq bs[8];
+        float *out = malloc(sizeof(float) * 256 * V);
+        for (;;) {
+                uint32_t n = 0;
+                for (uint32_t s = 0; s < n_seqs; s++) {
+                        bs[s] = (struct batch_seq) { seqs[s].block_table, MAX_LEN / BLOCK_SIZE };
+                        for (uint32_t i = 0; i < chunk && done[s] + i < seqs[s].n_tokens; i++, n++) {
+                                tokens[n] = seqs[s].tokens[done[s] + i];
+                                positions[n] = (int32_t) (done[s] + i);
+                                seq_ids[n] = (int32_t) s;
+                                outputs[n] = (int32_t) n;
+                        }
+                }
+                if (n == 0)
+                        break;
+                struct batch b = { n, tokens, positions, seq_ids, n_seqs, bs, n, outputs };
+                struct error err;
+                ck_assert_msg(cpu_runner_forward(r, &b, out, &err) == 0, "%s", err.message);
+                for (uint32_t t = 0; t < n; t++) {
+                        uint32_t s = (uint32_t) seq_ids[t];
+                        memcpy(logits[s] + (size_t) positions[t] * V, out + (size_t) t * V, sizeof(float) * V);
+                }
+                for (uint32_t s = 0; s < n_seqs; s++)
+                        done[s] = done[s] + chunk < seqs[s].n_tokens ? done[s] + chunk : seqs[s].n_tokens;
+        }
+        free(out);
+}
+
+static const struct synthetic_llama_config shapes[] = {
+        { .n_layer = 2, .n_embd = 64, .n_ff = 128, .n_head = 4, .n_head_kv = 2, .n_vocab = 300, .n_ctx = 128,
+          .weight_type = TENSOR_Q4_1, .embd_type = TENSOR_Q8_0, .tied_output = true, .seed = 1 },
+        { .n_layer = 3, .n_embd = 96, .n_ff = 160, .n_head = 6, .n_head_kv = 1, .n_vocab = 320, .n_ctx = 128,
+          .weight_type = TENSOR_Q4_0, .embd_type = TENSOR_F16, .tied_output = false, .rope_theta = 100000, .seed = 2 },
+        { .n_layer = 1, .n_embd = 128, .n_ff = 256, .n_head = 8, .n_head_kv = 8, .n_vocab = 260, .n_ctx = 64,
+          .weight_type = TENSOR_Q8_0, .embd_type = TENSOR_Q8_0, .tied_output = true, .seed = 3 },
+        { .n_layer = 2, .n_embd = 64, .n_ff = 96, .n_head = 2, .n_head_kv = 1, .n_vocab = 270, .n_ctx = 64,
+          .weight_type = TENSOR_F32, .embd_type = TENSOR_F32, .tied_output = false, .seed = 4 },
+        { .n_layer = 2, .n_embd = 64, .n_ff = 128, .n_head = 4, .n_head_kv = 4, .n_vocab = 280, .n_ctx = 64,
+          .weight_type = TENSOR_F16, .embd_type = TENSOR_BF16, .tied_output = true, .seed = 5 },
+        { .n_layer = 2, .n_embd = 64, .n_ff = 128, .n_head = 4, .n_head_kv = 2, .n_vocab = 290, .n_ctx = 64,
+          .weight_type = TENSOR_BF16, .embd_type = TENSOR_Q4_1, .tied_output = false, .seed = 6 },
+};
+
+static void make_tokens(int32_t *tokens, uint32_t n, uint32_t n_vocab, uint32_t salt) {
+        for (uint32_t i = 0; i < n; i++)
+                tokens[i] = (int32_t) ((i * 2654435761u + salt * 40503u) % n_vocab);
+}
+
+START_TEST(test_matches_reference) {
+        const struct synthetic_llama_config *cfg = &shapes[_i];
+        struct model *m = load_synthetic(cfg);
+        uint32_t V = m->hp.n_vocab, n = 20, kvd = m->hp.n_head_kv * m->hp.head_dim;
+        ck_assert_uint_eq(m->hp.n_embd, cfg->n_embd);
+        ck_assert_uint_eq(m->hp.n_head_kv, cfg->n_head_kv);
+        ck_assert(m->tied_output == cfg->tied_output);
+
+        int32_t tokens[20];
+        make_tokens(tokens, n, V, 7);
+        struct test_seq seq = { tokens, n, { 0 } };
+        for (uint32_t i = 0; i < MAX_LEN / BLOCK_SIZE; i++)
+                seq.block_table[i] = (int32_t) (MAX_LEN / BLOCK_SIZE - 1 - i) * 2; /* scattered blocks */
+        float *got = malloc(sizeof(float) * n * V), *want = malloc(sizeof(float) * V);
+        struct cpu_runner *r = new_runner(m, 2, 64);
+        float *rows[1] = { got };
+        run_batched(r, m, &seq, 1, n, rows); /* the whole prompt in one pass */
+
+        struct reference ref = { m, calloc((size_t) m->hp.n_layer * MAX_LEN * kvd, 2),
+                                 calloc((size_t) m->hp.n_layer * MAX_LEN * kvd, 2), 0 };
+        double worst = 0.0;
+        for (uint32_t t = 0; t < n; t++) {
+                ref_step(&ref, tokens[t], want);
+                double scale = 0.0;
+                for (uint32_t v = 0; v < V; v++)
+                        scale = fmax(scale, fabs(want[v]));
+                for (uint32_t v = 0; v < V; v++) {
+                        double e = fabs(got[(size_t) t * V + v] - want[v]) / (scale + 1e-6);
+                        worst = fmax(worst, e);
+                }
+        }
+        printf("shape %d (%s weights): largest logit error relative to the logit range %.2e\n", _i,
+               tensor_type_info(cfg->weight_type)->name, worst);
+        /* Same quantization steps on both sides: only float summation order and the RoPE
+         * angle's rounding differ, which can flip an int8 rounding of an activation now
+         * and then. */
+        ck_assert_msg(worst < 5e-3, "shape %d: relative error %.3e", _i, worst);
+        free(ref.k);
+        free(ref.v);
+        free(got);
+        free(want);
+        cpu_runner_free(r);
+        model_free(m);
+}
+END_TEST
+
+START_TEST(test_invariance) {
+        const struct synthetic_llama_config *cfg = &shapes[_i];
+        struct model *m = load_synthetic(cfg);
+        uint32_t V = m->hp.n_vocab, lens[3] = { 23, 9, 31 };
+        int32_t tokens[3][31];
+        struct test_seq seqs[3];
+        float *alone[3], *together[3];
+        for (uint32_t s = 0; s < 3; s++) {
+                make_tokens(tokens[s], lens[s], V, s + 11);
+                seqs[s] = (struct test_seq) { tokens[s], lens[s], { 0 } };
+                for (uint32_t i = 0; i < MAX_LEN / BLOCK_SIZE; i++)
+                        seqs[s].block_table[i] = (int32_t) (i * 3 + s); /* interleaved owners */
+                alone[s] = calloc((size_t) lens[s] * V, sizeof(float));
+                together[s] = calloc((size_t) lens[s] * V, sizeof(float));
+        }
+
+        struct cpu_runner *one = new_runner(m, 1, 256), *three = new_runner(m, 3, 256);
+        for (uint32_t s = 0; s < 3; s++)
+                run_batched(one, m, &seqs[s], 1, 1, &alone[s]); /* token by token, alone */
+        static const uint32_t chunks[] = { 1, 5, 16, 64 };
+        for (size_t c = 0; c < sizeof(chunks) / sizeof(chunks[0]); c++) {
+                /* other blocks for the same sequences: block ids must not matter either */
+                for (uint32_t s = 0; s < 3; s++)
+                        for (uint32_t i = 0; i < MAX_LEN / BLOCK_SIZE; i++)
+                                seqs[s].block_table[i] = (int32_t) (((i + c) % (MAX_LEN / BLOCK_SIZE)) * 3 + (s + c) % 3);
+                run_batched(c % 2 ? three : one, m, seqs, 3, chunks[c], together);
+                for (uint32_t s = 0; s < 3; s++)
+                        ck_assert_msg(memcmp(alone[s], together[s], sizeof(float) * lens[s] * V) == 0,
+                                      "shape %d: sequence %u differs batched in chunks of %u", _i, s, chunks[c]);
+        }
+        for (uint32_t s = 0; s < 3; s++) {
+                free(alone[s]);
+                free(together[s]);
+        }
+        cpu_runner_free(one);
+        cpu_runner_free(three);
+        model_free(m);
+}
+END_TEST
+
+START_TEST(test_rejects_bad_batches) {
+        struct model *m = load_synthetic(&shapes[0]);
+        struct cpu_runner *r = new_runner(m, 2, 8);
+        int32_t table[MAX_LEN / BLOCK_SIZE] = { 0 }, tok = 5, pos = 0, sid = 0, out = 0;
+        struct batch_seq bs = { table, MAX_LEN / BLOCK_SIZE };
+        float *logits = malloc(sizeof(float) * m->hp.n_vocab);
+        struct error err;
+        struct batch b = { 1, &tok, &pos, &sid, 1, &bs, 1, &out };
+
+        tok = (int32_t) m->hp.n_vocab;
+        ck_assert_int_eq(cpu_runner_forward(r, &b, logits, &err), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err.message, "outside the vocabulary"));
+        tok = 5;
+        pos = MAX_LEN;
+        ck_assert_int_eq(cpu_runner_forward(r, &b, logits, &err), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err.message, "position"));
+        pos = 0;
+        table[0] = 4 * MAX_LEN / BLOCK_SIZE;
+        ck_assert_int_eq(cpu_runner_forward(r, &b, logits, &err), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err.message, "block id"));
+        table[0] = 0;
+        sid = 1;
+        ck_assert_int_eq(cpu_runner_forward(r, &b, logits, &err), -EINVAL);
+        sid = 0;
+        b.n_tokens = 9;
+        ck_assert_int_eq(cpu_runner_forward(r, &b, logits, &err), -EINVAL);
+        b.n_tokens = 1;
+        ck_assert_int_eq(cpu_runner_forward(r, &b, logits, &err), 0);
+        free(logits);
+        cpu_runner_free(r);
+        model_free(m);
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("forward");
+        TCase *tc = tcase_create("forward");
+        tcase_set_timeout(tc, 300);
+        int n_shapes = (int) (sizeof(shapes) / sizeof(shapes[0]));
+        tcase_add_loop_test(tc, test_matches_reference, 0, n_shapes);
+        tcase_add_loop_test(tc, test_invariance, 0, n_shapes);
+        tcase_add_test(tc, test_rejects_bad_batches);
+        suite_add_tcase(s, tc);
+        SRunner *sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        int failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
