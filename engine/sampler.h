@@ -10,9 +10,10 @@
  *      temperature -> softmax -> min_p -> top_k -> top_p -> draw from the sequence's RNG.
  *
  * One sampler_seq per sequence; it is used by one thread at a time and the sampler keeps no
- * global state, so sequences can be sampled in parallel. Cost is O(n_vocab) per token:
- * top_k and top_p find their cut-off by a radix selection on the probabilities' bits, not
- * by sorting. */
+ * global state, so sequences can be sampled in parallel. Cost is O(n_vocab) per token, no
+ * sorting: top_p finds its cut-off by a radix selection on the probabilities' bits, top_k
+ * by a heap of k (radix selection above k = 1024); the passes over the vocabulary run on
+ * 4-float vectors. */
 
 #include <stddef.h>
 #include <stdint.h>
