@@ -401,3 +401,11 @@ int cpu_runner_forward(struct cpu_runner *r, const struct batch *batch, float *l
         r->logits = NULL;
         return 0;
 }
+
+static int backend_forward(void *impl, const struct batch *batch, float *logits, struct error *err) {
+        return cpu_runner_forward(impl, batch, logits, err);
+}
+
+struct backend cpu_runner_backend(struct cpu_runner *runner) {
+        return (struct backend) { .impl = runner, .forward = backend_forward };
+}

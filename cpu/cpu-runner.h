@@ -5,6 +5,7 @@
  * with every thread of a persistent pool working on each phase, and keys and values kept in a
  * paged f16 KV pool. */
 
+#include "backend.h"
 #include "batch.h"
 #include "error.h"
 #include "model.h"
@@ -28,6 +29,9 @@ void cpu_runner_free(struct cpu_runner *runner);
 int cpu_runner_forward(struct cpu_runner *runner, const struct batch *batch, float *logits, struct error *err);
 
 const struct model *cpu_runner_model(const struct cpu_runner *runner);
+
+/* The runner as the engine's backend. */
+struct backend cpu_runner_backend(struct cpu_runner *runner);
 
 /* The kernel set chosen for this CPU. */
 const char *cpu_runner_kernels(const struct cpu_runner *runner);

@@ -1,0 +1,58 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <string.h>
+
+#include "engine-config.h"
+#include "sampling-params.h"
+
+void engine_config_init_default(struct engine_config *c) {
+        *c = (struct engine_config) {
+                .max_num_seqs = 64,
+                .max_num_batched_tokens = 512,
+                .enable_chunked_prefill = true,
+                .long_prefill_token_threshold = 0,
+                .max_model_len = 0,
+                .block_size = 16,
+                .kv_cache_space = UINT64_C(256) << 20,
+                .enable_prefix_caching = true,
+                .scheduling_policy = SCHEDULING_FCFS,
+                .seed = 0,
+                .max_logprobs = SAMPLING_DEFAULT_MAX_LOGPROBS,
+        };
+}
+
+int engine_config_finalize(struct engine_config *c, uint32_t model_context_len, struct error *err) {
+        if (c->max_model_len == 0)
+                c->max_model_len = model_context_len;
+        if (c->max_model_len > model_context_len)
+                return error_set(err, EINVAL, "max_model_len %u is longer than the model's context length %u",
+                                 c->max_model_len, model_context_len);
+        if (c->max_num_seqs < 1 || c->max_num_seqs > 4096)
+                return error_set(err, EINVAL, "max_num_seqs must be in [1, 4096], got %u", c->max_num_seqs);
+        if (c->max_num_batched_tokens < c->max_num_seqs)
+                return error_set(err, EINVAL, "max_num_batched_tokens (%u) must be at least max_num_seqs (%u)",
+                                 c->max_num_batched_tokens, c->max_num_seqs);
+        if (!c->enable_chunked_prefill && c->max_num_batched_tokens < c->max_model_len)
+                return error_set(err, EINVAL,
+                                 "without chunked prefill, max_num_batched_tokens (%u) must be at least max_model_len (%u)",
+                                 c->max_num_batched_tokens, c->max_model_len);
+        if (c->block_size < 1 || c->block_size > 1024)
+                return error_set(err, EINVAL, "block_size must be in [1, 1024], got %u", c->block_size);
+        if (c->max_logprobs < 0)
+                return error_set(err, EINVAL, "max_logprobs must be >= 0, got %d", c->max_logprobs);
+        return 0;
+}
+
+const char *scheduling_policy_name(enum scheduling_policy p) {
+        return p == SCHEDULING_PRIORITY ? "priority" : "fcfs";
+}
+
+int scheduling_policy_from_string(const char *s, enum scheduling_policy *ret) {
+        if (strcmp(s, "fcfs") == 0)
+                *ret = SCHEDULING_FCFS;
+        else if (strcmp(s, "priority") == 0)
+                *ret = SCHEDULING_PRIORITY;
+        else
+                return -EINVAL;
+        return 0;
+}

@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* The engine's settings, with vLLM's names; defaults sized for a small CPU machine. */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "error.h"
+
+enum scheduling_policy {
+        SCHEDULING_FCFS,
+        SCHEDULING_PRIORITY,
+};
+
+struct engine_config {
+        uint32_t max_num_seqs;           /* requests running at once */
+        uint32_t max_num_batched_tokens; /* tokens per step */
+        bool enable_chunked_prefill;
+        uint32_t long_prefill_token_threshold; /* a prefill chunk takes at most this many tokens; 0 = no cap */
+        uint32_t max_model_len;          /* prompt + output; 0 = the model's context length */
+        uint32_t block_size;             /* tokens per KV block */
+        uint64_t kv_cache_space;         /* bytes for the KV pool */
+        bool enable_prefix_caching;
+        enum scheduling_policy scheduling_policy;
+        uint64_t seed;                   /* seeds requests that bring no seed of their own */
+        int32_t max_logprobs;            /* the most logprobs a request may ask for */
+};
+
+void engine_config_init_default(struct engine_config *c);
+
+/* Resolves max_model_len against the model's context length and checks every value. */
+int engine_config_finalize(struct engine_config *c, uint32_t model_context_len, struct error *err);
+
+const char *scheduling_policy_name(enum scheduling_policy p);
+int scheduling_policy_from_string(const char *s, enum scheduling_policy *ret);

@@ -1,0 +1,365 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine-core.h"
+#include "kv-blocks.h"
+#include "request-map.h"
+#include "scheduler.h"
+
+struct engine_core {
+        struct engine_config config;
+        struct backend backend;
+        uint32_t n_vocab;
+        int32_t eos_id;
+        struct kv_blocks *kv;
+        struct scheduler sched;
+        struct request_map requests; /* every unfinished request */
+        uint64_t next_arrival;
+        bool dead;
+        engine_core_hook hook;
+        void *hook_userdata;
+
+        /* The batch handed to the backend; sized for max_num_batched_tokens tokens. */
+        int32_t *batch_tokens, *batch_positions, *batch_seq_ids, *batch_outputs;
+        struct batch_seq *batch_seqs; /* (max_num_seqs) */
+        int32_t *logits_row;          /* (max_num_seqs) per plan entry, -1 without output */
+        struct scheduled_chunk *plan_copy; /* (max_num_seqs) the step's plan, kept across the hook */
+        float *logits;                /* (max_num_seqs, n_vocab) */
+
+        struct engine_output *outputs;
+        uint32_t n_outputs, cap_outputs;
+
+        uint64_t prompt_tokens, generation_tokens, steps, scheduled_tokens;
+        uint64_t finished[FINISH_ERROR + 1];
+};
+
+uint32_t engine_kv_blocks_for_space(const struct engine_config *config, uint32_t n_layer, uint32_t kv_dim) {
+        uint64_t block_bytes = (uint64_t) config->block_size * n_layer * kv_dim * 2 /* K and V */ * 2 /* f16 */;
+        uint64_t n = config->kv_cache_space / block_bytes;
+        return n > INT32_MAX / 2 ? INT32_MAX / 2 : (uint32_t) n;
+}
+
+int engine_core_new(const struct engine_config *config, const struct backend *backend, uint32_t n_vocab,
+                    int32_t eos_id, uint32_t n_kv_blocks, struct engine_core **ret, struct error *err) {
+        uint32_t blocks_per_seq = (config->max_model_len + config->block_size - 1) / config->block_size;
+        if (n_kv_blocks < blocks_per_seq)
+                return error_set(err, EINVAL,
+                                 "the KV cache holds %u blocks of %u tokens, fewer than one sequence of max_model_len %u needs (%u); raise kv_cache_space or lower max_model_len",
+                                 n_kv_blocks, config->block_size, config->max_model_len, blocks_per_seq);
+        struct engine_core *ec = calloc(1, sizeof(*ec));
+        if (!ec)
+                return error_set(err, ENOMEM, "out of memory");
+        ec->config = *config;
+        ec->backend = *backend;
+        ec->n_vocab = n_vocab;
+        ec->eos_id = eos_id;
+        request_map_init(&ec->requests);
+        int r;
+        if ((r = kv_blocks_new(n_kv_blocks, config->block_size, config->enable_prefix_caching, &ec->kv, err)) < 0 ||
+            (r = scheduler_init(&ec->sched, &ec->config, ec->kv, err)) < 0) {
+                engine_core_free(ec);
+                return r;
+        }
+        size_t T = config->max_num_batched_tokens, S = config->max_num_seqs;
+        ec->batch_tokens = calloc(T, sizeof(int32_t));
+        ec->batch_positions = calloc(T, sizeof(int32_t));
+        ec->batch_seq_ids = calloc(T, sizeof(int32_t));
+        ec->batch_outputs = calloc(S, sizeof(int32_t));
+        ec->batch_seqs = calloc(S, sizeof(*ec->batch_seqs));
+        ec->logits_row = calloc(S, sizeof(int32_t));
+        ec->plan_copy = calloc(S, sizeof(*ec->plan_copy));
+        ec->logits = calloc(S * n_vocab, sizeof(float));
+        if (!ec->batch_tokens || !ec->batch_positions || !ec->batch_seq_ids || !ec->batch_outputs || !ec->batch_seqs ||
+            !ec->logits_row || !ec->plan_copy || !ec->logits) {
+                engine_core_free(ec);
+                return error_set(err, ENOMEM, "out of memory for the step buffers");
+        }
+        *ret = ec;
+        return 0;
+}
+
+static void free_unfinished(struct engine_core *ec) {
+        for (uint32_t i = 0; i < ec->requests.cap; i++) {
+                struct request *r = ec->requests.slots ? ec->requests.slots[i] : NULL;
+                if (r) {
+                        kv_blocks_release(ec->kv, &r->blocks);
+                        request_free(r);
+                }
+        }
+}
+
+void engine_core_free(struct engine_core *ec) {
+        if (!ec)
+                return;
+        engine_core_clear_outputs(ec);
+        free_unfinished(ec);
+        request_map_done(&ec->requests);
+        scheduler_done(&ec->sched);
+        kv_blocks_free(ec->kv);
+        free(ec->batch_tokens);
+        free(ec->batch_positions);
+        free(ec->batch_seq_ids);
+        free(ec->batch_outputs);
+        free(ec->batch_seqs);
+        free(ec->logits_row);
+        free(ec->plan_copy);
+        free(ec->logits);
+        free(ec->outputs);
+        free(ec);
+}
+
+void engine_core_set_hook(struct engine_core *ec, engine_core_hook hook, void *userdata) {
+        ec->hook = hook;
+        ec->hook_userdata = userdata;
+}
+
+static int push_output(struct engine_core *ec, struct request *r, bool new_token, bool finished) {
+        if (ec->n_outputs == ec->cap_outputs) {
+                uint32_t cap = ec->cap_outputs ? ec->cap_outputs * 2 : 64;
+                struct engine_output *o = realloc(ec->outputs, cap * sizeof(*o));
+                if (!o)
+                        return -ENOMEM;
+                ec->outputs = o;
+                ec->cap_outputs = cap;
+        }
+        ec->outputs[ec->n_outputs++] = (struct engine_output) { r, new_token, finished };
+        return 0;
+}
+
+/* Ends a request: out of the scheduler and the id map (its id is free for reuse at once),
+ * blocks freed; the request itself lives on in the outputs until they are cleared. */
+static int finish(struct engine_core *ec, struct request *r, enum finish_reason reason, bool new_token) {
+        scheduler_remove(&ec->sched, r);
+        request_map_remove(&ec->requests, r);
+        r->state = REQUEST_FINISHED;
+        r->finish_reason = reason;
+        ec->finished[reason]++;
+        int rc = push_output(ec, r, new_token, true);
+        if (rc < 0) /* the output cannot be reported: do not leak the request */
+                request_free(r);
+        return rc;
+}
+
+static int validate(const struct engine_core *ec, const struct request_spec *spec, struct error *err) {
+        if (!spec->id || !*spec->id)
+                return error_set(err, EINVAL, "request id must be a non-empty string");
+        if (spec->n_prompt == 0)
+                return error_set(err, EINVAL, "prompt is empty: give at least one token");
+        if (spec->n_prompt >= ec->config.max_model_len)
+                return error_set(err, EINVAL, "prompt has %u tokens; it must be shorter than max_model_len (%u)",
+                                 spec->n_prompt, ec->config.max_model_len);
+        for (uint32_t i = 0; i < spec->n_prompt; i++)
+                if (spec->prompt[i] < 0 || (uint32_t) spec->prompt[i] >= ec->n_vocab)
+                        return error_set(err, EINVAL, "prompt token id %d at position %u is outside the vocabulary [0, %u)",
+                                         spec->prompt[i], i, ec->n_vocab);
+        return sampling_params_validate(spec->params, (int32_t) ec->n_vocab, ec->config.max_logprobs, err);
+}
+
+int engine_core_add_request(struct engine_core *ec, const struct request_spec *spec, struct error *err) {
+        struct request *r;
+        int rc;
+        if (ec->dead)
+                return error_set(err, ESHUTDOWN, "the engine is dead");
+        if ((rc = validate(ec, spec, err)) < 0)
+                return rc;
+        if (request_map_get(&ec->requests, spec->id))
+                return error_set(err, EEXIST, "request id '%s' is already in flight", spec->id);
+        uint64_t order = ec->next_arrival++;
+        if ((rc = request_new(spec, order, (int32_t) ec->n_vocab, ec->config.seed + order, &r, err)) < 0)
+                return rc;
+        if ((rc = request_map_put(&ec->requests, r)) < 0 || (rc = scheduler_add(&ec->sched, r)) < 0) {
+                request_map_remove(&ec->requests, r);
+                request_free(r);
+                return error_set(err, -rc, "out of memory");
+        }
+        return 0;
+}
+
+bool engine_core_abort(struct engine_core *ec, const char *id) {
+        struct request *r = request_map_get(&ec->requests, id);
+        if (!r)
+                return false;
+        finish(ec, r, FINISH_ABORT, false);
+        return true;
+}
+
+bool engine_core_has_work(const struct engine_core *ec) {
+        return !ec->dead && scheduler_has_work(&ec->sched);
+}
+
+bool engine_core_is_dead(const struct engine_core *ec) {
+        return ec->dead;
+}
+
+/* Lays the plan out as one flat batch; each plan entry whose chunk reaches the end of its
+ * tokens gets a logits row. */
+static void build_batch(struct engine_core *ec, struct batch *b) {
+        const struct scheduler *s = &ec->sched;
+        uint32_t n = 0, n_out = 0;
+        for (uint32_t i = 0; i < s->n_plan; i++) {
+                const struct scheduled_chunk *c = &s->plan[i];
+                struct request *r = c->req;
+                ec->batch_seqs[i] = (struct batch_seq) { r->blocks.ids, r->blocks.n };
+                for (uint32_t k = 0; k < c->n_tokens; k++, n++) {
+                        ec->batch_tokens[n] = r->tokens[r->num_computed_tokens + k];
+                        ec->batch_positions[n] = (int32_t) (r->num_computed_tokens + k);
+                        ec->batch_seq_ids[n] = (int32_t) i;
+                }
+                if (r->num_computed_tokens + c->n_tokens == r->n_tokens) {
+                        ec->logits_row[i] = (int32_t) n_out;
+                        ec->batch_outputs[n_out++] = (int32_t) (n - 1);
+                } else
+                        ec->logits_row[i] = -1;
+        }
+        *b = (struct batch) {
+                .n_tokens = n,
+                .tokens = ec->batch_tokens,
+                .positions = ec->batch_positions,
+                .seq_ids = ec->batch_seq_ids,
+                .n_seqs = s->n_plan,
+                .seqs = ec->batch_seqs,
+                .n_outputs = n_out,
+                .output_tokens = ec->batch_outputs,
+        };
+}
+
+/* vLLM's order: length first, then EOS (unless ignored), then stop token ids; EOS and stop
+ * ids count only once min_tokens are out. */
+static enum finish_reason check_stop(const struct engine_core *ec, struct request *r) {
+        const struct sampling_params *p = &r->params;
+        uint32_t n_out = request_num_output(r);
+        int32_t last = r->tokens[r->n_tokens - 1];
+        if (r->n_tokens >= ec->config.max_model_len ||
+            (p->max_tokens != SAMPLING_MAX_TOKENS_NONE && n_out >= (uint32_t) p->max_tokens))
+                return FINISH_LENGTH;
+        if (n_out < (uint32_t) (p->min_tokens > 0 ? p->min_tokens : 0))
+                return FINISH_NONE;
+        if (!p->ignore_eos && last == ec->eos_id)
+                return FINISH_STOP;
+        for (size_t i = 0; i < p->n_stop_token_ids; i++)
+                if (last == p->stop_token_ids[i]) {
+                        r->stop_token = last;
+                        return FINISH_STOP;
+                }
+        return FINISH_NONE;
+}
+
+static void die(struct engine_core *ec) {
+        ec->dead = true;
+        for (uint32_t i = 0; i < ec->requests.cap; i++) {
+                struct request *r = ec->requests.slots ? ec->requests.slots[i] : NULL;
+                if (r) {
+                        finish(ec, r, FINISH_ERROR, false);
+                        i = (uint32_t) -1; /* the map changed under us: start over */
+                }
+        }
+}
+
+static int record(struct engine_core *ec, const struct scheduled_chunk *c, int32_t row, double now) {
+        struct request *r = c->req;
+        int rc;
+        uint32_t before = r->num_computed_tokens;
+        r->num_computed_tokens += c->n_tokens;
+        if (before < r->n_prompt) /* prompt tokens computed, recomputation included */
+                ec->prompt_tokens += (r->num_computed_tokens < r->n_prompt ? r->num_computed_tokens : r->n_prompt) - before;
+        kv_blocks_commit(ec->kv, &r->blocks, r->tokens, r->num_computed_tokens);
+        if (row < 0)
+                return 0; /* a prefill chunk short of the end: nothing to sample yet */
+
+        struct sample_result sample;
+        float *logits = ec->logits + (size_t) row * ec->n_vocab;
+        int32_t eos = r->params.ignore_eos ? -1 : ec->eos_id;
+        if ((rc = sampler_sample(&r->params, &r->sampler, logits, (int32_t) ec->n_vocab, eos, &sample)) < 0)
+                return finish(ec, r, FINISH_ERROR, false) < 0 ? -ENOMEM : 0;
+        if ((rc = request_append(r, &sample)) < 0) {
+                sample_result_clear(&sample);
+                return finish(ec, r, FINISH_ERROR, false) < 0 ? -ENOMEM : 0;
+        }
+        ec->generation_tokens++;
+        if (!r->first_token_time)
+                r->first_token_time = now;
+        r->last_token_time = now;
+        enum finish_reason reason = check_stop(ec, r);
+        if (reason != FINISH_NONE)
+                return finish(ec, r, reason, true);
+        return push_output(ec, r, true, false);
+}
+
+int engine_core_step(struct engine_core *ec, struct error *err) {
+        struct batch b;
+        int rc;
+        if (ec->dead)
+                return error_set(err, ESHUTDOWN, "the engine is dead");
+        if (!scheduler_has_work(&ec->sched))
+                return 0;
+        if ((rc = scheduler_schedule(&ec->sched)) < 0)
+                return error_set(err, -rc, "out of memory while scheduling");
+        if (ec->sched.n_plan == 0)
+                return 0;
+        double now = monotonic_seconds();
+        for (uint32_t i = 0; i < ec->sched.n_plan; i++)
+                if (!ec->sched.plan[i].req->scheduled_time)
+                        ec->sched.plan[i].req->scheduled_time = now;
+
+        build_batch(ec, &b);
+        if ((rc = ec->backend.forward(ec->backend.impl, &b, ec->logits, err)) < 0) {
+                die(ec);
+                return rc;
+        }
+        ec->steps++;
+        ec->scheduled_tokens += b.n_tokens;
+
+        /* Keep the plan: aborts applied by the hook take requests out of the scheduler's. A
+         * request finished by the hook stays allocated until the outputs are cleared, so
+         * its pointer here remains valid. */
+        uint32_t n_plan = ec->sched.n_plan;
+        memcpy(ec->plan_copy, ec->sched.plan, n_plan * sizeof(*ec->plan_copy));
+        if (ec->hook)
+                ec->hook(ec, ec->hook_userdata);
+
+        now = monotonic_seconds();
+        for (uint32_t i = 0; i < n_plan; i++) {
+                if (ec->plan_copy[i].req->state == REQUEST_FINISHED)
+                        continue;
+                if ((rc = record(ec, &ec->plan_copy[i], ec->logits_row[i], now)) < 0)
+                        return error_set(err, -rc, "out of memory while recording outputs");
+        }
+        return 0;
+}
+
+const struct engine_output *engine_core_outputs(const struct engine_core *ec, uint32_t *n) {
+        *n = ec->n_outputs;
+        return ec->outputs;
+}
+
+void engine_core_clear_outputs(struct engine_core *ec) {
+        for (uint32_t i = 0; i < ec->n_outputs; i++)
+                if (ec->outputs[i].finished)
+                        request_free(ec->outputs[i].req);
+        ec->n_outputs = 0;
+}
+
+void engine_core_stats(const struct engine_core *ec, struct engine_stats *ret) {
+        struct kv_blocks_stats kv;
+        kv_blocks_stats(ec->kv, &kv);
+        *ret = (struct engine_stats) {
+                .n_running = ec->sched.n_running,
+                .n_waiting = ec->sched.n_waiting,
+                .kv_blocks_total = kv.n_blocks,
+                .kv_blocks_used = kv.n_blocks - kv.n_free,
+                .prefix_query_tokens = kv.query_tokens,
+                .prefix_hit_tokens = kv.hit_tokens,
+                .prompt_tokens = ec->prompt_tokens,
+                .generation_tokens = ec->generation_tokens,
+                .preemptions = ec->sched.n_preemptions,
+                .steps = ec->steps,
+                .scheduled_tokens = ec->scheduled_tokens,
+        };
+        memcpy(ret->finished, ec->finished, sizeof(ret->finished));
+}
+
+int engine_core_reset_prefix_cache(struct engine_core *ec) {
+        return kv_blocks_reset_prefix_cache(ec->kv);
+}

@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* The engine core (vLLM's EngineCore): requests in, one step at a time: schedule, run the
+ * batch on the backend, sample, update, report. Single-threaded: the engine thread owns it.
+ * Outputs of a step stay valid, with their requests, until engine_core_clear_outputs(). */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "engine-config.h"
+#include "request.h"
+
+struct engine_core;
+
+struct engine_output {
+        struct request *req;
+        bool new_token; /* the request's last output token was produced by this step */
+        bool finished;  /* the request's last output; req->finish_reason says why */
+};
+
+struct engine_stats {
+        uint32_t n_running;
+        uint32_t n_waiting;
+        uint32_t kv_blocks_total;
+        uint32_t kv_blocks_used;
+        uint64_t prefix_query_tokens;
+        uint64_t prefix_hit_tokens;
+        uint64_t prompt_tokens;     /* prompt tokens computed (prefix-cache hits excluded) */
+        uint64_t generation_tokens; /* tokens sampled */
+        uint64_t preemptions;
+        uint64_t steps;
+        uint64_t scheduled_tokens;  /* summed over steps: tokens per step = scheduled_tokens / steps */
+        uint64_t finished[FINISH_ERROR + 1]; /* by finish reason */
+};
+
+/* Called after the batch ran and before its results are recorded: the place to apply
+ * aborts that arrived during the step, so those requests end "abort". */
+typedef void (*engine_core_hook)(struct engine_core *ec, void *userdata);
+
+int engine_core_new(const struct engine_config *config, const struct backend *backend, uint32_t n_vocab,
+                    int32_t eos_id, uint32_t n_kv_blocks, struct engine_core **ret, struct error *err);
+void engine_core_free(struct engine_core *ec);
+
+void engine_core_set_hook(struct engine_core *ec, engine_core_hook hook, void *userdata);
+
+/* Validates and queues a request; a bad one fails alone with a message naming the
+ * parameter. -EEXIST for an id in flight, -EINVAL, -ENOMEM, -ESHUTDOWN once dead. */
+int engine_core_add_request(struct engine_core *ec, const struct request_spec *spec, struct error *err);
+
+/* Finishes the request with "abort" and frees its blocks now. Unknown or finished ids are
+ * ignored (false). */
+bool engine_core_abort(struct engine_core *ec, const char *id);
+
+bool engine_core_has_work(const struct engine_core *ec);
+
+/* One step. A backend failure kills the engine: every request ends "error", the call
+ * returns the failure, and later calls return -ESHUTDOWN. */
+int engine_core_step(struct engine_core *ec, struct error *err);
+
+bool engine_core_is_dead(const struct engine_core *ec);
+
+/* The outputs gathered since the last clear (steps and aborts), in order. */
+const struct engine_output *engine_core_outputs(const struct engine_core *ec, uint32_t *n);
+
+/* Drops the gathered outputs and frees the finished requests among them. */
+void engine_core_clear_outputs(struct engine_core *ec);
+
+void engine_core_stats(const struct engine_core *ec, struct engine_stats *ret);
+
+/* Forgets every cached prefix: -EBUSY while a request holds blocks. */
+int engine_core_reset_prefix_cache(struct engine_core *ec);
+
+/* KV blocks that kv_cache_space buys for a model with these dimensions (f16 keys and values). */
+uint32_t engine_kv_blocks_for_space(const struct engine_config *config, uint32_t n_layer, uint32_t kv_dim);

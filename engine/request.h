@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* One generation request inside the engine: its tokens (prompt, then output), how many of
+ * them have KV computed, its KV blocks, its sampler state and what it produced. Only token
+ * ids live here; text belongs to the frontend. */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kv-blocks.h"
+#include "sampler.h"
+#include "sampling-params.h"
+
+enum request_state {
+        REQUEST_WAITING, /* new, or preempted: needs (re)computing from num_computed_tokens */
+        REQUEST_RUNNING,
+        REQUEST_FINISHED,
+};
+
+enum finish_reason {
+        FINISH_NONE = 0,
+        FINISH_STOP,   /* EOS or a stop token id */
+        FINISH_LENGTH, /* max_tokens or max_model_len */
+        FINISH_ABORT,
+        FINISH_ERROR,
+};
+
+const char *finish_reason_name(enum finish_reason r);
+
+/* What a caller gives to add a request. Arrays are copied. */
+struct request_spec {
+        const char *id;
+        const int32_t *prompt;
+        uint32_t n_prompt;
+        const struct sampling_params *params;
+        int32_t priority;       /* lower is served first under the priority policy */
+        bool latency_sensitive; /* carried for the SLO-aware policy */
+        double slo;             /* seconds per output token; 0 = none */
+        double arrival_time;    /* CLOCK_MONOTONIC seconds; 0 = now */
+};
+
+struct request {
+        char *id;
+        uint64_t arrival_order;
+        int32_t priority;
+        bool latency_sensitive;
+        double slo;
+
+        struct sampling_params params; /* its arrays point into the request's own copies */
+        struct sampler_seq sampler;
+
+        int32_t *tokens;  /* (cap) prompt, then output */
+        uint32_t n_prompt;
+        uint32_t n_tokens;
+        uint32_t cap;
+        uint32_t num_computed_tokens; /* tokens whose KV is in blocks */
+        uint32_t num_cached_tokens;   /* served by the prefix cache on first admission */
+        bool admitted_once;
+        uint32_t n_preemptions;
+        struct kv_block_list blocks;
+
+        /* One sample per output token; top and logprob filled only when logprobs >= 0. */
+        struct sample_result *samples;
+
+        enum request_state state;
+        enum finish_reason finish_reason;
+        int32_t stop_token; /* the stop_token_ids entry that ended it, else -1 */
+
+        double arrival_time;
+        double scheduled_time;  /* first admission */
+        double first_token_time;
+        double last_token_time;
+};
+
+int request_new(const struct request_spec *spec, uint64_t arrival_order, int32_t n_vocab, uint64_t fallback_seed,
+                struct request **ret, struct error *err);
+void request_free(struct request *r);
+
+static inline uint32_t request_num_output(const struct request *r) {
+        return r->n_tokens - r->n_prompt;
+}
+
+/* Appends a sampled token (taking ownership of the sample's top array). */
+int request_append(struct request *r, struct sample_result *sample);
+
+double monotonic_seconds(void);

@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* Decides each step which requests run and how many of their tokens: running requests
+ * first (decodes and unfinished prefills, in admission order), then waiting ones in policy
+ * order, within the token budget, the seats (max_num_seqs) and the free KV blocks. Long
+ * prompts are split into chunks across steps. When blocks run out, a running request is
+ * preempted (its blocks freed, to be recomputed later): under fcfs the latest admitted,
+ * under priority the worst (priority, arrival). */
+
+#include <stdint.h>
+
+#include "engine-config.h"
+#include "kv-blocks.h"
+#include "request.h"
+
+struct scheduled_chunk {
+        struct request *req;
+        uint32_t n_tokens; /* computed this step, from req->num_computed_tokens */
+};
+
+struct scheduler {
+        const struct engine_config *config;
+        struct kv_blocks *kv;
+        struct request **waiting; /* policy order: the next to admit first */
+        uint32_t n_waiting, cap_waiting;
+        struct request **running; /* admission order; at most max_num_seqs */
+        uint32_t n_running;
+        struct scheduled_chunk *plan; /* the current step */
+        uint32_t n_plan;
+        uint64_t n_preemptions;
+};
+
+int scheduler_init(struct scheduler *s, const struct engine_config *config, struct kv_blocks *kv, struct error *err);
+void scheduler_done(struct scheduler *s);
+
+/* Queues a new request. -ENOMEM. */
+int scheduler_add(struct scheduler *s, struct request *r);
+
+/* Takes a request out of whichever queue holds it and frees its blocks. */
+void scheduler_remove(struct scheduler *s, struct request *r);
+
+/* Builds s->plan for one step. -ENOMEM. */
+int scheduler_schedule(struct scheduler *s);
+
+static inline bool scheduler_has_work(const struct scheduler *s) {
+        return s->n_waiting + s->n_running > 0;
+}

@@ -1,0 +1,508 @@
+/* SPDX-License-Identifier: MIT */
+/* The engine core on a synthetic model: invariance under batching, chunking and the prefix
+ * cache; preemption; aborts at every moment without leaks; exact token counts; priorities;
+ * request validation; engine death. */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu-runner.h"
+#include "engine-core.h"
+#include "model.h"
+#include "synthetic-llama.h"
+#include "test-helpers.h"
+
+#define MAX_MODEL_LEN 160
+#define BLOCK_SIZE 8
+#define MAX_OUT 48
+
+static struct model *model;
+
+static const struct synthetic_llama_config shape = {
+        .n_layer = 2, .n_embd = 64, .n_ff = 128, .n_head = 4, .n_head_kv = 2, .n_vocab = 300, .n_ctx = 256,
+        .weight_type = TENSOR_Q4_1, .embd_type = TENSOR_Q8_0, .tied_output = true, .seed = 77,
+};
+
+static void load_model(void) {
+        char *dir = test_tmpdir();
+        char *path = test_path_join(dir, "model.gguf");
+        struct error err;
+        ck_assert_int_eq(synthetic_llama_write(path, &shape), 0);
+        ck_assert_msg(model_load(path, &model, &err) == 0, "%s", err.message);
+        free(path);
+        test_tmpdir_remove(dir);
+}
+
+static void unload_model(void) {
+        model_free(model);
+        model = NULL;
+}
+
+/* A backend that fails its N-th forward, for engine-death tests. */
+struct failing_backend {
+        struct backend inner;
+        int fail_at;
+        int calls;
+};
+
+static int failing_forward(void *impl, const struct batch *b, float *logits, struct error *err) {
+        struct failing_backend *f = impl;
+        if (++f->calls == f->fail_at)
+                return error_set(err, EIO, "injected failure in forward %d", f->calls);
+        return f->inner.forward(f->inner.impl, b, logits, err);
+}
+
+struct harness {
+        struct cpu_runner *runner;
+        struct failing_backend failing;
+        struct engine_core *ec;
+};
+
+static void harness_new(struct harness *h, struct engine_config *config, uint32_t n_kv_blocks, int fail_at) {
+        struct error err;
+        ck_assert_msg(engine_config_finalize(config, model->hp.n_ctx_train, &err) == 0, "%s", err.message);
+        struct cpu_runner_config rc = {
+                .n_threads = 2, .max_batch_tokens = config->max_num_batched_tokens,
+                .max_model_len = config->max_model_len, .block_size = config->block_size, .n_kv_blocks = n_kv_blocks,
+        };
+        ck_assert_msg(cpu_runner_new(model, &rc, &h->runner, &err) == 0, "%s", err.message);
+        h->failing = (struct failing_backend) { cpu_runner_backend(h->runner), fail_at, 0 };
+        struct backend b = { &h->failing, failing_forward };
+        ck_assert_msg(engine_core_new(config, &b, model->hp.n_vocab, 2, n_kv_blocks, &h->ec, &err) == 0, "%s",
+                      err.message);
+}
+
+static void harness_free(struct harness *h) {
+        engine_core_free(h->ec);
+        cpu_runner_free(h->runner);
+}
+
+static struct engine_config base_config(uint32_t budget) {
+        struct engine_config c;
+        engine_config_init_default(&c);
+        c.max_model_len = MAX_MODEL_LEN;
+        c.block_size = BLOCK_SIZE;
+        c.max_num_batched_tokens = budget;
+        c.max_num_seqs = budget < 64 ? budget : 64;
+        return c;
+}
+
+/* What one request produced. */
+struct result {
+        int32_t tokens[MAX_OUT + 1];
+        float logprobs[MAX_OUT + 1];
+        uint32_t n;
+        enum finish_reason reason;
+        uint32_t n_outputs; /* outputs reported */
+        uint32_t n_finished; /* outputs flagged finished */
+        uint32_t cached;
+        uint32_t first_step; /* step of the first token */
+};
+
+static int index_of(const char *id) {
+        return atoi(id + 1); /* ids are "r<index>" */
+}
+
+/* One step, its outputs collected into results[index]. */
+static void step_collect(struct engine_core *ec, struct result *results, uint32_t step) {
+        struct error err;
+        ck_assert_msg(engine_core_step(ec, &err) == 0, "%s", err.message);
+        uint32_t n;
+        const struct engine_output *out = engine_core_outputs(ec, &n);
+        for (uint32_t i = 0; i < n; i++) {
+                struct request *r = out[i].req;
+                struct result *res = &results[index_of(r->id)];
+                ck_assert_msg(res->n_finished == 0, "%s: output after the finished one", r->id);
+                res->n_outputs++;
+                if (out[i].new_token) {
+                        uint32_t k = request_num_output(r) - 1;
+                        ck_assert_uint_eq(k, res->n);
+                        if (res->n == 0)
+                                res->first_step = step;
+                        res->tokens[res->n] = r->tokens[r->n_tokens - 1];
+                        res->logprobs[res->n] = r->samples[k].logprob;
+                        res->n++;
+                }
+                if (out[i].finished) {
+                        res->n_finished++;
+                        res->reason = r->finish_reason;
+                        res->cached = r->num_cached_tokens;
+                }
+        }
+        engine_core_clear_outputs(ec);
+}
+
+/* Runs the engine until idle, collecting every output into results[index]. */
+static void drain(struct engine_core *ec, struct result *results, uint32_t *steps) {
+        uint32_t step = steps ? *steps : 0;
+        while (engine_core_has_work(ec))
+                step_collect(ec, results, ++step);
+        if (steps)
+                *steps = step;
+}
+
+static void make_prompt(int32_t *p, uint32_t n, uint32_t salt) {
+        for (uint32_t i = 0; i < n; i++)
+                p[i] = (int32_t) (3 + (i * 37 + salt * 101 + (i * i) % 13) % 290);
+}
+
+static void add(struct engine_core *ec, uint32_t index, const int32_t *prompt, uint32_t n_prompt,
+                const struct sampling_params *p, int32_t priority) {
+        char id[32];
+        struct error err;
+        snprintf(id, sizeof(id), "r%u", index);
+        struct request_spec spec = { id, prompt, n_prompt, p, priority, false, 0, 0 };
+        ck_assert_msg(engine_core_add_request(ec, &spec, &err) == 0, "%s", err.message);
+}
+
+static struct sampling_params greedy_params(int32_t max_tokens) {
+        struct sampling_params p;
+        sampling_params_init_default(&p);
+        p.temperature = 0;
+        p.max_tokens = max_tokens;
+        p.logprobs = 0;
+        p.ignore_eos = true;
+        return p;
+}
+
+#define N_REQ 64
+
+static uint32_t prompt_len(uint32_t i) {
+        return 1 + (i * 29) % 100;
+}
+
+static void expect_solo_outputs(const struct result *got, const struct result *solo, uint32_t n, const char *what) {
+        for (uint32_t i = 0; i < n; i++) {
+                ck_assert_msg(got[i].n == solo[i].n, "%s: request %u has %u tokens, alone %u", what, i, got[i].n, solo[i].n);
+                ck_assert_msg(memcmp(got[i].tokens, solo[i].tokens, got[i].n * sizeof(int32_t)) == 0,
+                              "%s: request %u tokens differ from its solo run", what, i);
+                ck_assert_msg(memcmp(got[i].logprobs, solo[i].logprobs, got[i].n * sizeof(float)) == 0,
+                              "%s: request %u logprobs differ from its solo run", what, i);
+                ck_assert_int_eq(got[i].reason, FINISH_LENGTH);
+                ck_assert_uint_eq(got[i].n_finished, 1);
+        }
+}
+
+static struct result solo[N_REQ];
+static int32_t prompts[N_REQ][100];
+
+static void solo_runs(void) {
+        for (uint32_t i = 0; i < N_REQ; i++) {
+                struct harness h;
+                struct engine_config c = base_config(64);
+                c.enable_prefix_caching = false;
+                harness_new(&h, &c, 64, 0);
+                make_prompt(prompts[i], prompt_len(i), i);
+                struct sampling_params p = greedy_params(8 + (int32_t) (i % 24));
+                add(h.ec, i, prompts[i], prompt_len(i), &p, 0);
+                drain(h.ec, solo, NULL);
+                harness_free(&h);
+        }
+}
+
+START_TEST(test_invariance_batched_chunked_cached) {
+        static const uint32_t budgets[] = { 16, 64, 512 };
+        solo_runs();
+        for (size_t bi = 0; bi < 3; bi++)
+                for (int caching = 0; caching < 2; caching++) {
+                        struct result got[N_REQ] = { 0 };
+                        struct harness h;
+                        struct engine_config c = base_config(budgets[bi]);
+                        c.enable_prefix_caching = caching;
+                        /* a pool that holds a whole round: a cyclic scan larger than an LRU
+                         * cache would evict every prefix before its reuse */
+                        harness_new(&h, &c, 2048, 0);
+                        /* with caching, run everything twice: the second round hits the cache */
+                        for (int round = 0; round <= caching; round++) {
+                                memset(got, 0, sizeof(got));
+                                for (uint32_t i = 0; i < N_REQ; i++) {
+                                        struct sampling_params p = greedy_params(8 + (int32_t) (i % 24));
+                                        add(h.ec, i, prompts[i], prompt_len(i), &p, 0);
+                                }
+                                drain(h.ec, got, NULL);
+                                char what[64];
+                                snprintf(what, sizeof(what), "budget %u, caching %d, round %d", budgets[bi], caching, round);
+                                expect_solo_outputs(got, solo, N_REQ, what);
+                        }
+                        struct engine_stats st;
+                        engine_core_stats(h.ec, &st);
+                        ck_assert_uint_eq(st.kv_blocks_used, 0);
+                        if (caching) {
+                                ck_assert_uint_gt(st.prefix_hit_tokens, 0);
+                                uint32_t cached_requests = 0;
+                                for (uint32_t i = 0; i < N_REQ; i++)
+                                        cached_requests += got[i].cached > 0;
+                                ck_assert_uint_gt(cached_requests, N_REQ / 2);
+                        }
+                        harness_free(&h);
+                }
+}
+END_TEST
+
+START_TEST(test_preemption_keeps_outputs) {
+        solo_runs();
+        struct result got[N_REQ] = { 0 };
+        struct harness h;
+        struct engine_config c = base_config(64);
+        c.enable_prefix_caching = false;
+        harness_new(&h, &c, MAX_MODEL_LEN / BLOCK_SIZE + 4, 0); /* room for little more than one long sequence */
+        for (uint32_t i = 0; i < N_REQ; i++) {
+                struct sampling_params p = greedy_params(8 + (int32_t) (i % 24));
+                add(h.ec, i, prompts[i], prompt_len(i), &p, 0);
+        }
+        drain(h.ec, got, NULL);
+        expect_solo_outputs(got, solo, N_REQ, "small pool");
+        struct engine_stats st;
+        engine_core_stats(h.ec, &st);
+        ck_assert_uint_gt(st.preemptions, 0);
+        ck_assert_uint_eq(st.kv_blocks_used, 0);
+        printf("small pool: %llu preemptions over %llu steps\n", (unsigned long long) st.preemptions,
+               (unsigned long long) st.steps);
+        harness_free(&h);
+}
+END_TEST
+
+START_TEST(test_random_aborts_leave_nothing) {
+        struct harness h;
+        struct engine_config c = base_config(32);
+        harness_new(&h, &c, 64, 0);
+        uint64_t state = 99;
+        uint32_t added = 0, next = 0;
+        struct error err;
+        char id[32];
+        int32_t prompt[100];
+        while (added < 1000 || engine_core_has_work(h.ec)) {
+                state = state * 6364136223846793005ull + 1442695040888963407ull;
+                uint32_t roll = (uint32_t) (state >> 33);
+                if (added < 1000 && roll % 3 == 0) {
+                        uint32_t n = 1 + roll % 60;
+                        make_prompt(prompt, n, added);
+                        struct sampling_params p = greedy_params(1 + (int32_t) (roll % 20));
+                        snprintf(id, sizeof(id), "a%u", added++);
+                        struct request_spec spec = { id, prompt, n, &p, 0, false, 0, 0 };
+                        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, &err), 0);
+                }
+                /* abort a recent id: waiting, mid-prefill, decoding, finished or not yet added */
+                if (roll % 2 == 0) {
+                        snprintf(id, sizeof(id), "a%u", added + 2 - (uint32_t) ((state >> 12) % 12));
+                        engine_core_abort(h.ec, id);
+                }
+                if (roll % 5 != 0)
+                        ck_assert_int_eq(engine_core_step(h.ec, &err), 0);
+                engine_core_clear_outputs(h.ec);
+                next++;
+        }
+        struct engine_stats st;
+        engine_core_stats(h.ec, &st);
+        ck_assert_uint_eq(st.kv_blocks_used, 0);
+        ck_assert_uint_eq(st.n_running + st.n_waiting, 0);
+        ck_assert_uint_eq(st.finished[FINISH_ABORT] + st.finished[FINISH_LENGTH], 1000);
+        ck_assert_uint_gt(st.finished[FINISH_ABORT], 100);
+        printf("1000 requests: %llu aborted, %llu finished by length, %u loop turns\n",
+               (unsigned long long) st.finished[FINISH_ABORT], (unsigned long long) st.finished[FINISH_LENGTH], next);
+        harness_free(&h);
+}
+END_TEST
+
+struct abort_during_step {
+        const char *id;
+        bool done;
+};
+
+static void abort_hook(struct engine_core *ec, void *userdata) {
+        struct abort_during_step *a = userdata;
+        if (!a->done)
+                a->done = engine_core_abort(ec, a->id);
+}
+
+START_TEST(test_abort_during_last_step) {
+        struct harness h;
+        struct engine_config c = base_config(64);
+        harness_new(&h, &c, 64, 0);
+        int32_t prompt[10];
+        make_prompt(prompt, 10, 1);
+        struct sampling_params p = greedy_params(1); /* its first step is its last */
+        add(h.ec, 0, prompt, 10, &p, 0);
+        struct abort_during_step a = { "r0", false };
+        engine_core_set_hook(h.ec, abort_hook, &a);
+        struct result got[1] = { 0 };
+        drain(h.ec, got, NULL);
+        ck_assert(a.done);
+        ck_assert_int_eq(got[0].reason, FINISH_ABORT);
+        ck_assert_uint_eq(got[0].n, 0);
+        ck_assert_uint_eq(got[0].n_finished, 1);
+        /* the id is free again at once, and aborting it twice is a no-op */
+        ck_assert(!engine_core_abort(h.ec, "r0"));
+        engine_core_set_hook(h.ec, NULL, NULL);
+        add(h.ec, 0, prompt, 10, &p, 0);
+        memset(got, 0, sizeof(got));
+        drain(h.ec, got, NULL);
+        ck_assert_int_eq(got[0].reason, FINISH_LENGTH);
+        ck_assert_uint_eq(got[0].n, 1);
+        harness_free(&h);
+}
+END_TEST
+
+START_TEST(test_exact_counts_and_final_flag) {
+        struct harness h;
+        struct engine_config c = base_config(128);
+        harness_new(&h, &c, 512, 0);
+        static struct result got[100];
+        memset(got, 0, sizeof(got));
+        for (uint32_t i = 0; i < 100; i++) {
+                int32_t prompt[20];
+                make_prompt(prompt, 20, i);
+                struct sampling_params p = greedy_params(1 + (int32_t) (i % MAX_OUT));
+                add(h.ec, i, prompt, 20, &p, 0);
+        }
+        drain(h.ec, got, NULL);
+        for (uint32_t i = 0; i < 100; i++) {
+                ck_assert_uint_eq(got[i].n, 1 + i % MAX_OUT);
+                ck_assert_uint_eq(got[i].n_outputs, got[i].n); /* one output per token, the last one finished */
+                ck_assert_uint_eq(got[i].n_finished, 1);
+        }
+        harness_free(&h);
+}
+END_TEST
+
+START_TEST(test_priorities) {
+        struct harness h;
+        struct engine_config c = base_config(64);
+        c.max_num_seqs = 1;
+        c.scheduling_policy = SCHEDULING_PRIORITY;
+        harness_new(&h, &c, 64, 0);
+        static const int32_t priorities[] = { 2, 0, 1 };
+        int32_t prompt[6];
+        make_prompt(prompt, 6, 3);
+        for (uint32_t i = 0; i < 3; i++) {
+                struct sampling_params p = greedy_params(3);
+                add(h.ec, i, prompt, 6, &p, priorities[i]);
+        }
+        struct result got[3] = { 0 };
+        drain(h.ec, got, NULL);
+        /* served as 1, 2, 0 */
+        ck_assert_uint_lt(got[1].first_step, got[2].first_step);
+        ck_assert_uint_lt(got[2].first_step, got[0].first_step);
+
+        /* a better priority takes the seat of a running request */
+        struct sampling_params longp = greedy_params(40), shortp = greedy_params(2);
+        memset(got, 0, sizeof(got));
+        add(h.ec, 0, prompt, 6, &longp, 5);
+        uint32_t steps = 2;
+        step_collect(h.ec, got, 1);
+        step_collect(h.ec, got, 2);
+        add(h.ec, 1, prompt, 6, &shortp, 0);
+        drain(h.ec, got, &steps);
+        ck_assert_uint_eq(got[0].n, 40);
+        ck_assert_uint_eq(got[1].first_step, 3); /* seated at once, ahead of the running request */
+        ck_assert_uint_gt(got[0].first_step, 0);
+        struct engine_stats st;
+        engine_core_stats(h.ec, &st);
+        ck_assert_uint_ge(st.preemptions, 1);
+        harness_free(&h);
+}
+END_TEST
+
+START_TEST(test_validation) {
+        struct harness h;
+        struct engine_config c = base_config(64);
+        harness_new(&h, &c, 64, 0);
+        int32_t prompt[MAX_MODEL_LEN];
+        make_prompt(prompt, MAX_MODEL_LEN, 0);
+        struct sampling_params p = greedy_params(4);
+        struct error err;
+        struct request_spec spec = { "v", prompt, 0, &p, 0, false, 0, 0 };
+        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, &err), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err.message, "prompt is empty"));
+        spec.n_prompt = MAX_MODEL_LEN;
+        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, &err), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err.message, "max_model_len"));
+        spec.n_prompt = 5;
+        prompt[2] = 300;
+        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, &err), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err.message, "vocabulary"));
+        prompt[2] = 7;
+        p.top_p = 2;
+        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, &err), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err.message, "top_p"));
+        p.top_p = 1;
+        p.max_tokens = 0;
+        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, &err), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err.message, "max_tokens"));
+        p.max_tokens = 4;
+        p.logprobs = 21;
+        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, &err), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err.message, "logprobs"));
+        p.logprobs = 0;
+        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, &err), 0);
+        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, &err), -EEXIST);
+        ck_assert_ptr_nonnull(strstr(err.message, "already in flight"));
+        spec.id = "";
+        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, &err), -EINVAL);
+        harness_free(&h); /* frees the unfinished request too */
+}
+END_TEST
+
+START_TEST(test_engine_death) {
+        struct harness h;
+        struct engine_config c = base_config(16);
+        harness_new(&h, &c, 64, 5);
+        int32_t prompt[40];
+        make_prompt(prompt, 40, 9);
+        for (uint32_t i = 0; i < 4; i++) {
+                struct sampling_params p = greedy_params(30);
+                add(h.ec, i, prompt, 40, &p, 0);
+        }
+        struct error err;
+        int rc = 0;
+        for (int s = 0; s < 10 && rc == 0; s++) {
+                rc = engine_core_step(h.ec, &err);
+                if (rc == 0)
+                        engine_core_clear_outputs(h.ec);
+        }
+        ck_assert_int_eq(rc, -EIO);
+        ck_assert_ptr_nonnull(strstr(err.message, "injected failure"));
+        ck_assert(engine_core_is_dead(h.ec));
+        uint32_t n;
+        const struct engine_output *out = engine_core_outputs(h.ec, &n);
+        ck_assert_uint_eq(n, 4);
+        for (uint32_t i = 0; i < n; i++) {
+                ck_assert(out[i].finished);
+                ck_assert_int_eq(out[i].req->finish_reason, FINISH_ERROR);
+        }
+        engine_core_clear_outputs(h.ec);
+        struct sampling_params p = greedy_params(3);
+        struct request_spec spec = { "late", prompt, 4, &p, 0, false, 0, 0 };
+        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, &err), -ESHUTDOWN);
+        ck_assert_int_eq(engine_core_step(h.ec, &err), -ESHUTDOWN);
+        struct engine_stats st;
+        engine_core_stats(h.ec, &st);
+        ck_assert_uint_eq(st.kv_blocks_used, 0);
+        harness_free(&h);
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("engine-core");
+        TCase *tc = tcase_create("engine-core");
+        tcase_set_timeout(tc, 600);
+        tcase_add_unchecked_fixture(tc, load_model, unload_model);
+        tcase_add_test(tc, test_invariance_batched_chunked_cached);
+        tcase_add_test(tc, test_preemption_keeps_outputs);
+        tcase_add_test(tc, test_random_aborts_leave_nothing);
+        tcase_add_test(tc, test_abort_during_last_step);
+        tcase_add_test(tc, test_exact_counts_and_final_flag);
+        tcase_add_test(tc, test_priorities);
+        tcase_add_test(tc, test_validation);
+        tcase_add_test(tc, test_engine_death);
+        suite_add_tcase(s, tc);
+        SRunner *sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        int failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
