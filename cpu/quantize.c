@@ -9,11 +9,14 @@ void quantize_row_q8_1(const float *x, struct block_q8_1 *out, size_t n) {
                 float amax = 0.0f;
                 for (int j = 0; j < QUANT_BLOCK; j++)
                         amax = fmaxf(amax, fabsf(x[j]));
+                /* The scale multiplies by 127 / amax (not 1 / d) and rounds half to even, as
+                 * llama.cpp's x86 path does: an activation sitting on a rounding boundary then
+                 * lands on the same integer, which matters where outlier channels make d large. */
                 float d = amax / 127.0f;
-                float inv_d = d != 0.0f ? 1.0f / d : 0.0f;
+                float inv_d = amax != 0.0f ? 127.0f / amax : 0.0f;
                 int sum = 0;
                 for (int j = 0; j < QUANT_BLOCK; j++) {
-                        int q = (int) roundf(x[j] * inv_d);
+                        int q = (int) nearbyintf(x[j] * inv_d);
                         out[b].qs[j] = (int8_t) q;
                         sum += q;
                 }
