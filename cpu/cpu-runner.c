@@ -76,7 +76,8 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
         }
 
         size_t T = config->max_batch_tokens;
-        r->thread_scratch_stride = (size_t) config->max_model_len + r->max_dim;
+        /* scores (padded to 16), then the query or a dequantized row, then 16 lanes of a head */
+        r->thread_scratch_stride = (size_t) config->max_model_len + 16 + r->max_dim + (size_t) 16 * hp->head_dim;
         r->x = alloc_floats(T * hp->n_embd);
         r->xn = alloc_floats(T * r->max_dim);
         r->xq = calloc(T * (r->max_dim / QUANT_BLOCK), sizeof(struct block_q8_1));
@@ -247,7 +248,9 @@ static void store_kv(struct cpu_runner *r, uint32_t layer, unsigned ith, unsigne
 }
 
 /* Causal grouped-query attention of each (token, head) in this thread's share over the
- * token's sequence, positions 0..pos in order, read through the block table. */
+ * token's sequence, positions 0..pos in order, read through the block table. Sums follow the
+ * 16-lane order of llama.cpp's f16 matrix products (position j feeds lane j % 16), so that
+ * rounding matches the reference; the order depends only on the sequence, never the batch. */
 static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsigned nth) {
         const struct model_hparams *hp = &r->model->hp;
         const struct batch *b = r->batch;
@@ -255,7 +258,8 @@ static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
         uint32_t group = hp->n_head / hp->n_head_kv, hd = hp->head_dim, bs = r->kv->block_size;
         float scale = 1.0f / sqrtf((float) hd);
         float *scores = r->thread_scratch + ith * r->thread_scratch_stride;
-        float *q16 = scores + r->config.max_model_len;
+        float *q16 = scores + r->config.max_model_len + 16;
+        float *lanes = q16 + hd; /* (16, hd) */
         uint64_t begin, end;
 
         split((uint64_t) b->n_tokens * hp->n_head, ith, nth, &begin, &end);
@@ -277,18 +281,29 @@ static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
                         scores[j] = kern->dot_f16(r->kv->k + slot + head_offset, q16, hd) * scale;
                         max = fmaxf(max, scores[j]);
                 }
-                double sum = 0.0;
-                for (uint32_t j = 0; j < n_ctx; j++) {
+                /* exp, summed per run of 16 positions in lane order, runs summed in double */
+                uint32_t padded = (n_ctx + 15) / 16 * 16;
+                for (uint32_t j = 0; j < n_ctx; j++)
                         scores[j] = expf(scores[j] - max);
-                        sum += scores[j];
-                }
+                for (uint32_t j = n_ctx; j < padded; j++)
+                        scores[j] = 0.0f;
+                double sum = 0.0;
+                for (uint32_t j = 0; j < padded; j += 16)
+                        sum += lanes_sum16(scores + j);
                 /* The normalized weights meet the f16 values at f16 precision, as in the
                  * reference's attention without flash attention. */
                 float inv = (float) (1.0 / sum);
-                memset(out, 0, hd * sizeof(float));
+                memset(lanes, 0, (size_t) 16 * hd * sizeof(float));
                 for (uint32_t j = 0; j < n_ctx; j++) {
                         uint64_t slot = kv_pool_slot(r->kv, layer, (uint32_t) seq->block_table[j / bs], j % bs);
-                        kern->axpy_f16(out, r->kv->v + slot + head_offset, f16_to_f32(f32_to_f16(scores[j] * inv)), hd);
+                        float p = f16_to_f32(f32_to_f16(scores[j] * inv));
+                        kern->axpy_f16(lanes + (size_t) (j % 16) * hd, r->kv->v + slot + head_offset, p, hd);
+                }
+                for (uint32_t i = 0; i < hd; i++) {
+                        float l[16];
+                        for (int e = 0; e < 16; e++)
+                                l[e] = lanes[(size_t) e * hd + i];
+                        out[i] = lanes_sum16(l);
                 }
         }
 }
@@ -322,7 +337,7 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
         const struct model_hparams *hp = &m->hp;
         const struct batch *b = r->batch;
         uint32_t T = b->n_tokens;
-        float *row_scratch = r->thread_scratch + ith * r->thread_scratch_stride + r->config.max_model_len;
+        float *row_scratch = r->thread_scratch + ith * r->thread_scratch_stride + r->config.max_model_len + 16;
 
         embed(r, ith, nth);
         rope_tables(r, ith, nth);

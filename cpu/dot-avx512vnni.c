@@ -3,6 +3,7 @@
 
 #if HAVE_X86_64_KERNELS
 #include <immintrin.h>
+#include <math.h>
 
 #include "dot.h"
 

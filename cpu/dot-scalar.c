@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
 
+#include <math.h>
+
 #include "dot.h"
 #include "float16.h"
 
@@ -43,15 +45,15 @@ static float dot_q8_0_scalar(const void *weight_row, const struct block_q8_1 *ac
 }
 
 static float dot_f16_scalar(const f16_bits *k, const float *q, size_t n) {
-        float sum = 0.0f;
+        float lanes[16] = { 0 };
         for (size_t i = 0; i < n; i++)
-                sum += f16_to_f32(k[i]) * q[i];
-        return sum;
+                lanes[i % 16] = fmaf(f16_to_f32(k[i]), q[i], lanes[i % 16]);
+        return lanes_sum16(lanes);
 }
 
 static void axpy_f16_scalar(float *acc, const f16_bits *v, float w, size_t n) {
         for (size_t i = 0; i < n; i++)
-                acc[i] += w * f16_to_f32(v[i]);
+                acc[i] = fmaf(f16_to_f32(v[i]), w, acc[i]);
 }
 
 const struct dot_kernels dot_kernels_scalar = {

@@ -76,16 +76,30 @@ __attribute__((target(DOT_TARGET))) static float DOT_FN(dot_q8_0)(const void *we
         return DOT_FN(hsum)(acc);
 }
 
+/* 16 lanes as two 8-wide halves: lanes 0-7 and 8-15, fused multiply-add, then the tree of
+ * lanes_sum16(). */
 __attribute__((target(DOT_TARGET))) static float DOT_FN(dot_f16)(const f16_bits *k, const float *q, size_t n) {
-        __m256 acc = _mm256_setzero_ps();
+        __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
         size_t i = 0;
-        for (; i + 8 <= n; i += 8)
-                acc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (k + i))),
-                                      _mm256_loadu_ps(q + i), acc);
-        float sum = DOT_FN(hsum)(acc);
-        for (; i < n; i++)
-                sum += DOT_FN(half)(k[i]) * q[i];
-        return sum;
+        for (; i + 16 <= n; i += 16) {
+                lo = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (k + i))), _mm256_loadu_ps(q + i), lo);
+                hi = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (k + i + 8))),
+                                     _mm256_loadu_ps(q + i + 8), hi);
+        }
+        float lanes[16];
+        _mm256_storeu_ps(lanes, lo);
+        _mm256_storeu_ps(lanes + 8, hi);
+        if (i < n) {
+                for (; i < n; i++)
+                        lanes[i % 16] = fmaf(DOT_FN(half)(k[i]), q[i], lanes[i % 16]);
+                lo = _mm256_loadu_ps(lanes);
+                hi = _mm256_loadu_ps(lanes + 8);
+        }
+        /* (hi + lo), then + 4 apart, + 2 apart, + 1 apart: lanes_sum16() in registers */
+        __m256 a = _mm256_add_ps(hi, lo);
+        __m128 b = _mm_add_ps(_mm256_extractf128_ps(a, 1), _mm256_castps256_ps128(a));
+        __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+        return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
 }
 
 __attribute__((target(DOT_TARGET))) static void DOT_FN(axpy_f16)(float *acc, const f16_bits *v, float w, size_t n) {

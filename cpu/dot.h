@@ -19,10 +19,24 @@ struct dot_kernels {
         dot_q_fn q4_0;
         dot_q_fn q4_1;
         dot_q_fn q8_0;
-        /* Attention over the f16 KV cache: sum(k[i] * q[i]), and acc[i] += w * v[i]. */
+        /* Attention over the f16 KV cache. dot_f16 = sum(k[i] * q[i]) in 16-lane order: element
+         * i goes to lane i % 16 by fused multiply-add, then the lanes are summed as
+         * lanes_sum16() does; this is the order llama.cpp's f16 matrix products use on x86,
+         * and every set gives the same bits. axpy_f16: acc[i] = fma(v[i], w, acc[i]). */
         float (*dot_f16)(const f16_bits *k, const float *q, size_t n);
         void (*axpy_f16)(float *acc, const f16_bits *v, float w, size_t n);
 };
+
+/* The sum of 16 lanes as a halving tree: (l[e] + l[e + 8]), then + 4 apart, then + 2 apart,
+ * then the last pair; the order a 512-bit horizontal add uses. */
+static inline float lanes_sum16(const float l[16]) {
+        float a[8], b[4];
+        for (int e = 0; e < 8; e++)
+                a[e] = l[e + 8] + l[e];
+        for (int e = 0; e < 4; e++)
+                b[e] = a[e + 4] + a[e];
+        return (b[0] + b[2]) + (b[1] + b[3]);
+}
 
 extern const struct dot_kernels dot_kernels_scalar;
 #if HAVE_X86_64_KERNELS
