@@ -283,8 +283,7 @@ static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
                 }
                 /* exp, summed per run of 16 positions in lane order, runs summed in double */
                 uint32_t padded = (n_ctx + 15) / 16 * 16;
-                for (uint32_t j = 0; j < n_ctx; j++)
-                        scores[j] = expf(scores[j] - max);
+                kern->exp_shifted(scores, max, n_ctx);
                 for (uint32_t j = n_ctx; j < padded; j++)
                         scores[j] = 0.0f;
                 double sum = 0.0;
@@ -313,9 +312,8 @@ static void swiglu(struct cpu_runner *r, unsigned ith, unsigned nth) {
         uint64_t begin, end;
         split(r->batch->n_tokens, ith, nth, &begin, &end);
         for (uint64_t t = begin; t < end; t++) {
-                float *g = r->gate + t * n_ff, *u = r->up + t * n_ff, *h = r->xn + t * n_ff;
-                for (uint32_t i = 0; i < n_ff; i++)
-                        h[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+                float *h = r->xn + t * n_ff;
+                r->kernels->swiglu(h, r->gate + t * n_ff, r->up + t * n_ff, n_ff);
                 quantize_row_q8_1(h, r->xq + t * (n_ff / QUANT_BLOCK), n_ff);
         }
 }

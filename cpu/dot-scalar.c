@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "dot.h"
+#include "exp-poly.h"
 #include "float16.h"
 
 static float dot_q4_0_scalar(const void *weight_row, const struct block_q8_1 *act, size_t n_blocks) {
@@ -56,6 +57,16 @@ static void axpy_f16_scalar(float *acc, const f16_bits *v, float w, size_t n) {
                 acc[i] = fmaf(f16_to_f32(v[i]), w, acc[i]);
 }
 
+static void exp_shifted_scalar(float *x, float shift, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                x[i] = exp_poly(x[i] - shift);
+}
+
+static void swiglu_scalar(float *h, const float *g, const float *u, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                h[i] = g[i] / (1.0f + exp_poly(0.0f - g[i])) * u[i];
+}
+
 const struct dot_kernels dot_kernels_scalar = {
         .name = "scalar",
         .q4_0 = dot_q4_0_scalar,
@@ -63,4 +74,6 @@ const struct dot_kernels dot_kernels_scalar = {
         .q8_0 = dot_q8_0_scalar,
         .dot_f16 = dot_f16_scalar,
         .axpy_f16 = axpy_f16_scalar,
+        .exp_shifted = exp_shifted_scalar,
+        .swiglu = swiglu_scalar,
 };

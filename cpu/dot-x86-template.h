@@ -7,6 +7,8 @@
 
 #include <immintrin.h>
 
+#include "exp-poly.h"
+
 #define DOT_CONCAT_(a, b) a##_##b
 #define DOT_CONCAT(a, b) DOT_CONCAT_(a, b)
 #define DOT_FN(name) DOT_CONCAT(name, DOT_SET)
@@ -113,6 +115,52 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(axpy_f16)(float *acc, con
                 acc[i] += w * DOT_FN(half)(v[i]);
 }
 
+/* exp_poly() eight at a time, the same operations in the same order. */
+__attribute__((target(DOT_TARGET))) static inline __m256 DOT_FN(exp8)(__m256 x) {
+        const __m256 shift = _mm256_set1_ps(EXP_POLY_SHIFT);
+        __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(EXP_POLY_LOG2E), shift);
+        __m256 n = _mm256_sub_ps(z, shift);
+        __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_POLY_LN2_LO),
+                                    _mm256_fnmadd_ps(n, _mm256_set1_ps(EXP_POLY_LN2_HI), x));
+        __m256 u = _mm256_mul_ps(b, b);
+        __m256 p = _mm256_fmadd_ps(
+                _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(EXP_POLY_C5), b, _mm256_set1_ps(EXP_POLY_C4)), u,
+                                _mm256_fmadd_ps(_mm256_set1_ps(EXP_POLY_C3), b, _mm256_set1_ps(EXP_POLY_C2))),
+                u, _mm256_fmadd_ps(_mm256_set1_ps(EXP_POLY_C1), b, _mm256_set1_ps(1.0f)));
+        /* 2^n for normal results; anything smaller or out of range takes the scalar path */
+        __m256 in_range = _mm256_and_ps(_mm256_cmp_ps(n, _mm256_set1_ps(-126.0f), _CMP_GE_OQ),
+                                        _mm256_cmp_ps(n, _mm256_set1_ps(127.0f), _CMP_LE_OQ));
+        if (_mm256_movemask_ps(in_range) != 0xff) {
+                float xs[8], out[8];
+                _mm256_storeu_ps(xs, x);
+                for (int i = 0; i < 8; i++)
+                        out[i] = exp_poly(xs[i]);
+                return _mm256_loadu_ps(out);
+        }
+        __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+        return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+__attribute__((target(DOT_TARGET))) static void DOT_FN(exp_shifted)(float *x, float shift, size_t n) {
+        size_t i = 0;
+        for (; i + 8 <= n; i += 8)
+                _mm256_storeu_ps(x + i, DOT_FN(exp8)(_mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(shift))));
+        for (; i < n; i++)
+                x[i] = exp_poly(x[i] - shift);
+}
+
+__attribute__((target(DOT_TARGET))) static void DOT_FN(swiglu)(float *h, const float *g, const float *u, size_t n) {
+        const __m256 one = _mm256_set1_ps(1.0f);
+        size_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+                __m256 gv = _mm256_loadu_ps(g + i);
+                __m256 e = DOT_FN(exp8)(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+                _mm256_storeu_ps(h + i, _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
+        }
+        for (; i < n; i++)
+                h[i] = g[i] / (1.0f + exp_poly(0.0f - g[i])) * u[i];
+}
+
 const struct dot_kernels DOT_CONCAT(dot_kernels, DOT_SET) = {
         .name = DOT_SET_NAME,
         .q4_0 = DOT_FN(dot_q4_0),
@@ -120,4 +168,6 @@ const struct dot_kernels DOT_CONCAT(dot_kernels, DOT_SET) = {
         .q8_0 = DOT_FN(dot_q8_0),
         .dot_f16 = DOT_FN(dot_f16),
         .axpy_f16 = DOT_FN(axpy_f16),
+        .exp_shifted = DOT_FN(exp_shifted),
+        .swiglu = DOT_FN(swiglu),
 };

@@ -25,6 +25,10 @@ struct dot_kernels {
          * and every set gives the same bits. axpy_f16: acc[i] = fma(v[i], w, acc[i]). */
         float (*dot_f16)(const f16_bits *k, const float *q, size_t n);
         void (*axpy_f16)(float *acc, const f16_bits *v, float w, size_t n);
+        /* x[i] = exp(x[i] - shift) for the softmax, and h[i] = silu(g[i]) * u[i], both with
+         * the exp of exp_poly.h so that every set, and the reference, round alike. */
+        void (*exp_shifted)(float *x, float shift, size_t n);
+        void (*swiglu)(float *h, const float *g, const float *u, size_t n);
 };
 
 /* The sum of 16 lanes as a halving tree: (l[e] + l[e + 8]), then + 4 apart, then + 2 apart,

@@ -173,6 +173,39 @@ static void compare_sets(const struct dot_kernels *k) {
         }
 }
 
+static void compare_exp(const struct dot_kernels *k) {
+        float x[203], ref[203], g[203], u[203], h_ref[203], h[203];
+        for (int rep = 0; rep < 200; rep++) {
+                size_t n = 1 + (size_t) rep % 203;
+                for (size_t i = 0; i < n; i++) {
+                        x[i] = ref[i] = next_float(rep < 100 ? 30.0f : 120.0f); /* reaches both ends of the range */
+                        g[i] = next_float(20.0f);
+                        u[i] = next_float(3.0f);
+                }
+                dot_kernels_scalar.exp_shifted(ref, 1.5f, n);
+                k->exp_shifted(x, 1.5f, n);
+                ck_assert_msg(memcmp(x, ref, n * sizeof(float)) == 0, "%s exp_shifted n %zu", k->name, n);
+                dot_kernels_scalar.swiglu(h_ref, g, u, n);
+                k->swiglu(h, g, u, n);
+                ck_assert_msg(memcmp(h, h_ref, n * sizeof(float)) == 0, "%s swiglu n %zu", k->name, n);
+        }
+}
+
+/* The polynomial exp against libm: within 2 ulp over the range that matters, 0 below it. */
+START_TEST(test_exp_poly_accuracy) {
+        for (float x = -103.0f; x < 88.0f; x += 0.00731f) {
+                float got = x, want = expf(x);
+                dot_kernels_scalar.exp_shifted(&got, 0.0f, 1);
+                float ulp = nextafterf(want, INFINITY) - want;
+                ck_assert_msg(fabsf(got - want) <= 2.0f * ulp || (want < 1e-37f && fabsf(got - want) < 1e-38f),
+                              "exp(%a): %a, libm %a", x, got, want);
+        }
+        float v[3] = { -INFINITY, -200.0f, 0.0f };
+        dot_kernels_scalar.exp_shifted(v, 0.0f, 3);
+        ck_assert(v[0] == 0.0f && v[1] == 0.0f && v[2] == 1.0f);
+}
+END_TEST
+
 START_TEST(test_simd_sets_match_scalar) {
         static const char *const names[] = { "avx2", "avx512vnni" };
         for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
@@ -182,6 +215,7 @@ START_TEST(test_simd_sets_match_scalar) {
                         continue;
                 }
                 compare_sets(k);
+                compare_exp(k);
         }
         ck_assert_ptr_nonnull(dot_kernels_select());
 }
@@ -237,6 +271,7 @@ int main(void) {
         tcase_add_test(tc, test_quantize_q8_1);
         tcase_add_test(tc, test_scalar_matches_float);
         tcase_add_test(tc, test_simd_sets_match_scalar);
+        tcase_add_test(tc, test_exp_poly_accuracy);
         tcase_add_test(tc, test_thread_pool_barriers);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
