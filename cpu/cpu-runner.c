@@ -76,8 +76,8 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
         }
 
         size_t T = config->max_batch_tokens;
-        /* scores (padded to 16), then the query or a dequantized row, then 16 lanes of a head */
-        r->thread_scratch_stride = (size_t) config->max_model_len + 16 + r->max_dim + (size_t) 16 * hp->head_dim;
+        /* scores (padded to 16), then the query or a dequantized row, then 64 lanes of a head */
+        r->thread_scratch_stride = (size_t) config->max_model_len + 16 + r->max_dim + (size_t) 64 * hp->head_dim;
         r->x = alloc_floats(T * hp->n_embd);
         r->xn = alloc_floats(T * r->max_dim);
         r->xq = calloc(T * (r->max_dim / QUANT_BLOCK), sizeof(struct block_q8_1));
@@ -201,8 +201,10 @@ static void rope(const struct cpu_runner *r, float *x, uint32_t n_heads, uint32_
                 float *xh = x + (size_t) h * hp->head_dim;
                 for (uint32_t i = 0; i < hp->rope_dim / 2; i++) {
                         float a = xh[2 * i], b = xh[2 * i + 1];
-                        xh[2 * i] = a * c[i] - b * s[i];
-                        xh[2 * i + 1] = a * s[i] + b * c[i];
+                        /* one product fused into the sum, the way a compiler contracts
+                         * a*c - b*s for FMA hardware, so the rounding matches the reference */
+                        xh[2 * i] = fmaf(a, c[i], -(b * s[i]));
+                        xh[2 * i + 1] = fmaf(a, s[i], b * c[i]);
                 }
         }
 }
@@ -249,8 +251,9 @@ static void store_kv(struct cpu_runner *r, uint32_t layer, unsigned ith, unsigne
 
 /* Causal grouped-query attention of each (token, head) in this thread's share over the
  * token's sequence, positions 0..pos in order, read through the block table. Sums follow the
- * 16-lane order of llama.cpp's f16 matrix products (position j feeds lane j % 16), so that
- * rounding matches the reference; the order depends only on the sequence, never the batch. */
+ * lane order of llama.cpp's f16 matrix products, so that rounding matches the reference: its
+ * tiled product (16 lanes) for prompt positions, its vector dot product (64 lanes) for
+ * generated ones; position j feeds lane j % lanes. The order depends only on the sequence. */
 static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsigned nth) {
         const struct model_hparams *hp = &r->model->hp;
         const struct batch *b = r->batch;
@@ -259,7 +262,7 @@ static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
         float scale = 1.0f / sqrtf((float) hd);
         float *scores = r->thread_scratch + ith * r->thread_scratch_stride;
         float *q16 = scores + r->config.max_model_len + 16;
-        float *lanes = q16 + hd; /* (16, hd) */
+        float *lanes = q16 + hd; /* (64, hd) */
         uint64_t begin, end;
 
         split((uint64_t) b->n_tokens * hp->n_head, ith, nth, &begin, &end);
@@ -267,6 +270,8 @@ static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
                 uint32_t t = (uint32_t) (item / hp->n_head), h = (uint32_t) (item % hp->n_head);
                 const struct batch_seq *seq = &b->seqs[b->seq_ids[t]];
                 uint32_t n_ctx = (uint32_t) b->positions[t] + 1;
+                bool prompt = (uint32_t) b->positions[t] < seq->n_prompt;
+                uint32_t n_lanes = prompt ? 16 : 64;
                 size_t head_offset = (size_t) (h / group) * hd;
                 const float *q = r->q + (size_t) t * r->q_dim + (size_t) h * hd;
                 float *out = r->xn + (size_t) t * r->q_dim + (size_t) h * hd;
@@ -278,7 +283,8 @@ static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
                 float max = -INFINITY;
                 for (uint32_t j = 0; j < n_ctx; j++) {
                         uint64_t slot = kv_pool_slot(r->kv, layer, (uint32_t) seq->block_table[j / bs], j % bs);
-                        scores[j] = kern->dot_f16(r->kv->k + slot + head_offset, q16, hd) * scale;
+                        const f16_bits *k = r->kv->k + slot + head_offset;
+                        scores[j] = (prompt ? kern->dot_f16(k, q16, hd) : kern->dot_f16_wide(k, q16, hd)) * scale;
                         max = fmaxf(max, scores[j]);
                 }
                 /* exp, summed per run of 16 positions in lane order, runs summed in double */
@@ -292,17 +298,20 @@ static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
                 /* The normalized weights meet the f16 values at f16 precision, as in the
                  * reference's attention without flash attention. */
                 float inv = (float) (1.0 / sum);
-                memset(lanes, 0, (size_t) 16 * hd * sizeof(float));
+                memset(lanes, 0, (size_t) n_lanes * hd * sizeof(float));
                 for (uint32_t j = 0; j < n_ctx; j++) {
                         uint64_t slot = kv_pool_slot(r->kv, layer, (uint32_t) seq->block_table[j / bs], j % bs);
                         float p = f16_to_f32(f32_to_f16(scores[j] * inv));
-                        kern->axpy_f16(lanes + (size_t) (j % 16) * hd, r->kv->v + slot + head_offset, p, hd);
+                        kern->axpy_f16(lanes + (size_t) (j % n_lanes) * hd, r->kv->v + slot + head_offset, p, hd);
                 }
                 for (uint32_t i = 0; i < hd; i++) {
-                        float l[16];
-                        for (int e = 0; e < 16; e++)
-                                l[e] = lanes[(size_t) e * hd + i];
-                        out[i] = lanes_sum16(l);
+                        if (prompt) {
+                                float l[16];
+                                for (int e = 0; e < 16; e++)
+                                        l[e] = lanes[(size_t) e * hd + i];
+                                out[i] = lanes_sum16(l);
+                        } else
+                                out[i] = lanes_sum64(lanes + i, hd);
                 }
         }
 }

@@ -52,6 +52,17 @@ static float dot_f16_scalar(const f16_bits *k, const float *q, size_t n) {
         return lanes_sum16(lanes);
 }
 
+static float dot_f16_wide_scalar(const f16_bits *k, const float *q, size_t n) {
+        float lanes[64] = { 0 };
+        size_t whole = n / 64 * 64;
+        for (size_t i = 0; i < whole; i++)
+                lanes[i % 64] = fmaf(f16_to_f32(k[i]), q[i], lanes[i % 64]);
+        double sum = lanes_sum64(lanes, 1);
+        for (size_t i = whole; i < n; i++)
+                sum += (double) (f16_to_f32(k[i]) * q[i]);
+        return (float) sum;
+}
+
 static void axpy_f16_scalar(float *acc, const f16_bits *v, float w, size_t n) {
         for (size_t i = 0; i < n; i++)
                 acc[i] = fmaf(f16_to_f32(v[i]), w, acc[i]);
@@ -73,6 +84,7 @@ const struct dot_kernels dot_kernels_scalar = {
         .q4_1 = dot_q4_1_scalar,
         .q8_0 = dot_q8_0_scalar,
         .dot_f16 = dot_f16_scalar,
+        .dot_f16_wide = dot_f16_wide_scalar,
         .axpy_f16 = axpy_f16_scalar,
         .exp_shifted = exp_shifted_scalar,
         .swiglu = swiglu_scalar,

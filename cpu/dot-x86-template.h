@@ -104,6 +104,24 @@ __attribute__((target(DOT_TARGET))) static float DOT_FN(dot_f16)(const f16_bits 
         return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
 }
 
+__attribute__((target(DOT_TARGET))) static float DOT_FN(dot_f16_wide)(const f16_bits *k, const float *q, size_t n) {
+        __m256 acc[8];
+        for (int a = 0; a < 8; a++)
+                acc[a] = _mm256_setzero_ps();
+        size_t whole = n / 64 * 64;
+        for (size_t i = 0; i < whole; i += 64)
+                for (int a = 0; a < 8; a++)
+                        acc[a] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (k + i + 8 * a))),
+                                                 _mm256_loadu_ps(q + i + 8 * a), acc[a]);
+        float lanes[64];
+        for (int a = 0; a < 8; a++)
+                _mm256_storeu_ps(lanes + 8 * a, acc[a]);
+        double sum = lanes_sum64(lanes, 1);
+        for (size_t i = whole; i < n; i++)
+                sum += (double) (DOT_FN(half)(k[i]) * q[i]);
+        return (float) sum;
+}
+
 __attribute__((target(DOT_TARGET))) static void DOT_FN(axpy_f16)(float *acc, const f16_bits *v, float w, size_t n) {
         __m256 wv = _mm256_set1_ps(w);
         size_t i = 0;
@@ -167,6 +185,7 @@ const struct dot_kernels DOT_CONCAT(dot_kernels, DOT_SET) = {
         .q4_1 = DOT_FN(dot_q4_1),
         .q8_0 = DOT_FN(dot_q8_0),
         .dot_f16 = DOT_FN(dot_f16),
+        .dot_f16_wide = DOT_FN(dot_f16_wide),
         .axpy_f16 = DOT_FN(axpy_f16),
         .exp_shifted = DOT_FN(exp_shifted),
         .swiglu = DOT_FN(swiglu),

@@ -24,6 +24,10 @@ struct dot_kernels {
          * lanes_sum16() does; this is the order llama.cpp's f16 matrix products use on x86,
          * and every set gives the same bits. axpy_f16: acc[i] = fma(v[i], w, acc[i]). */
         float (*dot_f16)(const f16_bits *k, const float *q, size_t n);
+        /* The same product in 64-lane order (lanes_sum64), whole runs of 64 only, the rest
+         * added in double: the order of llama.cpp's f16 vector dot product, which it uses
+         * for a single query token. */
+        float (*dot_f16_wide)(const f16_bits *k, const float *q, size_t n);
         void (*axpy_f16)(float *acc, const f16_bits *v, float w, size_t n);
         /* x[i] = exp(x[i] - shift) for the softmax, and h[i] = silu(g[i]) * u[i], both with
          * the exp of exp_poly.h so that every set, and the reference, round alike. */
@@ -40,6 +44,15 @@ static inline float lanes_sum16(const float l[16]) {
         for (int e = 0; e < 4; e++)
                 b[e] = a[e + 4] + a[e];
         return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
+/* 64 lanes (four 16-wide vectors) folded pairwise, 0 with 2 and 1 with 3, then the sum of
+ * the 16 lanes left. lanes[i * stride] is lane i. */
+static inline float lanes_sum64(const float *lanes, size_t stride) {
+        float l[16];
+        for (int e = 0; e < 16; e++)
+                l[e] = (lanes[e * stride] + lanes[(32 + e) * stride]) + (lanes[(16 + e) * stride] + lanes[(48 + e) * stride]);
+        return lanes_sum16(l);
 }
 
 extern const struct dot_kernels dot_kernels_scalar;

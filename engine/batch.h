@@ -10,6 +10,11 @@
 struct batch_seq {
         const int32_t *block_table; /* block ids; position p lives in block_table[p / block_size] */
         uint32_t n_blocks;
+        /* Positions below this are the prompt, the rest were generated. The CPU runner sums
+         * attention in a different order for each, as the reference does for a prompt pass
+         * and for a decode step; keyed to the position, never to the batch, so a sequence's
+         * results stay the same however it is batched, chunked or cached. */
+        uint32_t n_prompt;
 };
 
 struct batch {

@@ -201,7 +201,7 @@ static void build_batch(struct engine_core *ec, struct batch *b) {
         for (uint32_t i = 0; i < s->n_plan; i++) {
                 const struct scheduled_chunk *c = &s->plan[i];
                 struct request *r = c->req;
-                ec->batch_seqs[i] = (struct batch_seq) { r->blocks.ids, r->blocks.n };
+                ec->batch_seqs[i] = (struct batch_seq) { r->blocks.ids, r->blocks.n, r->n_prompt };
                 for (uint32_t k = 0; k < c->n_tokens; k++, n++) {
                         ec->batch_tokens[n] = r->tokens[r->num_computed_tokens + k];
                         ec->batch_positions[n] = (int32_t) (r->num_computed_tokens + k);

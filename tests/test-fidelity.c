@@ -22,7 +22,7 @@
 #define NEAR_TIE_LOGPROB_GAP 0.1
 #define LOGPROB_TOLERANCE 1e-2
 #define LOGPROB_LIMIT 0.3
-#define LOGPROB_MEDIAN_LIMIT 0.05
+#define LOGPROB_MEDIAN_LIMIT LOGPROB_TOLERANCE
 #define PERPLEXITY_TOLERANCE 0.01
 
 static struct model *model;
@@ -138,6 +138,9 @@ START_TEST(test_greedy_matches_llama_cpp) {
                         if (n_compared < sizeof(errors) / sizeof(errors[0]))
                                 errors[n_compared] = e;
                         n_compared++;
+                        if (e > LOGPROB_TOLERANCE && getenv("FIDELITY_VERBOSE"))
+                                printf("%s: token %zu (position %zu) logprob %.5f, llama.cpp %.5f\n", name, pos,
+                                       n_prompt + pos, r.logprob, ref_lp);
                         n_over += e > LOGPROB_TOLERANCE;
                         ck_assert_msg(e <= LOGPROB_LIMIT, "%s: token %zu logprob %.5f, llama.cpp %.5f", name, pos,
                                       r.logprob, ref_lp);
@@ -164,7 +167,7 @@ START_TEST(test_greedy_matches_llama_cpp) {
          * docs/design.md for why prompt processing does not meet it yet. These bounds hold
          * today and catch regressions. */
         ck_assert_msg(median <= LOGPROB_MEDIAN_LIMIT, "median logprob difference %.5f", median);
-        ck_assert_uint_ge(identical, n_cases / 4);
+        ck_assert_uint_ge(identical, n_cases * 2 / 3);
         free(logits);
         json_object_put(root);
 }
@@ -184,13 +187,14 @@ START_TEST(test_perplexity_matches_llama_cpp) {
 
         ck_assert_uint_le(n_chunks * n_ctx, n_tokens);
         ck_assert_uint_le(n_ctx, config.max_model_len);
+        ck_assert_uint_ge(first, 1);
         for (size_t c = 0; c < n_chunks; c++) {
                 const int32_t *chunk = tokens + c * n_ctx;
                 struct error err;
                 sequence_reset(seq);
                 ck_assert_msg(sequence_feed(seq, chunk, n_ctx, true, logits, &err) == 0, "%s", err.message);
-                /* token j + 1 is predicted from the logits at j */
-                for (uint32_t j = first; j + 1 < n_ctx; j++) {
+                /* the token at j + 1 is predicted from the logits at j; scored tokens start at first */
+                for (uint32_t j = first - 1; j + 1 < n_ctx; j++) {
                         const float *row = logits + (size_t) j * model->hp.n_vocab;
                         float max = row[0];
                         for (uint32_t v = 1; v < model->hp.n_vocab; v++)

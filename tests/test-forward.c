@@ -179,7 +179,7 @@ static void run_batched(struct cpu_runner *r, const struct model *m, struct test
         for (;;) {
                 uint32_t n = 0;
                 for (uint32_t s = 0; s < n_seqs; s++) {
-                        bs[s] = (struct batch_seq) { seqs[s].block_table, MAX_LEN / BLOCK_SIZE };
+                        bs[s] = (struct batch_seq) { seqs[s].block_table, MAX_LEN / BLOCK_SIZE, seqs[s].n_tokens / 2 };
                         for (uint32_t i = 0; i < chunk && done[s] + i < seqs[s].n_tokens; i++, n++) {
                                 tokens[n] = seqs[s].tokens[done[s] + i];
                                 positions[n] = (int32_t) (done[s] + i);
@@ -312,7 +312,7 @@ START_TEST(test_rejects_bad_batches) {
         struct model *m = load_synthetic(&shapes[0]);
         struct cpu_runner *r = new_runner(m, 2, 8);
         int32_t table[MAX_LEN / BLOCK_SIZE] = { 0 }, tok = 5, pos = 0, sid = 0, out = 0;
-        struct batch_seq bs = { table, MAX_LEN / BLOCK_SIZE };
+        struct batch_seq bs = { table, MAX_LEN / BLOCK_SIZE, 0 };
         float *logits = malloc(sizeof(float) * m->hp.n_vocab);
         struct error err;
         struct batch b = { 1, &tok, &pos, &sid, 1, &bs, 1, &out };

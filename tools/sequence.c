@@ -10,6 +10,7 @@ struct sequence {
         struct cpu_runner_config config;
         uint32_t n_vocab;
         uint32_t length;
+        uint32_t n_prompt; /* the first feed after a reset is the prompt */
         int32_t *block_table; /* (n_kv_blocks) the identity: this sequence owns the pool */
         int32_t *positions;   /* (max_batch_tokens) */
         int32_t *seq_ids;     /* (max_batch_tokens) all zero */
@@ -52,6 +53,7 @@ void sequence_free(struct sequence *s) {
 
 void sequence_reset(struct sequence *s) {
         s->length = 0;
+        s->n_prompt = 0;
 }
 
 uint32_t sequence_length(const struct sequence *s) {
@@ -61,13 +63,15 @@ uint32_t sequence_length(const struct sequence *s) {
 int sequence_feed(struct sequence *s, const int32_t *tokens, size_t n, bool all_logits, float *logits,
                   struct error *err) {
         const struct model *m = cpu_runner_model(s->runner);
-        struct batch_seq seq = { s->block_table, s->config.n_kv_blocks };
 
         if (n == 0)
                 return error_set(err, EINVAL, "nothing to feed");
         if (n > s->config.max_model_len - s->length)
                 return error_set(err, ENOSPC, "%zu more tokens would make the sequence longer than max_model_len %u",
                                  n, s->config.max_model_len);
+        if (s->length == 0)
+                s->n_prompt = (uint32_t) n;
+        struct batch_seq seq = { s->block_table, s->config.n_kv_blocks, s->n_prompt };
         for (size_t done = 0; done < n;) {
                 uint32_t chunk = (uint32_t) (n - done < s->config.max_batch_tokens ? n - done : s->config.max_batch_tokens);
                 bool last_chunk = done + chunk == n;
