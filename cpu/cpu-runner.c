@@ -132,9 +132,10 @@ static void split(uint64_t n, unsigned ith, unsigned nth, uint64_t *begin, uint6
 }
 
 static void rms_norm(const float *x, const float *weight, float *out, uint32_t n, float eps) {
+        /* squares rounded to float, summed in double, as the reference does */
         double sum = 0.0;
         for (uint32_t i = 0; i < n; i++)
-                sum += (double) x[i] * x[i];
+                sum += (double) (x[i] * x[i]);
         float scale = 1.0f / sqrtf((float) (sum / n) + eps);
         for (uint32_t i = 0; i < n; i++)
                 out[i] = x[i] * scale * weight[i];

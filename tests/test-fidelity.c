@@ -21,8 +21,6 @@
 #define TOP_N 5
 #define NEAR_TIE_LOGPROB_GAP 0.1
 #define LOGPROB_TOLERANCE 1e-2
-#define LOGPROB_LIMIT 0.3
-#define LOGPROB_MEDIAN_LIMIT LOGPROB_TOLERANCE
 #define PERPLEXITY_TOLERANCE 0.01
 
 static struct model *model;
@@ -88,7 +86,7 @@ START_TEST(test_greedy_matches_llama_cpp) {
         size_t n_cases = json_object_array_length(cases), identical = 0, near_ties = 0;
         float *logits = malloc(sizeof(float) * model->hp.n_vocab);
         double worst_logprob_error = 0.0, errors[4096];
-        size_t n_compared = 0, n_over = 0;
+        size_t n_compared = 0;
         struct sampling_params params;
 
         ck_assert_uint_ge(n_cases, 20);
@@ -123,12 +121,12 @@ START_TEST(test_greedy_matches_llama_cpp) {
                                 printf("%s: diverges at token %zu: ours %d (%.4f), llama.cpp %d (%.4f); "
                                        "llama.cpp gives ours %.4f, we give theirs %.4f\n",
                                        name, pos, r.token, r.logprob, ref[pos], ref_theirs, ref_ours, ours_theirs);
-                                /* each side's token is among the other's top 5 */
-                                ck_assert_msg(!isnan(ref_ours) && !isnan(ours_theirs),
-                                              "%s: divergence at token %zu: a token outside the other's top 5", name, pos);
-                                if (fabs(ref_theirs - ref_ours) <= NEAR_TIE_LOGPROB_GAP &&
-                                    fabs(r.logprob - ours_theirs) <= NEAR_TIE_LOGPROB_GAP)
-                                        near_ties++;
+                                /* vLLM's rule: a divergence is allowed only at a genuine near-tie */
+                                ck_assert_msg(!isnan(ref_ours) && !isnan(ours_theirs) &&
+                                                      fabs(ref_theirs - ref_ours) <= NEAR_TIE_LOGPROB_GAP &&
+                                                      fabs(r.logprob - ours_theirs) <= NEAR_TIE_LOGPROB_GAP,
+                                              "%s: divergence at token %zu is not a near-tie", name, pos);
+                                near_ties++;
                                 sample_result_clear(&r);
                                 break;
                         }
@@ -138,11 +136,7 @@ START_TEST(test_greedy_matches_llama_cpp) {
                         if (n_compared < sizeof(errors) / sizeof(errors[0]))
                                 errors[n_compared] = e;
                         n_compared++;
-                        if (e > LOGPROB_TOLERANCE && getenv("FIDELITY_VERBOSE"))
-                                printf("%s: token %zu (position %zu) logprob %.5f, llama.cpp %.5f\n", name, pos,
-                                       n_prompt + pos, r.logprob, ref_lp);
-                        n_over += e > LOGPROB_TOLERANCE;
-                        ck_assert_msg(e <= LOGPROB_LIMIT, "%s: token %zu logprob %.5f, llama.cpp %.5f", name, pos,
+                        ck_assert_msg(e <= LOGPROB_TOLERANCE, "%s: token %zu logprob %.5f, llama.cpp %.5f", name, pos,
                                       r.logprob, ref_lp);
                         sample_result_clear(&r);
                         ck_assert_int_eq(sampler_seq_accept(&sampler, ref[pos]), 0);
@@ -159,15 +153,9 @@ START_TEST(test_greedy_matches_llama_cpp) {
         qsort(errors, n_sorted, sizeof(double), compare_double);
         double median = n_sorted ? errors[n_sorted / 2] : 0.0;
         printf("greedy: %zu of %zu prompts identical to the end; %zu diverged, %zu of them at a near-tie "
-               "(both sides within %.1f); chosen-token logprob difference: median %.5f, largest %.5f, "
-               "%zu of %zu above %g\n",
-               identical, n_cases, n_cases - identical, near_ties, NEAR_TIE_LOGPROB_GAP, median,
-               worst_logprob_error, n_over, n_compared, LOGPROB_TOLERANCE);
-        /* The issue's bar is every logprob within 1e-2 and every divergence a near-tie; see
-         * docs/design.md for why prompt processing does not meet it yet. These bounds hold
-         * today and catch regressions. */
-        ck_assert_msg(median <= LOGPROB_MEDIAN_LIMIT, "median logprob difference %.5f", median);
-        ck_assert_uint_ge(identical, n_cases * 2 / 3);
+               "(both sides within %.1f); chosen-token logprob difference over %zu tokens: median %.5f, largest %.5f\n",
+               identical, n_cases, n_cases - identical, near_ties, NEAR_TIE_LOGPROB_GAP, n_compared, median,
+               worst_logprob_error);
         free(logits);
         json_object_put(root);
 }
