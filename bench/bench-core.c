@@ -13,13 +13,8 @@
 
 #include "cpu-runner.h"
 #include "model.h"
+#include "clock.h"
 #include "sequence.h"
-
-static double now_seconds(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
-}
 
 static int compare_double(const void *a, const void *b) {
         double x = *(const double *) a, y = *(const double *) b;
@@ -98,17 +93,17 @@ int main(int argc, char **argv) {
         }
         for (unsigned r = 0; r < reps; r++) {
                 sequence_reset(seq);
-                double t0 = now_seconds();
+                double t0 = monotonic_seconds();
                 sequence_feed(seq, tokens, n_prompt, false, logits, &err);
-                rates[r] = n_prompt / (now_seconds() - t0);
+                rates[r] = n_prompt / (monotonic_seconds() - t0);
         }
         report("pp", n_prompt, threads, cpu_runner_kernels(runner), rates, reps);
         for (unsigned r = 0; r < reps; r++) {
                 sequence_reset(seq);
-                double t0 = now_seconds();
+                double t0 = monotonic_seconds();
                 for (unsigned i = 0; i < n_gen; i++)
                         sequence_feed(seq, &tokens[i], 1, false, logits, &err);
-                rates[r] = n_gen / (now_seconds() - t0);
+                rates[r] = n_gen / (monotonic_seconds() - t0);
         }
         report("tg", n_gen, threads, cpu_runner_kernels(runner), rates, reps);
 

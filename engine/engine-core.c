@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "engine-core.h"
 #include "kv-blocks.h"
 #include "request-map.h"

@@ -2,15 +2,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "request.h"
-
-double monotonic_seconds(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
-}
 
 const char *finish_reason_name(enum finish_reason r) {
         switch (r) {

@@ -83,5 +83,3 @@ static inline uint32_t request_num_output(const struct request *r) {
 
 /* Appends a sampled token (taking ownership of the sample's top array). */
 int request_append(struct request *r, struct sample_result *sample);
-
-double monotonic_seconds(void);

@@ -16,6 +16,7 @@
 #include "cpu-runner.h"
 #include "detokenizer.h"
 #include "model.h"
+#include "clock.h"
 #include "sampler.h"
 #include "sequence.h"
 #include "tokenizer.h"
@@ -254,12 +255,6 @@ static int prompt_ids(const struct options *o, const struct tokenizer *tk, int32
         return r;
 }
 
-static double now_seconds(void) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
-}
-
 static void print_logprobs(const struct tokenizer *tk, const struct sample_result *s) {
         size_t len;
         const char *text = tokenizer_token_text(tk, s->token, &len);
@@ -346,10 +341,10 @@ static int run(const struct options *o, struct error *err) {
                 goto out;
         g.sampler_ready = true;
 
-        double t0 = now_seconds();
+        double t0 = monotonic_seconds();
         if ((r = sequence_feed(g.seq, g.prompt, n_prompt, false, g.logits, err)) < 0)
                 goto out;
-        double t1 = now_seconds();
+        double t1 = monotonic_seconds();
         int32_t eos = o->params.ignore_eos ? -1 : tokenizer_eos(g.tokenizer);
         int32_t n_out = 0;
         const char *text;
@@ -380,7 +375,7 @@ static int run(const struct options *o, struct error *err) {
                 goto out;
         fwrite(text, 1, len, stdout);
         fputc('\n', stdout);
-        double t2 = now_seconds();
+        double t2 = monotonic_seconds();
         if (o->verbose)
                 fprintf(stderr, "asyncllm-generate: %zu prompt tokens at %.1f tokens/s, %d generated at %.1f tokens/s (%s kernels, %u threads)\n",
                         n_prompt, n_prompt / (t1 - t0), n_out, n_out > 1 ? (n_out - 1) / (t2 - t1) : 0.0,
