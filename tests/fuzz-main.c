@@ -16,45 +16,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "test-helpers.h"
 
-static int read_file(const char *path, uint8_t **ret_buf, size_t *ret_len) {
-        struct stat st;
-        int r = 0;
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-                return -errno;
-        if (fstat(fd, &st) < 0) {
-                r = -errno;
-                close(fd);
-                return r;
-        }
-        size_t len = (size_t) st.st_size;
-        /* Exactly len bytes (at least one for malloc), so that ASan sees reads past the end. */
-        uint8_t *buf = malloc(len ? len : 1);
-        if (!buf) {
-                close(fd);
-                return -ENOMEM;
-        }
-        for (size_t done = 0; done < len;) {
-                ssize_t k = read(fd, buf + done, len - done);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k <= 0) {
-                        r = k < 0 ? -errno : -EIO;
-                        break;
-                }
-                done += (size_t) k;
-        }
-        close(fd);
-        if (r < 0) {
-                free(buf);
-                return r;
-        }
-        *ret_buf = buf;
-        *ret_len = len;
-        return 0;
-}
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 struct tally {
         unsigned passed;
@@ -64,7 +28,7 @@ struct tally {
 static void run_file(const char *path, struct tally *t) {
         uint8_t *buf = NULL;
         size_t len = 0;
-        int r = read_file(path, &buf, &len);
+        int r = test_read_file(path, &buf, &len);
         if (r < 0) {
                 fprintf(stderr, "fuzz-main: %s: cannot read: %s\n", path, strerror(-r));
                 t->failed++;
