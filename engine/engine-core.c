@@ -26,8 +26,12 @@ struct engine_core {
         int32_t *batch_tokens, *batch_positions, *batch_seq_ids, *batch_outputs;
         struct batch_seq *batch_seqs; /* (max_num_seqs) */
         int32_t *logits_row;          /* (max_num_seqs) per plan entry, -1 without output */
+        /* (max_num_seqs) per plan entry: the rows of prompt positions whose logits rate the
+         * next prompt token (prompt_logprobs), and the first such position */
+        uint32_t *prompt_rows_first, *prompt_rows_count, *prompt_rows_pos;
         struct scheduled_chunk *plan_copy; /* (max_num_seqs) the step's plan, kept across the hook */
-        float *logits;                /* (max_num_seqs, n_vocab) */
+        float *logits;                /* (logits_rows, n_vocab) */
+        uint32_t logits_rows;         /* max_num_seqs, grown to max_num_batched_tokens for prompt logprobs */
 
         struct engine_output *outputs;
         uint32_t n_outputs, cap_outputs;
@@ -67,13 +71,18 @@ int engine_core_new(const struct engine_config *config, const struct backend *ba
         ec->batch_tokens = calloc(T, sizeof(int32_t));
         ec->batch_positions = calloc(T, sizeof(int32_t));
         ec->batch_seq_ids = calloc(T, sizeof(int32_t));
-        ec->batch_outputs = calloc(S, sizeof(int32_t));
+        ec->batch_outputs = calloc(T, sizeof(int32_t));
         ec->batch_seqs = calloc(S, sizeof(*ec->batch_seqs));
         ec->logits_row = calloc(S, sizeof(int32_t));
+        ec->prompt_rows_first = calloc(S, sizeof(uint32_t));
+        ec->prompt_rows_count = calloc(S, sizeof(uint32_t));
+        ec->prompt_rows_pos = calloc(S, sizeof(uint32_t));
         ec->plan_copy = calloc(S, sizeof(*ec->plan_copy));
         ec->logits = calloc(S * n_vocab, sizeof(float));
+        ec->logits_rows = (uint32_t) S;
         if (!ec->batch_tokens || !ec->batch_positions || !ec->batch_seq_ids || !ec->batch_outputs || !ec->batch_seqs ||
-            !ec->logits_row || !ec->plan_copy || !ec->logits) {
+            !ec->logits_row || !ec->prompt_rows_first || !ec->prompt_rows_count || !ec->prompt_rows_pos ||
+            !ec->plan_copy || !ec->logits) {
                 engine_core_free(ec);
                 return error_set(err, ENOMEM, "out of memory for the step buffers");
         }
@@ -105,6 +114,9 @@ void engine_core_free(struct engine_core *ec) {
         free(ec->batch_outputs);
         free(ec->batch_seqs);
         free(ec->logits_row);
+        free(ec->prompt_rows_first);
+        free(ec->prompt_rows_count);
+        free(ec->prompt_rows_pos);
         free(ec->plan_copy);
         free(ec->logits);
         free(ec->outputs);
@@ -148,6 +160,9 @@ static int validate(const struct engine_core *ec, const struct request_spec *spe
                 return error_set(err, EINVAL, "request id must be a non-empty string");
         if (spec->n_prompt == 0)
                 return error_set(err, EINVAL, "prompt is empty: give at least one token");
+        if (spec->params && spec->params->n != 1)
+                return error_set(err, EINVAL, "n must be 1 for one engine request (the frontend fans n > 1 out), got %u",
+                                 spec->params->n);
         if (spec->n_prompt >= ec->config.max_model_len)
                 return error_set(err, EINVAL, "prompt has %u tokens; it must be shorter than max_model_len (%u)",
                                  spec->n_prompt, ec->config.max_model_len);
@@ -194,21 +209,36 @@ bool engine_core_is_dead(const struct engine_core *ec) {
         return ec->dead;
 }
 
-/* Lays the plan out as one flat batch; each plan entry whose chunk reaches the end of its
- * tokens gets a logits row. */
+/* Lays the plan out as one flat batch. Each plan entry whose chunk reaches the end of its
+ * tokens gets a logits row to sample from; a request that wants prompt logprobs also gets
+ * one for every prompt position of the chunk whose next prompt token is still unrated.
+ * Rows follow token order. */
 static void build_batch(struct engine_core *ec, struct batch *b) {
         const struct scheduler *s = &ec->sched;
         uint32_t n = 0, n_out = 0;
         for (uint32_t i = 0; i < s->n_plan; i++) {
                 const struct scheduled_chunk *c = &s->plan[i];
                 struct request *r = c->req;
-                ec->batch_seqs[i] = (struct batch_seq) { r->blocks.ids, r->blocks.n, r->n_prompt };
-                for (uint32_t k = 0; k < c->n_tokens; k++, n++) {
-                        ec->batch_tokens[n] = r->tokens[r->num_computed_tokens + k];
-                        ec->batch_positions[n] = (int32_t) (r->num_computed_tokens + k);
-                        ec->batch_seq_ids[n] = (int32_t) i;
+                uint32_t start = r->num_computed_tokens, end = start + c->n_tokens;
+                uint32_t rate_from = 0, rate_to = 0; /* positions [from, to) get prompt rows */
+                if (r->prompt_logprobs) {
+                        rate_from = r->n_prompt_logprobs - 1 > start ? r->n_prompt_logprobs - 1 : start;
+                        rate_to = end < r->n_prompt - 1 ? end : r->n_prompt - 1;
+                        if (rate_to < rate_from)
+                                rate_to = rate_from;
                 }
-                if (r->num_computed_tokens + c->n_tokens == r->n_tokens) {
+                ec->batch_seqs[i] = (struct batch_seq) { r->blocks.ids, r->blocks.n, r->n_prompt };
+                ec->prompt_rows_first[i] = n_out;
+                ec->prompt_rows_count[i] = rate_to - rate_from;
+                ec->prompt_rows_pos[i] = rate_from;
+                for (uint32_t pos = start; pos < end; pos++, n++) {
+                        ec->batch_tokens[n] = r->tokens[pos];
+                        ec->batch_positions[n] = (int32_t) pos;
+                        ec->batch_seq_ids[n] = (int32_t) i;
+                        if (pos >= rate_from && pos < rate_to)
+                                ec->batch_outputs[n_out++] = (int32_t) n;
+                }
+                if (end == r->n_tokens) {
                         ec->logits_row[i] = (int32_t) n_out;
                         ec->batch_outputs[n_out++] = (int32_t) (n - 1);
                 } else
@@ -224,6 +254,19 @@ static void build_batch(struct engine_core *ec, struct batch *b) {
                 .n_outputs = n_out,
                 .output_tokens = ec->batch_outputs,
         };
+}
+
+/* Room for n logits rows; more than max_num_seqs only for prompt logprobs. */
+static int reserve_logits(struct engine_core *ec, uint32_t n) {
+        if (n <= ec->logits_rows)
+                return 0;
+        n = ec->config.max_num_batched_tokens;
+        float *l = realloc(ec->logits, (size_t) n * ec->n_vocab * sizeof(float));
+        if (!l)
+                return -ENOMEM;
+        ec->logits = l;
+        ec->logits_rows = n;
+        return 0;
 }
 
 /* vLLM's order: length first, then EOS (unless ignored), then stop token ids; EOS and stop
@@ -258,14 +301,30 @@ static void die(struct engine_core *ec) {
         }
 }
 
-static int record(struct engine_core *ec, const struct scheduled_chunk *c, int32_t row, double now) {
+static int rate_prompt(struct engine_core *ec, struct request *r, uint32_t first_row, uint32_t count, uint32_t pos) {
+        for (uint32_t k = 0; k < count; k++) {
+                const float *logits = ec->logits + (size_t) (first_row + k) * ec->n_vocab;
+                int rc = sampler_token_logprobs(logits, (int32_t) ec->n_vocab, r->tokens[pos + k + 1],
+                                                r->params.prompt_logprobs, &r->prompt_logprobs[pos + k + 1]);
+                if (rc < 0)
+                        return rc;
+                r->n_prompt_logprobs++;
+        }
+        return 0;
+}
+
+static int record(struct engine_core *ec, uint32_t i, double now) {
+        const struct scheduled_chunk *c = &ec->plan_copy[i];
+        int32_t row = ec->logits_row[i];
         struct request *r = c->req;
         int rc;
         uint32_t before = r->num_computed_tokens;
         r->num_computed_tokens += c->n_tokens;
         if (before < r->n_prompt) /* prompt tokens computed, recomputation included */
                 ec->prompt_tokens += (r->num_computed_tokens < r->n_prompt ? r->num_computed_tokens : r->n_prompt) - before;
-        kv_blocks_commit(ec->kv, &r->blocks, r->tokens, r->num_computed_tokens);
+        if (ec->prompt_rows_count[i] &&
+            rate_prompt(ec, r, ec->prompt_rows_first[i], ec->prompt_rows_count[i], ec->prompt_rows_pos[i]) < 0)
+                return finish(ec, r, FINISH_ERROR, false) < 0 ? -ENOMEM : 0;
         if (row < 0)
                 return 0; /* a prefill chunk short of the end: nothing to sample yet */
 
@@ -305,6 +364,8 @@ int engine_core_step(struct engine_core *ec, struct error *err) {
                         ec->sched.plan[i].req->scheduled_time = now;
 
         build_batch(ec, &b);
+        if ((rc = reserve_logits(ec, b.n_outputs)) < 0)
+                return error_set(err, -rc, "out of memory for %u logits rows", b.n_outputs);
         if ((rc = ec->backend.forward(ec->backend.impl, &b, ec->logits, err)) < 0) {
                 die(ec);
                 return rc;
@@ -324,7 +385,7 @@ int engine_core_step(struct engine_core *ec, struct error *err) {
         for (uint32_t i = 0; i < n_plan; i++) {
                 if (ec->plan_copy[i].req->state == REQUEST_FINISHED)
                         continue;
-                if ((rc = record(ec, &ec->plan_copy[i], ec->logits_row[i], now)) < 0)
+                if ((rc = record(ec, i, now)) < 0)
                         return error_set(err, -rc, "out of memory while recording outputs");
         }
         return 0;
@@ -361,6 +422,12 @@ void engine_core_stats(const struct engine_core *ec, struct engine_stats *ret) {
         memcpy(ret->finished, ec->finished, sizeof(ret->finished));
 }
 
-int engine_core_reset_prefix_cache(struct engine_core *ec) {
+int engine_core_reset_prefix_cache(struct engine_core *ec, bool preempt_running) {
+        if (preempt_running)
+                engine_core_preempt_all(ec);
         return kv_blocks_reset_prefix_cache(ec->kv);
+}
+
+void engine_core_preempt_all(struct engine_core *ec) {
+        scheduler_preempt_all(&ec->sched);
 }

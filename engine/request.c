@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,11 +46,20 @@ int request_new(const struct request_spec *spec, uint64_t arrival_order, int32_t
         r->cap = spec->n_prompt + 16;
         r->tokens = malloc(r->cap * sizeof(int32_t));
         r->samples = calloc(16, sizeof(*r->samples));
+        r->params.stop = NULL; /* stop strings are the frontend's */
+        r->params.n_stop = 0;
+        if (p->prompt_logprobs >= 0) {
+                r->prompt_logprobs = calloc(spec->n_prompt, sizeof(*r->prompt_logprobs));
+                if (r->prompt_logprobs) {
+                        r->prompt_logprobs[0] = (struct sample_result) { .token = -1, .logprob = NAN };
+                        r->n_prompt_logprobs = 1;
+                }
+        }
         r->stop_token = -1;
         r->arrival_time = spec->arrival_time > 0 ? spec->arrival_time : monotonic_seconds();
         if (!r->id || !r->tokens || !r->samples || (p->n_logit_bias && !r->params.logit_bias) ||
             (p->n_allowed_token_ids && !r->params.allowed_token_ids) ||
-            (p->n_stop_token_ids && !r->params.stop_token_ids)) {
+            (p->n_stop_token_ids && !r->params.stop_token_ids) || (p->prompt_logprobs >= 0 && !r->prompt_logprobs)) {
                 request_free(r);
                 return error_set(err, ENOMEM, "out of memory");
         }
@@ -71,6 +81,10 @@ void request_free(struct request *r) {
                 for (uint32_t i = 0; i < request_num_output(r); i++)
                         sample_result_clear(&r->samples[i]);
         free(r->samples);
+        if (r->prompt_logprobs)
+                for (uint32_t i = 0; i < r->n_prompt_logprobs; i++)
+                        sample_result_clear(&r->prompt_logprobs[i]);
+        free(r->prompt_logprobs);
         sampler_seq_free(&r->sampler);
         kv_block_list_free(&r->blocks);
         free((void *) r->params.logit_bias);

@@ -62,6 +62,11 @@ struct request {
 
         /* One sample per output token; top and logprob filled only when logprobs >= 0. */
         struct sample_result *samples;
+        /* (n_prompt) when params.prompt_logprobs >= 0: entry p > 0 rates prompt token p
+         * given the ones before it; entry 0 stays empty (token -1). Filled in order as
+         * chunks run; n_prompt_logprobs counts the entries done, 1 + the rated ones. */
+        struct sample_result *prompt_logprobs;
+        uint32_t n_prompt_logprobs;
 
         enum request_state state;
         enum finish_reason finish_reason;

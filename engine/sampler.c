@@ -839,6 +839,20 @@ static int fill_logprobs(const float *raw, int32_t n, int32_t chosen, int32_t n_
         return 0;
 }
 
+int sampler_token_logprobs(const float *logits, int32_t n_vocab, int32_t token, int32_t n_top,
+                           struct sample_result *out) {
+        if (!out)
+                return -EINVAL;
+        *out = (struct sample_result) { .token = -1, .logprob = NAN };
+        if (!logits || n_vocab <= 0 || token < 0 || token >= n_vocab || n_top < 0)
+                return -EINVAL;
+        int r = fill_logprobs(logits, n_vocab, token, n_top, out);
+        if (r < 0)
+                return r;
+        out->token = token;
+        return 0;
+}
+
 int sampler_sample(const struct sampling_params *p, struct sampler_seq *s, float *logits, int32_t n_vocab,
                    int32_t eos_id, struct sample_result *out) {
         bool want_logprobs, greedy;

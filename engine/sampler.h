@@ -86,3 +86,9 @@ void sampler_seq_free(struct sampler_seq *s);
  * can be sampled (every token masked, or no finite logit). On error *out is empty. */
 int sampler_sample(const struct sampling_params *p, struct sampler_seq *s, float *logits, int32_t n_vocab,
                    int32_t eos_id, struct sample_result *out);
+
+/* The logprob and rank of token, and the top n_top entries (plus token when it is not among
+ * them), from raw logits: what prompt_logprobs reports for each prompt token. Returns 0,
+ * -EINVAL or -ENOMEM (out is then empty). */
+int sampler_token_logprobs(const float *logits, int32_t n_vocab, int32_t token, int32_t n_top,
+                           struct sample_result *out);

@@ -2,8 +2,10 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <string.h>
 
 #include "sampling-params.h"
+#include "unicode.h"
 
 void sampling_params_init_default(struct sampling_params *p) {
         *p = (struct sampling_params) {
@@ -17,7 +19,38 @@ void sampling_params_init_default(struct sampling_params *p) {
                 .logprobs = SAMPLING_LOGPROBS_NONE,
                 .min_tokens = 0,
                 .max_tokens = SAMPLING_DEFAULT_MAX_TOKENS,
+                .n = 1,
+                .prompt_logprobs = SAMPLING_LOGPROBS_NONE,
+                .skip_special_tokens = true,
+                .output_kind = OUTPUT_CUMULATIVE,
         };
+}
+
+static const char *const output_kind_names[] = {
+        [OUTPUT_CUMULATIVE] = "cumulative",
+        [OUTPUT_DELTA] = "delta",
+        [OUTPUT_FINAL_ONLY] = "final",
+};
+
+const char *output_kind_name(enum output_kind k) {
+        return (unsigned) k < sizeof(output_kind_names) / sizeof(*output_kind_names) ? output_kind_names[k] : NULL;
+}
+
+int output_kind_from_string(const char *s, enum output_kind *ret) {
+        for (unsigned k = 0; k < sizeof(output_kind_names) / sizeof(*output_kind_names); k++)
+                if (strcmp(s, output_kind_names[k]) == 0) {
+                        *ret = (enum output_kind) k;
+                        return 0;
+                }
+        return -EINVAL;
+}
+
+static bool valid_utf8(const char *s) {
+        size_t len = strlen(s), n;
+        for (size_t i = 0; i < len; i += n)
+                if (utf8_next((const uint8_t *) s + i, len - i, NULL, &n) != UTF8_VALID)
+                        return false;
+        return true;
 }
 
 static int check_ids(const char *name, const int32_t *ids, size_t n, int32_t n_vocab, struct error *err) {
@@ -95,6 +128,28 @@ int sampling_params_validate(const struct sampling_params *p, int32_t n_vocab, i
         r = check_ids("stop_token_ids", p->stop_token_ids, p->n_stop_token_ids, n_vocab, err);
         if (r < 0)
                 return r;
+
+        if (p->n < 1 || p->n > SAMPLING_MAX_N)
+                return error_set(err, EINVAL, "n must be in [1, %d], got %" PRIu32, SAMPLING_MAX_N, p->n);
+        if (p->prompt_logprobs < SAMPLING_LOGPROBS_NONE || p->prompt_logprobs > max_logprobs)
+                return error_set(err, EINVAL, "prompt_logprobs must be -1 (none) or in [0, %" PRId32 "], got %" PRId32,
+                                 max_logprobs, p->prompt_logprobs);
+        if (p->n_stop > SAMPLING_MAX_STOP)
+                return error_set(err, EINVAL, "stop: at most %d strings allowed, got %zu", SAMPLING_MAX_STOP, p->n_stop);
+        if (p->n_stop > 0 && !p->stop)
+                return error_set(err, EINVAL, "stop: %zu strings given but no array", p->n_stop);
+        for (size_t i = 0; i < p->n_stop; i++) {
+                size_t len = p->stop[i] ? strlen(p->stop[i]) : 0;
+                if (len == 0)
+                        return error_set(err, EINVAL, "stop[%zu] is empty: stop strings must have at least one character", i);
+                if (len > SAMPLING_MAX_STOP_BYTES)
+                        return error_set(err, EINVAL, "stop[%zu] is %zu bytes long; at most %d allowed", i, len,
+                                         SAMPLING_MAX_STOP_BYTES);
+                if (!valid_utf8(p->stop[i]))
+                        return error_set(err, EINVAL, "stop[%zu] is not valid UTF-8", i);
+        }
+        if (!output_kind_name(p->output_kind))
+                return error_set(err, EINVAL, "output_kind must be cumulative, delta or final");
 
         return 0;
 }

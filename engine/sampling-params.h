@@ -27,6 +27,21 @@
 #define SAMPLING_MAX_TOKENS_NONE (-1)
 /* logprobs value meaning "return no logprobs" (vLLM: None). */
 #define SAMPLING_LOGPROBS_NONE (-1)
+/* The most completions one request may ask for (n). */
+#define SAMPLING_MAX_N 128
+/* The most stop strings one request may give, and the longest one in bytes. */
+#define SAMPLING_MAX_STOP 64
+#define SAMPLING_MAX_STOP_BYTES 256
+
+/* What each output of a streamed request carries (vLLM's RequestOutputKind). */
+enum output_kind {
+        OUTPUT_CUMULATIVE,  /* everything generated so far */
+        OUTPUT_DELTA,       /* only what is new since the previous output */
+        OUTPUT_FINAL_ONLY,  /* one output, when the request finishes */
+};
+
+const char *output_kind_name(enum output_kind k);
+int output_kind_from_string(const char *s, enum output_kind *ret);
 
 struct logit_bias {
         int32_t token;
@@ -60,6 +75,15 @@ struct sampling_params {
 
         int32_t min_tokens; /* EOS and stop_token_ids are masked until this many output tokens */
         int32_t max_tokens; /* >= 1, or SAMPLING_MAX_TOKENS_NONE. Default 16 */
+
+        /* Read by the frontend (engine/async-llm.c); the engine core ignores them. */
+        uint32_t n;                      /* completions per prompt, [1, SAMPLING_MAX_N]. Default 1 */
+        int32_t prompt_logprobs;         /* SAMPLING_LOGPROBS_NONE, or the top N per prompt token */
+        const char *const *stop;         /* (n_stop) stop strings, non-empty, valid UTF-8 */
+        size_t n_stop;
+        bool include_stop_str_in_output;
+        bool skip_special_tokens;        /* leave special tokens out of the text. Default true */
+        enum output_kind output_kind;    /* Default OUTPUT_CUMULATIVE, as vLLM */
 };
 
 void sampling_params_init_default(struct sampling_params *p);

@@ -30,15 +30,22 @@ static bool priority_before(const struct request *a, const struct request *b) {
         return a->arrival_order < b->arrival_order;
 }
 
-static int waiting_insert(struct scheduler *s, struct request *r, bool front) {
-        if (s->n_waiting == s->cap_waiting) {
-                uint32_t cap = s->cap_waiting ? s->cap_waiting * 2 : 64;
-                struct request **w = realloc(s->waiting, cap * sizeof(*w));
-                if (!w)
-                        return -ENOMEM;
-                s->waiting = w;
-                s->cap_waiting = cap;
-        }
+/* Keeps room for every request the scheduler holds, so that preemption never fails. */
+static int waiting_reserve(struct scheduler *s, uint32_t n) {
+        if (n <= s->cap_waiting)
+                return 0;
+        uint32_t cap = s->cap_waiting ? s->cap_waiting : 64;
+        while (cap < n)
+                cap *= 2;
+        struct request **w = realloc(s->waiting, cap * sizeof(*w));
+        if (!w)
+                return -ENOMEM;
+        s->waiting = w;
+        s->cap_waiting = cap;
+        return 0;
+}
+
+static void waiting_insert(struct scheduler *s, struct request *r, bool front) {
         uint32_t at;
         if (s->config->scheduling_policy == SCHEDULING_PRIORITY)
                 for (at = s->n_waiting; at > 0 && priority_before(r, s->waiting[at - 1]); at--)
@@ -49,11 +56,14 @@ static int waiting_insert(struct scheduler *s, struct request *r, bool front) {
         s->waiting[at] = r;
         s->n_waiting++;
         r->state = REQUEST_WAITING;
-        return 0;
 }
 
 int scheduler_add(struct scheduler *s, struct request *r) {
-        return waiting_insert(s, r, false);
+        int rc = waiting_reserve(s, s->n_waiting + s->n_running + 1);
+        if (rc < 0)
+                return rc;
+        waiting_insert(s, r, false);
+        return 0;
 }
 
 static void remove_at(struct request **array, uint32_t *n, uint32_t i) {
@@ -93,7 +103,7 @@ static uint32_t pick_victim(const struct scheduler *s) {
 
 /* Sends a running request back to waiting, its KV to be recomputed; tokens it was already
  * planned for this step go back to the budget. */
-static int preempt(struct scheduler *s, uint32_t index, uint32_t *budget) {
+static void preempt(struct scheduler *s, uint32_t index, uint32_t *budget) {
         struct request *r = s->running[index];
         remove_at(s->running, &s->n_running, index);
         for (uint32_t i = 0; i < s->n_plan; i++)
@@ -107,7 +117,7 @@ static int preempt(struct scheduler *s, uint32_t index, uint32_t *budget) {
         r->num_computed_tokens = 0;
         r->n_preemptions++;
         s->n_preemptions++;
-        return waiting_insert(s, r, true);
+        waiting_insert(s, r, true);
 }
 
 static uint32_t chunk_size(const struct scheduler *s, const struct request *r, uint32_t budget) {
@@ -118,12 +128,39 @@ static uint32_t chunk_size(const struct scheduler *s, const struct request *r, u
         return n < budget ? n : budget;
 }
 
+/* Under priority, a waiting request that would find no seat takes the seat of a worse
+ * running one. Done before planning so that a victim never has a planned chunk. */
+static void take_seats(struct scheduler *s) {
+        while (s->n_running > 0) {
+                uint32_t n_free = s->config->max_num_seqs - s->n_running;
+                if (s->n_waiting <= n_free)
+                        return;
+                uint32_t victim = pick_victim(s);
+                if (!priority_before(s->waiting[n_free], s->running[victim]))
+                        return;
+                uint32_t unused = 0;
+                preempt(s, victim, &unused);
+        }
+}
+
+/* Offers to the prefix cache the blocks this chunk fills. Their KV is written by this
+ * step's forward pass, before any attention of the same layer reads it, so a request
+ * admitted later in the same step (an n > 1 sibling) may already share them. Called only
+ * once the chunk can no longer be preempted in this step. */
+static void commit_chunk(struct scheduler *s, const struct scheduled_chunk *c) {
+        struct request *req = c->req;
+        if (req->params.prompt_logprobs < 0)
+                kv_blocks_commit(s->kv, &req->blocks, req->tokens, req->num_computed_tokens + c->n_tokens);
+}
+
 int scheduler_schedule(struct scheduler *s) {
         uint32_t budget = s->config->max_num_batched_tokens;
         bool preempted = false;
-        int r;
 
         s->n_plan = 0;
+        if (s->config->scheduling_policy == SCHEDULING_PRIORITY)
+                take_seats(s);
+
         for (uint32_t i = 0; i < s->n_running && budget > 0;) {
                 struct request *req = s->running[i];
                 uint32_t n = chunk_size(s, req, budget);
@@ -131,8 +168,7 @@ int scheduler_schedule(struct scheduler *s) {
                 while (kv_blocks_allocate(s->kv, &req->blocks, req->num_computed_tokens + n) == -ENOSPC) {
                         uint32_t victim = pick_victim(s);
                         preempted = true;
-                        if ((r = preempt(s, victim, &budget)) < 0)
-                                return r;
+                        preempt(s, victim, &budget);
                         if (victim == i) {
                                 fits = false;
                                 break;
@@ -146,22 +182,15 @@ int scheduler_schedule(struct scheduler *s) {
                 budget -= n;
                 i++;
         }
+        for (uint32_t i = 0; i < s->n_plan; i++)
+                commit_chunk(s, &s->plan[i]);
 
-        /* Admit waiting requests only when nothing had to be preempted this step. */
-        while (!preempted && s->n_waiting > 0 && budget > 0) {
+        /* Admit waiting requests only when nothing had to be preempted this step; admission
+         * never preempts, so every chunk committed above is computed. */
+        while (!preempted && s->n_waiting > 0 && budget > 0 && s->n_running < s->config->max_num_seqs) {
                 struct request *req = s->waiting[0];
-                if (s->n_running == s->config->max_num_seqs) {
-                        /* a better priority may take the seat of the worst running request */
-                        if (s->config->scheduling_policy != SCHEDULING_PRIORITY)
-                                break;
-                        uint32_t victim = pick_victim(s);
-                        if (!priority_before(req, s->running[victim]))
-                                break;
-                        if ((r = preempt(s, victim, &budget)) < 0)
-                                return r;
-                        continue; /* the victim may now be first in line; look again */
-                }
-                if (req->num_computed_tokens == 0 && req->blocks.n == 0) {
+                /* a request that wants prompt logprobs needs every prompt position's logits */
+                if (req->num_computed_tokens == 0 && req->blocks.n == 0 && req->params.prompt_logprobs < 0) {
                         int hit = kv_blocks_match_prefix(s->kv, &req->blocks, req->tokens, req->n_tokens);
                         if (hit < 0)
                                 return hit;
@@ -181,8 +210,16 @@ int scheduler_schedule(struct scheduler *s) {
                 req->state = REQUEST_RUNNING;
                 req->admitted_once = true;
                 s->running[s->n_running++] = req;
-                s->plan[s->n_plan++] = (struct scheduled_chunk) { req, n };
+                s->plan[s->n_plan] = (struct scheduled_chunk) { req, n };
+                commit_chunk(s, &s->plan[s->n_plan++]);
                 budget -= n;
         }
         return 0;
+}
+
+void scheduler_preempt_all(struct scheduler *s) {
+        uint32_t unused = 0;
+        s->n_plan = 0;
+        while (s->n_running > 0)
+                preempt(s, s->n_running - 1, &unused);
 }

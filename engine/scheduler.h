@@ -43,6 +43,9 @@ void scheduler_remove(struct scheduler *s, struct request *r);
 /* Builds s->plan for one step. -ENOMEM. */
 int scheduler_schedule(struct scheduler *s);
 
+/* Sends every running request back to waiting, its blocks freed. */
+void scheduler_preempt_all(struct scheduler *s);
+
 static inline bool scheduler_has_work(const struct scheduler *s) {
         return s->n_waiting + s->n_running > 0;
 }

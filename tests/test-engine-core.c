@@ -71,7 +71,7 @@ static void harness_new(struct harness *h, struct engine_config *config, uint32_
         };
         ck_assert_msg(cpu_runner_new(model, &rc, &h->runner, &err) == 0, "%s", err.message);
         h->failing = (struct failing_backend) { cpu_runner_backend(h->runner), fail_at, 0 };
-        struct backend b = { &h->failing, failing_forward };
+        struct backend b = { .impl = &h->failing, .forward = failing_forward, .n_workers = 1 };
         ck_assert_msg(engine_core_new(config, &b, model->hp.n_vocab, 2, n_kv_blocks, &h->ec, &err) == 0, "%s",
                       err.message);
 }
