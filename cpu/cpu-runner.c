@@ -20,6 +20,7 @@ struct cpu_runner {
         struct thread_pool *pool;
         struct kv_pool *kv;
         uint32_t q_dim, kv_dim, max_dim;
+        unsigned released; /* enum backend_memory bits */
 
         /* Scratch for one step, T = max_batch_tokens, reused across steps. */
         float *x;                /* (T, n_embd) the residual stream */
@@ -34,14 +35,20 @@ struct cpu_runner {
         float *rope_sin;         /* (T, rope_dim / 2) */
         float *thread_scratch;   /* (n_threads, max_model_len + max_dim) scores and rows */
         size_t thread_scratch_stride;
+        uint64_t scratch_bytes;  /* all of the above */
 
         /* The step in progress, read by every worker. */
         const struct batch *batch;
         float *logits;
 };
 
-static void *alloc_floats(size_t n) {
-        return calloc(n ? n : 1, sizeof(float));
+static void *alloc_scratch(struct cpu_runner *r, size_t n, size_t size) {
+        r->scratch_bytes += (uint64_t) n * size;
+        return calloc(n ? n : 1, size);
+}
+
+static void *alloc_floats(struct cpu_runner *r, size_t n) {
+        return alloc_scratch(r, n, sizeof(float));
 }
 
 int cpu_runner_new(const struct model *model, const struct cpu_runner_config *config, struct cpu_runner **ret,
@@ -78,17 +85,17 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
         size_t T = config->max_batch_tokens;
         /* scores (padded to 16), then the query or a dequantized row, then 64 lanes of a head */
         r->thread_scratch_stride = (size_t) config->max_model_len + 16 + r->max_dim + (size_t) 64 * hp->head_dim;
-        r->x = alloc_floats(T * hp->n_embd);
-        r->xn = alloc_floats(T * r->max_dim);
-        r->xq = calloc(T * (r->max_dim / QUANT_BLOCK), sizeof(struct block_q8_1));
-        r->q = alloc_floats(T * r->q_dim);
-        r->k = alloc_floats(T * r->kv_dim);
-        r->v = alloc_floats(T * r->kv_dim);
-        r->gate = alloc_floats(T * hp->n_ff);
-        r->up = alloc_floats(T * hp->n_ff);
-        r->rope_cos = alloc_floats(T * (hp->rope_dim / 2));
-        r->rope_sin = alloc_floats(T * (hp->rope_dim / 2));
-        r->thread_scratch = alloc_floats(config->n_threads * r->thread_scratch_stride);
+        r->x = alloc_floats(r, T * hp->n_embd);
+        r->xn = alloc_floats(r, T * r->max_dim);
+        r->xq = alloc_scratch(r, T * (r->max_dim / QUANT_BLOCK), sizeof(struct block_q8_1));
+        r->q = alloc_floats(r, T * r->q_dim);
+        r->k = alloc_floats(r, T * r->kv_dim);
+        r->v = alloc_floats(r, T * r->kv_dim);
+        r->gate = alloc_floats(r, T * hp->n_ff);
+        r->up = alloc_floats(r, T * hp->n_ff);
+        r->rope_cos = alloc_floats(r, T * (hp->rope_dim / 2));
+        r->rope_sin = alloc_floats(r, T * (hp->rope_dim / 2));
+        r->thread_scratch = alloc_floats(r, config->n_threads * r->thread_scratch_stride);
         if (!r->x || !r->xn || !r->xq || !r->q || !r->k || !r->v || !r->gate || !r->up || !r->rope_cos ||
             !r->rope_sin || !r->thread_scratch) {
                 cpu_runner_free(r);
@@ -414,6 +421,14 @@ static int validate_batch(const struct cpu_runner *r, const struct batch *b, str
 }
 
 int cpu_runner_forward(struct cpu_runner *r, const struct batch *batch, float *logits, struct error *err) {
+        static const char *const what[] = {
+                [BACKEND_MEMORY_WEIGHTS] = "model weights are",
+                [BACKEND_MEMORY_KV_CACHE] = "KV cache is",
+                [BACKEND_MEMORY_WEIGHTS | BACKEND_MEMORY_KV_CACHE] = "model weights and the KV cache are",
+        };
+        if (r->released)
+                return error_set(err, EBUSY, "cannot run a step: the %s released (the engine is asleep)",
+                                 what[r->released]);
         int rc = validate_batch(r, batch, err);
         if (rc < 0)
                 return rc;
@@ -425,10 +440,82 @@ int cpu_runner_forward(struct cpu_runner *r, const struct batch *batch, float *l
         return 0;
 }
 
+static int check_memory_bits(unsigned what, struct error *err) {
+        if (what & ~(unsigned) (BACKEND_MEMORY_WEIGHTS | BACKEND_MEMORY_KV_CACHE))
+                return error_set(err, EINVAL, "unknown backend memory bits 0x%x", what);
+        return 0;
+}
+
+/* The runner holds its model const because nothing it does changes what the model computes.
+ * Neither does giving the file's pages back and mapping the same bytes again, so that goes
+ * through the model's file pointer (not itself const) rather than through a new model API. */
+
+int cpu_runner_release_memory(struct cpu_runner *r, unsigned what, struct error *err) {
+        int rc = check_memory_bits(what, err);
+        if (rc < 0)
+                return rc;
+        /* the weights first: only they can fail, and then nothing has changed */
+        if (what & BACKEND_MEMORY_WEIGHTS) {
+                if ((rc = gguf_release_mapping(r->model->file, err)) < 0)
+                        return rc;
+                r->released |= BACKEND_MEMORY_WEIGHTS;
+        }
+        if (what & BACKEND_MEMORY_KV_CACHE) {
+                kv_pool_release(r->kv);
+                r->released |= BACKEND_MEMORY_KV_CACHE;
+        }
+        return 0;
+}
+
+int cpu_runner_restore_memory(struct cpu_runner *r, unsigned what, struct error *err) {
+        int rc = check_memory_bits(what, err);
+        if (rc < 0)
+                return rc;
+        if (what & BACKEND_MEMORY_WEIGHTS) {
+                if ((rc = gguf_restore_mapping(r->model->file, err)) < 0)
+                        return rc;
+                r->released &= ~(unsigned) BACKEND_MEMORY_WEIGHTS;
+        }
+        if (what & BACKEND_MEMORY_KV_CACHE) {
+                if ((rc = kv_pool_restore(r->kv, err)) < 0)
+                        return rc;
+                r->released &= ~(unsigned) BACKEND_MEMORY_KV_CACHE;
+        }
+        return 0;
+}
+
+void cpu_runner_memory_usage(const struct cpu_runner *r, struct backend_memory_usage *ret) {
+        *ret = (struct backend_memory_usage) {
+                .weights_bytes = r->released & BACKEND_MEMORY_WEIGHTS ? 0 : r->model->file->size,
+                .kv_cache_bytes = kv_pool_bytes(r->kv),
+                .scratch_bytes = r->scratch_bytes,
+                .released = r->released,
+        };
+}
+
 static int backend_forward(void *impl, const struct batch *batch, float *logits, struct error *err) {
         return cpu_runner_forward(impl, batch, logits, err);
 }
 
+static int backend_release_memory(void *impl, unsigned what, struct error *err) {
+        return cpu_runner_release_memory(impl, what, err);
+}
+
+static int backend_restore_memory(void *impl, unsigned what, struct error *err) {
+        return cpu_runner_restore_memory(impl, what, err);
+}
+
+static void backend_memory_usage(void *impl, unsigned worker, struct backend_memory_usage *ret) {
+        cpu_runner_memory_usage(impl, ret);
+}
+
 struct backend cpu_runner_backend(struct cpu_runner *runner) {
-        return (struct backend) { .impl = runner, .forward = backend_forward };
+        return (struct backend) {
+                .impl = runner,
+                .forward = backend_forward,
+                .release_memory = backend_release_memory,
+                .restore_memory = backend_restore_memory,
+                .n_workers = 1,
+                .memory_usage = backend_memory_usage,
+        };
 }

@@ -25,12 +25,27 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
 void cpu_runner_free(struct cpu_runner *runner);
 
 /* Runs the batch, writing n_vocab logits for each of its output tokens, in order. Keys and
- * values of every token are stored in the KV pool at its position's slot. */
+ * values of every token are stored in the KV pool at its position's slot. -EBUSY while any
+ * memory is released. */
 int cpu_runner_forward(struct cpu_runner *runner, const struct batch *batch, float *logits, struct error *err);
 
 const struct model *cpu_runner_model(const struct cpu_runner *runner);
 
-/* The runner as the engine's backend. */
+/* Frees the memory named by what (enum backend_memory bits) while the engine sleeps: the KV
+ * pool (its contents are lost) and the mapping of the model's file (-EOPNOTSUPP for a model
+ * parsed from a caller's buffer). Releasing twice is a no-op; on failure nothing changed. */
+int cpu_runner_release_memory(struct cpu_runner *runner, unsigned what, struct error *err);
+
+/* Takes the named memory back: the KV pool empty, the weights from the model file, which must
+ * not have changed since it was loaded (see gguf_restore_mapping()). After a failure the
+ * released bits of cpu_runner_memory_usage() say what is still released. */
+int cpu_runner_restore_memory(struct cpu_runner *runner, unsigned what, struct error *err);
+
+/* weights_bytes is the size of the model file's mapping (metadata and every tensor: what
+ * releasing the weights gives back); scratch_bytes the per-step buffers, which stay. */
+void cpu_runner_memory_usage(const struct cpu_runner *runner, struct backend_memory_usage *ret);
+
+/* The runner as the engine's backend (one worker). */
 struct backend cpu_runner_backend(struct cpu_runner *runner);
 
 /* The kernel set chosen for this CPU. */

@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "clock.h"
 #include "engine-core.h"
 #include "kv-blocks.h"
-#include "request-map.h"
+#include "id-map.h"
 #include "scheduler.h"
 
 struct engine_core {
@@ -16,7 +17,7 @@ struct engine_core {
         int32_t eos_id;
         struct kv_blocks *kv;
         struct scheduler sched;
-        struct request_map requests; /* every unfinished request */
+        struct id_map requests; /* every unfinished request */
         uint64_t next_arrival;
         bool dead;
         engine_core_hook hook;
@@ -60,7 +61,7 @@ int engine_core_new(const struct engine_config *config, const struct backend *ba
         ec->backend = *backend;
         ec->n_vocab = n_vocab;
         ec->eos_id = eos_id;
-        request_map_init(&ec->requests);
+        id_map_init(&ec->requests, offsetof(struct request, id));
         int r;
         if ((r = kv_blocks_new(n_kv_blocks, config->block_size, config->enable_prefix_caching, &ec->kv, err)) < 0 ||
             (r = scheduler_init(&ec->sched, &ec->config, ec->kv, err)) < 0) {
@@ -105,7 +106,7 @@ void engine_core_free(struct engine_core *ec) {
                 return;
         engine_core_clear_outputs(ec);
         free_unfinished(ec);
-        request_map_done(&ec->requests);
+        id_map_done(&ec->requests);
         scheduler_done(&ec->sched);
         kv_blocks_free(ec->kv);
         free(ec->batch_tokens);
@@ -145,7 +146,7 @@ static int push_output(struct engine_core *ec, struct request *r, bool new_token
  * blocks freed; the request itself lives on in the outputs until they are cleared. */
 static int finish(struct engine_core *ec, struct request *r, enum finish_reason reason, bool new_token) {
         scheduler_remove(&ec->sched, r);
-        request_map_remove(&ec->requests, r);
+        id_map_remove(&ec->requests, r);
         r->state = REQUEST_FINISHED;
         r->finish_reason = reason;
         ec->finished[reason]++;
@@ -180,13 +181,13 @@ int engine_core_add_request(struct engine_core *ec, const struct request_spec *s
                 return error_set(err, ESHUTDOWN, "the engine is dead");
         if ((rc = validate(ec, spec, err)) < 0)
                 return rc;
-        if (request_map_get(&ec->requests, spec->id))
+        if (id_map_get(&ec->requests, spec->id))
                 return error_set(err, EEXIST, "request id '%s' is already in flight", spec->id);
         uint64_t order = ec->next_arrival++;
         if ((rc = request_new(spec, order, (int32_t) ec->n_vocab, ec->config.seed + order, &r, err)) < 0)
                 return rc;
-        if ((rc = request_map_put(&ec->requests, r)) < 0 || (rc = scheduler_add(&ec->sched, r)) < 0) {
-                request_map_remove(&ec->requests, r);
+        if ((rc = id_map_put(&ec->requests, r)) < 0 || (rc = scheduler_add(&ec->sched, r)) < 0) {
+                id_map_remove(&ec->requests, r);
                 request_free(r);
                 return error_set(err, -rc, "out of memory");
         }
@@ -194,7 +195,7 @@ int engine_core_add_request(struct engine_core *ec, const struct request_spec *s
 }
 
 bool engine_core_abort(struct engine_core *ec, const char *id) {
-        struct request *r = request_map_get(&ec->requests, id);
+        struct request *r = id_map_get(&ec->requests, id);
         if (!r)
                 return false;
         finish(ec, r, FINISH_ABORT, false);
@@ -203,6 +204,10 @@ bool engine_core_abort(struct engine_core *ec, const char *id) {
 
 bool engine_core_has_work(const struct engine_core *ec) {
         return !ec->dead && scheduler_has_work(&ec->sched);
+}
+
+uint32_t engine_core_block_size(const struct engine_core *ec) {
+        return ec->config.block_size;
 }
 
 bool engine_core_is_dead(const struct engine_core *ec) {
@@ -290,15 +295,23 @@ static enum finish_reason check_stop(const struct engine_core *ec, struct reques
         return FINISH_NONE;
 }
 
-static void die(struct engine_core *ec) {
-        ec->dead = true;
+static void finish_all(struct engine_core *ec, enum finish_reason reason) {
         for (uint32_t i = 0; i < ec->requests.cap; i++) {
                 struct request *r = ec->requests.slots ? ec->requests.slots[i] : NULL;
                 if (r) {
-                        finish(ec, r, FINISH_ERROR, false);
+                        finish(ec, r, reason, false);
                         i = (uint32_t) -1; /* the map changed under us: start over */
                 }
         }
+}
+
+static void die(struct engine_core *ec) {
+        ec->dead = true;
+        finish_all(ec, FINISH_ERROR);
+}
+
+void engine_core_abort_all(struct engine_core *ec) {
+        finish_all(ec, FINISH_ABORT);
 }
 
 static int rate_prompt(struct engine_core *ec, struct request *r, uint32_t first_row, uint32_t count, uint32_t pos) {
@@ -411,6 +424,7 @@ void engine_core_stats(const struct engine_core *ec, struct engine_stats *ret) {
                 .n_waiting = ec->sched.n_waiting,
                 .kv_blocks_total = kv.n_blocks,
                 .kv_blocks_used = kv.n_blocks - kv.n_free,
+                .kv_blocks_cached = kv.n_cached,
                 .prefix_query_tokens = kv.query_tokens,
                 .prefix_hit_tokens = kv.hit_tokens,
                 .prompt_tokens = ec->prompt_tokens,

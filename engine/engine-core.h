@@ -25,6 +25,7 @@ struct engine_stats {
         uint32_t n_waiting;
         uint32_t kv_blocks_total;
         uint32_t kv_blocks_used;
+        uint32_t kv_blocks_cached; /* holding a cached prefix, used or free */
         uint64_t prefix_query_tokens;
         uint64_t prefix_hit_tokens;
         uint64_t prompt_tokens;     /* prompt tokens computed (prefix-cache hits excluded) */
@@ -53,11 +54,16 @@ int engine_core_add_request(struct engine_core *ec, const struct request_spec *s
  * ignored (false). */
 bool engine_core_abort(struct engine_core *ec, const char *id);
 
+/* Aborts every unfinished request. */
+void engine_core_abort_all(struct engine_core *ec);
+
 bool engine_core_has_work(const struct engine_core *ec);
 
 /* One step. A backend failure kills the engine: every request ends "error", the call
  * returns the failure, and later calls return -ESHUTDOWN. */
 int engine_core_step(struct engine_core *ec, struct error *err);
+
+uint32_t engine_core_block_size(const struct engine_core *ec);
 
 bool engine_core_is_dead(const struct engine_core *ec);
 

@@ -1,6 +1,10 @@
 /* SPDX-License-Identifier: MIT */
+#include "config.h"
+
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -404,7 +408,7 @@ void gguf_close(struct gguf_file *f) {
                                 free((void *) f->kv[i].value.array.strings);
         free(f->kv);
         free(f->tensors);
-        if (f->mapping)
+        if (f->mapping) /* the file or the reservation standing in for it: same range */
                 munmap(f->mapping, f->size);
         free(f->path);
         free(f);
@@ -462,6 +466,9 @@ int gguf_open(const char *path, struct gguf_file **ret, struct error *err) {
                 return r;
         }
         f->size = (uint64_t) st.st_size;
+        f->dev = st.st_dev;
+        f->ino = st.st_ino;
+        f->mtime = st.st_mtim;
         f->mapping = mmap(NULL, f->size, PROT_READ, MAP_SHARED, fd, 0);
         close(fd);
         if (f->mapping == MAP_FAILED) {
@@ -477,6 +484,86 @@ int gguf_open(const char *path, struct gguf_file **ret, struct error *err) {
         }
         *ret = f;
         return 0;
+}
+
+/* Replaces whatever is mapped over the file's range by an inaccessible anonymous mapping that
+ * holds no pages, in one step, so the range is never free for another mapping to take. */
+static int reserve_range(struct gguf_file *f) {
+        if (mmap(f->mapping, f->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) ==
+            MAP_FAILED)
+                return -errno;
+        return 0;
+}
+
+int gguf_release_mapping(struct gguf_file *f, struct error *err) {
+        if (!f->mapping)
+                return error_set(err, EOPNOTSUPP, "%s: parsed from a caller's buffer, not mapped from a file: nothing to release",
+                                 f->path);
+        if (f->released)
+                return 0;
+        int r = reserve_range(f);
+        if (r < 0)
+                return error_set(err, -r, "model file %s: cannot release its mapping: %s", f->path, strerror(-r));
+        f->released = true;
+        return 0;
+}
+
+/* Appends to the list in buf, separated by "; ". */
+static __attribute__((format(printf, 3, 4))) void append(char *buf, size_t size, const char *fmt, ...) {
+        size_t n = strlen(buf);
+        va_list ap;
+        if (n > 0 && n + 2 < size) {
+                memcpy(buf + n, "; ", 3);
+                n += 2;
+        }
+        va_start(ap, fmt);
+        vsnprintf(buf + n, size - n, fmt, ap);
+        va_end(ap);
+}
+
+/* Whether st is the file gguf_open() mapped; if not, what changed, into what. */
+static bool same_file(const struct gguf_file *f, const struct stat *st, char *what, size_t size) {
+        what[0] = 0;
+        if (st->st_dev != f->dev || st->st_ino != f->ino)
+                append(what, size, "replaced by another file: inode %llu, was %llu", (unsigned long long) st->st_ino,
+                       (unsigned long long) f->ino);
+        if ((uint64_t) st->st_size != f->size)
+                append(what, size, "size %llu bytes, was %llu", (unsigned long long) st->st_size,
+                       (unsigned long long) f->size);
+        if (st->st_mtim.tv_sec != f->mtime.tv_sec || st->st_mtim.tv_nsec != f->mtime.tv_nsec)
+                append(what, size, "modification time %lld.%09ld, was %lld.%09ld", (long long) st->st_mtim.tv_sec,
+                       st->st_mtim.tv_nsec, (long long) f->mtime.tv_sec, f->mtime.tv_nsec);
+        return what[0] == 0;
+}
+
+int gguf_restore_mapping(struct gguf_file *f, struct error *err) {
+        char what[256];
+        struct stat st;
+        int r = 0, fd;
+
+        if (!f->mapping)
+                return error_set(err, EOPNOTSUPP, "%s: parsed from a caller's buffer, not mapped from a file: nothing to restore",
+                                 f->path);
+        if (!f->released)
+                return 0;
+        fd = open(f->path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return error_set(err, errno, "model file %s cannot be opened again since it was loaded (%s); restart the daemon",
+                                 f->path, strerror(errno));
+        if (fstat(fd, &st) < 0)
+                r = error_set(err, errno, "model file %s: cannot stat: %s", f->path, strerror(errno));
+        else if (!same_file(f, &st, what, sizeof(what)))
+                r = error_set(err, ESTALE, "model file %s changed on disk since it was loaded (%s); restart the daemon",
+                              f->path, what);
+        /* Read in now, so that the first step after wake-up does not fault it in page by page. */
+        else if (mmap(f->mapping, f->size, PROT_READ, MAP_SHARED | MAP_FIXED | MAP_POPULATE, fd, 0) == MAP_FAILED) {
+                r = error_set(err, errno, "model file %s: cannot map again: %s", f->path, strerror(errno));
+                /* A failed MAP_FIXED may have unmapped the range: reserve it again. */
+                (void) reserve_range(f);
+        } else
+                f->released = false;
+        close(fd);
+        return r;
 }
 
 static int find_typed(const struct gguf_file *f, const char *key, const struct gguf_kv **ret, struct error *err) {

@@ -8,6 +8,8 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
 
 #include "error.h"
 #include "tensor-types.h"
@@ -82,6 +84,11 @@ struct gguf_file {
         const uint8_t *data; /* the data section */
         uint64_t data_size;
         void *mapping; /* NULL when parsed from a caller's buffer */
+        bool released; /* the mapping is a PROT_NONE reservation: see gguf_release_mapping() */
+        /* The file as gguf_open() found it, to tell on restore whether it changed since. */
+        dev_t dev;
+        ino_t ino;
+        struct timespec mtime;
 };
 
 /* Maps and parses the file at path. */
@@ -92,7 +99,21 @@ int gguf_open(const char *path, struct gguf_file **ret, struct error *err);
 int gguf_parse(const void *buf, uint64_t size, const char *name, struct gguf_file **ret,
                struct error *err);
 
+/* Closes the file in either state, mapped or released. */
 void gguf_close(struct gguf_file *f);
+
+/* Drops the file's pages from the process while the engine sleeps, keeping the address range
+ * reserved, so that every pointer into the file is valid again after gguf_restore_mapping().
+ * Meanwhile nothing in the file may be read: not the tensor data, and not the metadata
+ * (keys, strings, tensor names) either; a stray read faults. -EOPNOTSUPP for a file from
+ * gguf_parse(), whose memory belongs to the caller. Releasing twice is a no-op. */
+int gguf_release_mapping(struct gguf_file *f, struct error *err);
+
+/* Maps the file again at the same address, read in at once. The file must be the one
+ * gguf_open() read (same device, inode, size and modification time); otherwise -ESTALE with
+ * a message naming the file and what changed (or the open error when it is gone), and the
+ * mapping stays released. Restoring a mapped file is a no-op. */
+int gguf_restore_mapping(struct gguf_file *f, struct error *err);
 
 const struct gguf_kv *gguf_find_kv(const struct gguf_file *f, const char *key);
 const struct gguf_tensor *gguf_find_tensor(const struct gguf_file *f, const char *name);

@@ -34,6 +34,7 @@ int request_new(const struct request_spec *spec, uint64_t arrival_order, int32_t
         if (!r)
                 return error_set(err, ENOMEM, "out of memory");
         r->id = strdup(spec->id);
+        r->owner = spec->owner;
         r->arrival_order = arrival_order;
         r->priority = spec->priority;
         r->latency_sensitive = spec->latency_sensitive;

@@ -38,10 +38,12 @@ struct request_spec {
         bool latency_sensitive; /* carried for the SLO-aware policy */
         double slo;             /* seconds per output token; 0 = none */
         double arrival_time;    /* CLOCK_MONOTONIC seconds; 0 = now */
+        void *owner;            /* the caller's, handed back with every output */
 };
 
 struct request {
         char *id;
+        void *owner;
         uint64_t arrival_order;
         int32_t priority;
         bool latency_sensitive;
@@ -58,6 +60,7 @@ struct request {
         uint32_t num_cached_tokens;   /* served by the prefix cache on first admission */
         bool admitted_once;
         uint32_t n_preemptions;
+        uint32_t n_reported; /* output tokens already handed to the frontend */
         struct kv_block_list blocks;
 
         /* One sample per output token; top and logprob filled only when logprobs >= 0. */

@@ -155,7 +155,7 @@ static void add(struct engine_core *ec, uint32_t index, const int32_t *prompt, u
         char id[32];
         struct error err;
         snprintf(id, sizeof(id), "r%u", index);
-        struct request_spec spec = { id, prompt, n_prompt, p, priority, false, 0, 0 };
+        struct request_spec spec = { .id = id, .prompt = prompt, .n_prompt = n_prompt, .params = p, .priority = priority };
         ck_assert_msg(engine_core_add_request(ec, &spec, &err) == 0, "%s", err.message);
 }
 
@@ -283,7 +283,7 @@ START_TEST(test_random_aborts_leave_nothing) {
                         make_prompt(prompt, n, added);
                         struct sampling_params p = greedy_params(1 + (int32_t) (roll % 20));
                         snprintf(id, sizeof(id), "a%u", added++);
-                        struct request_spec spec = { id, prompt, n, &p, 0, false, 0, 0 };
+                        struct request_spec spec = { .id = id, .prompt = prompt, .n_prompt = n, .params = &p, .priority = 0 };
                         ck_assert_int_eq(engine_core_add_request(h.ec, &spec, &err), 0);
                 }
                 /* abort a recent id: waiting, mid-prefill, decoding, finished or not yet added */
@@ -415,7 +415,7 @@ START_TEST(test_validation) {
         make_prompt(prompt, MAX_MODEL_LEN, 0);
         struct sampling_params p = greedy_params(4);
         struct error err;
-        struct request_spec spec = { "v", prompt, 0, &p, 0, false, 0, 0 };
+        struct request_spec spec = { .id = "v", .prompt = prompt, .n_prompt = 0, .params = &p, .priority = 0 };
         ck_assert_int_eq(engine_core_add_request(h.ec, &spec, &err), -EINVAL);
         ck_assert_ptr_nonnull(strstr(err.message, "prompt is empty"));
         spec.n_prompt = MAX_MODEL_LEN;
@@ -476,7 +476,7 @@ START_TEST(test_engine_death) {
         }
         engine_core_clear_outputs(h.ec);
         struct sampling_params p = greedy_params(3);
-        struct request_spec spec = { "late", prompt, 4, &p, 0, false, 0, 0 };
+        struct request_spec spec = { .id = "late", .prompt = prompt, .n_prompt = 4, .params = &p, .priority = 0 };
         ck_assert_int_eq(engine_core_add_request(h.ec, &spec, &err), -ESHUTDOWN);
         ck_assert_int_eq(engine_core_step(h.ec, &err), -ESHUTDOWN);
         struct engine_stats st;

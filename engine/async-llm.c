@@ -1,0 +1,705 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "async-llm.h"
+#include "clock.h"
+#include "detokenizer.h"
+#include "id-map.h"
+#include "stop-strings.h"
+
+/* One completion of a request: an engine request of its own. */
+struct async_child {
+        struct async_stream *stream;
+        uint32_t index;
+        char engine_id[24];
+        struct detokenizer *detok;
+
+        int32_t *tokens; /* (cap) output tokens */
+        struct sample_result *logprobs; /* (cap) when logprobs were asked for */
+        uint32_t n_tokens, cap;
+        double cumulative_logprob;
+        char *text;         /* (text_cap) everything decoded, NUL-terminated */
+        size_t text_len, text_cap;
+        size_t text_visible; /* what may be shown: short of a partial stop string, or cut at one */
+
+        bool finished;     /* no more output: the engine ended it, or a stop string, or an abort */
+        bool engine_done;  /* the engine sent its last update */
+        enum finish_reason finish_reason;
+        const char *stop_reason_text; /* one of the stream's stop strings */
+        int32_t stop_reason_token;
+        double first_token_time, last_token_time;
+
+        /* What the consumer has taken. */
+        uint32_t taken_tokens;
+        size_t taken_text;
+        bool taken_finish;
+};
+
+struct async_stream {
+        struct async_llm *llm;
+        char *request_id;
+        unsigned refs;     /* the consumer's, one per child the engine still runs, dispatch's */
+        bool in_map;       /* in flight: its id is taken */
+        bool released;
+        async_stream_notify notify;
+        void *userdata;
+        struct async_stream *prev, *next; /* every stream alive */
+        struct async_stream *touched_next; /* to notify at the end of a dispatch */
+        bool touched;
+
+        struct sampling_params params; /* stop points into stop_copy */
+        char **stop_copy;
+        enum output_kind kind;
+        uint32_t n_prompt;
+        struct sample_result *prompt_logprobs; /* (n_prompt) once the engine sent them */
+        bool prompt_logprobs_sent;
+        uint32_t num_cached_tokens;
+        struct request_metrics metrics;
+        char *error;
+
+        struct async_child *children;
+        uint32_t n_children, n_finished;
+        bool pending;     /* the mailbox holds something */
+        bool final_taken; /* the last output went out */
+};
+
+struct async_llm {
+        struct engine_config config;
+        const struct tokenizer *tk;
+        int32_t n_vocab;
+        struct engine_thread *engine;
+        struct id_map streams; /* in flight, by request id */
+        struct async_stream *all;
+        struct async_stream *touched;
+        uint64_t next_engine_id;
+};
+
+static void samples_free(struct sample_result *s, uint32_t n) {
+        if (!s)
+                return;
+        for (uint32_t i = 0; i < n; i++)
+                sample_result_clear(&s[i]);
+        free(s);
+}
+
+static void stream_free(struct async_stream *s) {
+        struct async_llm *llm = s->llm;
+        if (s->in_map)
+                id_map_remove(&llm->streams, s);
+        if (s->prev)
+                s->prev->next = s->next;
+        else if (llm->all == s)
+                llm->all = s->next;
+        if (s->next)
+                s->next->prev = s->prev;
+        for (uint32_t i = 0; i < s->n_children; i++) {
+                struct async_child *c = &s->children[i];
+                detokenizer_free(c->detok);
+                free(c->tokens);
+                samples_free(c->logprobs, c->n_tokens);
+                free(c->text);
+        }
+        free(s->children);
+        if (s->stop_copy)
+                for (size_t i = 0; i < s->params.n_stop; i++)
+                        free(s->stop_copy[i]);
+        free(s->stop_copy);
+        free((void *) s->params.logit_bias);
+        free((void *) s->params.allowed_token_ids);
+        free((void *) s->params.stop_token_ids);
+        samples_free(s->prompt_logprobs, s->n_prompt);
+        free(s->request_id);
+        free(s->error);
+        free(s);
+}
+
+static void stream_unref(struct async_stream *s) {
+        if (--s->refs == 0)
+                stream_free(s);
+}
+
+/* Queues the consumer's notification for the end of the current dispatch (or abort). */
+static void mark_pending(struct async_stream *s) {
+        if (s->pending || s->final_taken)
+                return;
+        if (s->kind == OUTPUT_FINAL_ONLY && s->n_finished < s->n_children)
+                return;
+        s->pending = true;
+        if (!s->touched) {
+                s->touched = true;
+                s->refs++;
+                s->touched_next = s->llm->touched;
+                s->llm->touched = s;
+        }
+}
+
+static void notify_touched(struct async_llm *llm) {
+        while (llm->touched) {
+                struct async_stream *s = llm->touched;
+                llm->touched = s->touched_next;
+                s->touched = false;
+                if (s->pending && !s->released && s->notify)
+                        s->notify(s, s->userdata);
+                stream_unref(s);
+        }
+}
+
+static void leave_map(struct async_stream *s) {
+        if (s->in_map) {
+                id_map_remove(&s->llm->streams, s);
+                s->in_map = false;
+        }
+}
+
+static void finish_child(struct async_child *c, enum finish_reason reason) {
+        struct async_stream *s = c->stream;
+        if (c->finished)
+                return;
+        c->finished = true;
+        c->finish_reason = reason;
+        c->text_visible = c->text_len; /* nothing is held back once it is over */
+        if (++s->n_finished == s->n_children) {
+                s->metrics.finished_time = monotonic_seconds();
+                leave_map(s); /* the id may be used again at once */
+        }
+        mark_pending(s);
+}
+
+static int append_text(struct async_child *c, const char *text, size_t len) {
+        if (c->text_len + len + 1 > c->text_cap) {
+                size_t cap = c->text_cap ? c->text_cap : 64;
+                while (cap < c->text_len + len + 1)
+                        cap *= 2;
+                char *t = realloc(c->text, cap);
+                if (!t)
+                        return -ENOMEM;
+                c->text = t;
+                c->text_cap = cap;
+        }
+        memcpy(c->text + c->text_len, text, len);
+        c->text_len += len;
+        c->text[c->text_len] = 0;
+        return 0;
+}
+
+/* After new text: a stop string ends the completion (cut before it, or after it with
+ * include_stop_str_in_output); otherwise what may still become one is held back. vLLM
+ * looks for stop strings only once more than min_tokens tokens are out. */
+static void check_stop_strings(struct async_child *c, size_t old_len) {
+        const struct sampling_params *p = &c->stream->params;
+        size_t at;
+        if (p->n_stop == 0) {
+                c->text_visible = c->text_len;
+                return;
+        }
+        if (c->n_tokens > (uint32_t) p->min_tokens) {
+                int i = stop_strings_find(p->stop, p->n_stop, c->text, c->text_len, old_len, &at);
+                if (i >= 0) {
+                        size_t end = p->include_stop_str_in_output ? at + strlen(p->stop[i]) : at;
+                        c->text_len = c->text_visible = end;
+                        c->text[end] = 0;
+                        c->stop_reason_text = p->stop[i];
+                        finish_child(c, FINISH_STOP);
+                        engine_thread_abort(c->stream->llm->engine, c->engine_id);
+                        return;
+                }
+        }
+        c->text_visible = c->text_len - stop_strings_partial(p->stop, p->n_stop, c->text, c->text_len);
+}
+
+static int reserve_tokens(struct async_child *c, uint32_t n) {
+        if (c->n_tokens + n <= c->cap)
+                return 0;
+        uint32_t cap = c->cap ? c->cap : 16;
+        while (cap < c->n_tokens + n)
+                cap *= 2;
+        int32_t *t = realloc(c->tokens, cap * sizeof(*t));
+        if (!t)
+                return -ENOMEM;
+        c->tokens = t;
+        if (c->stream->params.logprobs >= 0) {
+                struct sample_result *l = realloc(c->logprobs, cap * sizeof(*l));
+                if (!l)
+                        return -ENOMEM;
+                c->logprobs = l;
+        }
+        c->cap = cap;
+        return 0;
+}
+
+static void fail_stream(struct async_stream *s, const char *message) {
+        if (!s->error && message)
+                s->error = strdup(message);
+}
+
+/* Takes the update's tokens into the completion, one at a time through the detokenizer and
+ * the stop strings, so that a stop string ends it at the token that completed it. */
+static int take_tokens(struct async_child *c, struct engine_update *u) {
+        struct error err;
+        int r;
+        if ((r = reserve_tokens(c, u->n_tokens)) < 0)
+                return r;
+        for (uint32_t i = 0; i < u->n_tokens && !c->finished; i++) {
+                const char *piece;
+                size_t len, old_len = c->text_len;
+                c->tokens[c->n_tokens] = u->tokens[i];
+                if (c->logprobs) {
+                        c->logprobs[c->n_tokens] = u->logprobs[i];
+                        u->logprobs[i].top = NULL; /* moved */
+                        u->logprobs[i].n_top = 0;
+                        c->cumulative_logprob += c->logprobs[c->n_tokens].logprob;
+                }
+                c->n_tokens++;
+                if ((r = detokenizer_push(c->detok, u->tokens[i], &piece, &len, &err)) < 0 ||
+                    (r = append_text(c, piece, len)) < 0)
+                        return r;
+                check_stop_strings(c, old_len);
+        }
+        return 0;
+}
+
+static void on_update(struct engine_update *u, void *userdata) {
+        struct async_child *c = u->owner;
+        struct async_stream *s = c->stream;
+        (void) userdata;
+
+        if (!c->finished) {
+                if (u->scheduled_time && (!s->metrics.scheduled_time || u->scheduled_time < s->metrics.scheduled_time))
+                        s->metrics.scheduled_time = u->scheduled_time;
+                if (u->num_cached_tokens > s->num_cached_tokens)
+                        s->num_cached_tokens = u->num_cached_tokens;
+                if (u->first_token_time && !c->first_token_time)
+                        c->first_token_time = u->first_token_time;
+                if (u->last_token_time)
+                        c->last_token_time = u->last_token_time;
+                if (u->prompt_logprobs && !s->prompt_logprobs) {
+                        s->prompt_logprobs = u->prompt_logprobs;
+                        u->prompt_logprobs = NULL;
+                }
+                if (u->n_tokens && take_tokens(c, u) < 0) {
+                        fail_stream(s, "out of memory while taking the request's output");
+                        finish_child(c, FINISH_ERROR);
+                        engine_thread_abort(s->llm->engine, c->engine_id);
+                } else if (u->n_tokens)
+                        mark_pending(s);
+                if (u->finished && !c->finished) {
+                        const char *tail;
+                        size_t len;
+                        struct error err;
+                        if (detokenizer_finish(c->detok, &tail, &len, &err) < 0 || append_text(c, tail, len) < 0)
+                                fail_stream(s, "out of memory while decoding the request's output");
+                        else if (len)
+                                check_stop_strings(c, c->text_len - len);
+                        if (!c->finished) {
+                                c->stop_reason_token = u->stop_token;
+                                if (u->finish_reason == FINISH_ERROR || u->error)
+                                        fail_stream(s, u->message ? u->message : "the engine failed the request");
+                                finish_child(c, u->error ? FINISH_ERROR : u->finish_reason);
+                        }
+                }
+        }
+        if (u->finished) {
+                c->engine_done = true;
+                stream_unref(s);
+        }
+}
+
+void async_llm_dispatch(struct async_llm *llm) {
+        engine_thread_dispatch(llm->engine, on_update, llm);
+        notify_touched(llm);
+}
+
+int async_llm_fd(const struct async_llm *llm) {
+        return engine_thread_fd(llm->engine);
+}
+
+int async_llm_new(const struct engine_config *config, const struct backend *backend, const struct tokenizer *tk,
+                  uint32_t n_kv_blocks, struct async_llm **ret, struct error *err) {
+        struct async_llm *llm = calloc(1, sizeof(*llm));
+        int r;
+        if (!llm)
+                return error_set(err, ENOMEM, "out of memory");
+        llm->config = *config;
+        llm->tk = tk;
+        llm->n_vocab = tokenizer_vocab_size(tk);
+        id_map_init(&llm->streams, offsetof(struct async_stream, request_id));
+        r = engine_thread_start(&llm->config, backend, (uint32_t) llm->n_vocab, tokenizer_eos(tk), n_kv_blocks,
+                                &llm->engine, err);
+        if (r < 0) {
+                id_map_done(&llm->streams);
+                free(llm);
+                return r;
+        }
+        *ret = llm;
+        return 0;
+}
+
+void async_llm_free(struct async_llm *llm) {
+        if (!llm)
+                return;
+        engine_thread_stop(llm->engine);
+        while (llm->all)
+                stream_free(llm->all);
+        id_map_done(&llm->streams);
+        free(llm);
+}
+
+static int copy_params(struct async_stream *s, const struct sampling_params *p) {
+        s->params = *p;
+        s->params.logit_bias = NULL;
+        s->params.allowed_token_ids = NULL;
+        s->params.stop_token_ids = NULL;
+        s->params.stop = NULL;
+        if (p->n_logit_bias && !(s->params.logit_bias = malloc(p->n_logit_bias * sizeof(*p->logit_bias))))
+                return -ENOMEM;
+        if (p->n_logit_bias)
+                memcpy((void *) s->params.logit_bias, p->logit_bias, p->n_logit_bias * sizeof(*p->logit_bias));
+        if (p->n_allowed_token_ids && !(s->params.allowed_token_ids = malloc(p->n_allowed_token_ids * sizeof(int32_t))))
+                return -ENOMEM;
+        if (p->n_allowed_token_ids)
+                memcpy((void *) s->params.allowed_token_ids, p->allowed_token_ids, p->n_allowed_token_ids * sizeof(int32_t));
+        if (p->n_stop_token_ids && !(s->params.stop_token_ids = malloc(p->n_stop_token_ids * sizeof(int32_t))))
+                return -ENOMEM;
+        if (p->n_stop_token_ids)
+                memcpy((void *) s->params.stop_token_ids, p->stop_token_ids, p->n_stop_token_ids * sizeof(int32_t));
+        if (p->n_stop) {
+                s->stop_copy = calloc(p->n_stop, sizeof(char *));
+                if (!s->stop_copy)
+                        return -ENOMEM;
+                for (size_t i = 0; i < p->n_stop; i++)
+                        if (!(s->stop_copy[i] = strdup(p->stop[i])))
+                                return -ENOMEM;
+                s->params.stop = (const char *const *) s->stop_copy;
+        }
+        return 0;
+}
+
+static int validate_prompt(const struct async_llm *llm, const int32_t *prompt, uint32_t n, struct error *err) {
+        if (n == 0)
+                return error_set(err, EINVAL, "prompt is empty: give at least one token");
+        if (n >= llm->config.max_model_len)
+                return error_set(err, EINVAL, "prompt has %u tokens; it must be shorter than max_model_len (%u)", n,
+                                 llm->config.max_model_len);
+        for (uint32_t i = 0; i < n; i++)
+                if (prompt[i] < 0 || prompt[i] >= llm->n_vocab)
+                        return error_set(err, EINVAL, "prompt token id %" PRId32 " at position %u is outside the vocabulary [0, %" PRId32 ")",
+                                         prompt[i], i, llm->n_vocab);
+        return 0;
+}
+
+static int submit_children(struct async_llm *llm, struct async_stream *s, const struct generate_request *req,
+                           const int32_t *prompt, uint32_t n_prompt, struct error *err) {
+        for (uint32_t i = 0; i < s->n_children; i++) {
+                struct async_child *c = &s->children[i];
+                struct sampling_params child = s->params;
+                child.n = 1;
+                if (child.has_seed) /* vLLM: child i of a seeded request uses seed + i */
+                        child.seed += i;
+                struct request_spec spec = {
+                        .id = c->engine_id, .prompt = prompt, .n_prompt = n_prompt, .params = &child,
+                        .priority = req->priority, .latency_sensitive = req->latency_sensitive, .slo = req->slo,
+                        .arrival_time = s->metrics.arrival_time, .owner = c,
+                };
+                int r = engine_thread_add(llm->engine, &spec, err);
+                if (r < 0) {
+                        /* the children already queued end through the engine as usual */
+                        for (uint32_t j = i; j < s->n_children; j++) {
+                                s->children[j].engine_done = true;
+                                s->refs--;
+                        }
+                        return r;
+                }
+        }
+        return 0;
+}
+
+int async_llm_generate(struct async_llm *llm, const struct generate_request *req, async_stream_notify notify,
+                       void *userdata, struct async_stream **ret, struct error *err) {
+        struct engine_thread_state state;
+        int32_t *tokenized = NULL;
+        const int32_t *prompt = req->prompt;
+        uint32_t n_prompt = req->n_prompt;
+        int r;
+
+        if (!req->request_id || !*req->request_id)
+                return error_set(err, EINVAL, "request_id must be a non-empty string");
+        if (id_map_get(&llm->streams, req->request_id))
+                return error_set(err, EEXIST, "request id '%s' is already in flight", req->request_id);
+        engine_thread_state(llm->engine, &state);
+        if (state.dead)
+                return error_set(err, ESHUTDOWN, "%s", state.dead_message);
+        if ((r = sampling_params_validate(req->params, llm->n_vocab, llm->config.max_logprobs, err)) < 0)
+                return r;
+        if (!prompt && req->prompt_text) {
+                size_t n;
+                if ((r = tokenizer_encode(llm->tk, req->prompt_text, strlen(req->prompt_text), true, &tokenized, &n, err)) < 0)
+                        return r;
+                prompt = tokenized;
+                n_prompt = n > UINT32_MAX ? UINT32_MAX : (uint32_t) n;
+        }
+        if ((r = validate_prompt(llm, prompt, prompt ? n_prompt : 0, err)) < 0) {
+                free(tokenized);
+                return r;
+        }
+
+        struct async_stream *s = calloc(1, sizeof(*s));
+        if (!s) {
+                free(tokenized);
+                return error_set(err, ENOMEM, "out of memory");
+        }
+        s->llm = llm;
+        s->notify = notify;
+        s->userdata = userdata;
+        s->kind = req->params->output_kind;
+        s->n_prompt = n_prompt;
+        s->metrics.arrival_time = monotonic_seconds();
+        s->n_children = req->params->n;
+        s->refs = 1 + s->n_children;
+        s->next = llm->all;
+        if (llm->all)
+                llm->all->prev = s;
+        llm->all = s;
+        s->request_id = strdup(req->request_id);
+        s->children = calloc(s->n_children, sizeof(*s->children));
+        r = !s->request_id || !s->children ? -ENOMEM : copy_params(s, req->params);
+        for (uint32_t i = 0; r >= 0 && i < s->n_children; i++) {
+                struct async_child *c = &s->children[i];
+                c->stream = s;
+                c->index = i;
+                c->stop_reason_token = -1;
+                c->cumulative_logprob = req->params->logprobs >= 0 ? 0.0 : NAN;
+                snprintf(c->engine_id, sizeof(c->engine_id), "%" PRIu64, llm->next_engine_id++);
+                r = detokenizer_new(llm->tk, req->params->skip_special_tokens, &c->detok, err);
+        }
+        if (r < 0 || (r = id_map_put(&llm->streams, s)) < 0) {
+                s->refs = 1;
+                stream_free(s);
+                free(tokenized);
+                return error_set(err, -r, "out of memory");
+        }
+        s->in_map = true;
+        r = submit_children(llm, s, req, prompt, n_prompt, err);
+        free(tokenized);
+        if (r < 0) {
+                async_stream_release(s);
+                return r;
+        }
+        *ret = s;
+        return 0;
+}
+
+static void abort_stream(struct async_stream *s) {
+        leave_map(s);
+        s->refs++; /* finishing the last child must not free s under us */
+        for (uint32_t i = 0; i < s->n_children; i++) {
+                struct async_child *c = &s->children[i];
+                if (!c->finished) {
+                        finish_child(c, FINISH_ABORT);
+                        if (!c->engine_done)
+                                engine_thread_abort(s->llm->engine, c->engine_id);
+                }
+        }
+        stream_unref(s);
+}
+
+bool async_llm_abort(struct async_llm *llm, const char *request_id) {
+        struct async_stream *s = id_map_get(&llm->streams, request_id);
+        if (!s)
+                return false;
+        abort_stream(s);
+        notify_touched(llm);
+        return true;
+}
+
+static int copy_samples(const struct sample_result *src, uint32_t n, struct sample_result **ret) {
+        struct sample_result *dst = calloc(n ? n : 1, sizeof(*dst));
+        if (!dst)
+                return -ENOMEM;
+        for (uint32_t i = 0; i < n; i++) {
+                dst[i] = src[i];
+                dst[i].top = NULL;
+                if (src[i].n_top) {
+                        if (!(dst[i].top = malloc(src[i].n_top * sizeof(*src[i].top)))) {
+                                samples_free(dst, i);
+                                return -ENOMEM;
+                        }
+                        memcpy(dst[i].top, src[i].top, src[i].n_top * sizeof(*src[i].top));
+                }
+        }
+        *ret = dst;
+        return 0;
+}
+
+/* A completion's output from token from_token and text byte from_text on. */
+static int fill_completion(const struct async_child *c, uint32_t from_token, size_t from_text,
+                           struct completion_output *o) {
+        *o = (struct completion_output) {
+                .index = c->index,
+                .text_len = c->text_visible - from_text,
+                .n_token_ids = c->n_tokens - from_token,
+                .cumulative_logprob = c->cumulative_logprob,
+                .finish_reason = c->finished ? c->finish_reason : FINISH_NONE,
+                .stop_reason_token = c->finished ? c->stop_reason_token : -1,
+        };
+        o->text = malloc(o->text_len + 1);
+        o->token_ids = malloc((o->n_token_ids ? o->n_token_ids : 1) * sizeof(int32_t));
+        if (!o->text || !o->token_ids)
+                return -ENOMEM;
+        if (o->text_len)
+                memcpy(o->text, c->text + from_text, o->text_len);
+        o->text[o->text_len] = 0;
+        if (o->n_token_ids)
+                memcpy(o->token_ids, c->tokens + from_token, o->n_token_ids * sizeof(int32_t));
+        if (c->logprobs && copy_samples(c->logprobs + from_token, o->n_token_ids, &o->logprobs) < 0)
+                return -ENOMEM;
+        if (c->finished && c->finish_reason == FINISH_STOP && c->stop_reason_text &&
+            !(o->stop_reason_text = strdup(c->stop_reason_text)))
+                return -ENOMEM;
+        return 0;
+}
+
+static struct request_output *build_output(struct async_stream *s) {
+        struct request_output *o = calloc(1, sizeof(*o));
+        bool delta = s->kind == OUTPUT_DELTA;
+        if (!o || !(o->outputs = calloc(s->n_children, sizeof(*o->outputs))) || !(o->request_id = strdup(s->request_id)))
+                goto fail;
+        o->finished = s->n_finished == s->n_children;
+        o->num_cached_tokens = s->num_cached_tokens;
+        o->metrics = s->metrics;
+        for (uint32_t i = 0; i < s->n_children; i++) {
+                const struct async_child *c = &s->children[i];
+                if (c->first_token_time && (!o->metrics.first_token_time || c->first_token_time < o->metrics.first_token_time))
+                        o->metrics.first_token_time = c->first_token_time;
+                if (c->last_token_time > o->metrics.last_token_time)
+                        o->metrics.last_token_time = c->last_token_time;
+                if (delta && c->n_tokens == c->taken_tokens && c->text_visible == c->taken_text &&
+                    (!c->finished || c->taken_finish))
+                        continue; /* nothing new in this completion */
+                if (fill_completion(c, delta ? c->taken_tokens : 0, delta ? c->taken_text : 0, &o->outputs[o->n_outputs++]) < 0)
+                        goto fail;
+        }
+        if (s->prompt_logprobs && (!delta || !s->prompt_logprobs_sent)) {
+                o->n_prompt = s->n_prompt;
+                if (copy_samples(s->prompt_logprobs, s->n_prompt, &o->prompt_logprobs) < 0)
+                        goto fail;
+        }
+        if (s->error && !(o->error = strdup(s->error)))
+                goto fail;
+        return o;
+fail:
+        request_output_free(o);
+        return NULL;
+}
+
+struct request_output *async_stream_take(struct async_stream *s) {
+        if (!s->pending)
+                return NULL;
+        struct request_output *o = build_output(s);
+        if (!o)
+                return NULL; /* out of memory: the output stays pending */
+        s->pending = false;
+        if (o->prompt_logprobs)
+                s->prompt_logprobs_sent = true;
+        for (uint32_t i = 0; i < s->n_children; i++) {
+                struct async_child *c = &s->children[i];
+                c->taken_tokens = c->n_tokens;
+                c->taken_text = c->text_visible;
+                c->taken_finish = c->finished;
+        }
+        if (o->finished)
+                s->final_taken = true;
+        return o;
+}
+
+bool async_stream_has_output(const struct async_stream *s) {
+        return s->pending;
+}
+
+bool async_stream_done(const struct async_stream *s) {
+        return s->final_taken;
+}
+
+const char *async_stream_request_id(const struct async_stream *s) {
+        return s->request_id;
+}
+
+void async_stream_release(struct async_stream *s) {
+        if (!s)
+                return;
+        s->released = true;
+        if (s->n_finished < s->n_children)
+                abort_stream(s);
+        stream_unref(s);
+}
+
+int async_llm_pause(struct async_llm *llm, enum pause_mode mode, bool clear_cache, async_llm_reply_fn fn,
+                    void *userdata) {
+        return engine_thread_pause(llm->engine, mode, clear_cache, fn, userdata);
+}
+
+int async_llm_resume(struct async_llm *llm, async_llm_reply_fn fn, void *userdata) {
+        return engine_thread_resume(llm->engine, fn, userdata);
+}
+
+int async_llm_sleep(struct async_llm *llm, int level, async_llm_reply_fn fn, void *userdata) {
+        return engine_thread_sleep(llm->engine, level, fn, userdata);
+}
+
+int async_llm_wake_up(struct async_llm *llm, unsigned tags, async_llm_reply_fn fn, void *userdata) {
+        if (tags == 0)
+                tags = BACKEND_MEMORY_WEIGHTS | BACKEND_MEMORY_KV_CACHE;
+        return engine_thread_wake_up(llm->engine, tags, fn, userdata);
+}
+
+int async_llm_reset_prefix_cache(struct async_llm *llm, bool preempt, async_llm_reply_fn fn, void *userdata) {
+        return engine_thread_reset_prefix_cache(llm->engine, preempt, fn, userdata);
+}
+
+int async_llm_collective_rpc(struct async_llm *llm, const char *method, struct json_object *args,
+                             async_llm_reply_fn fn, void *userdata) {
+        return engine_thread_collective_rpc(llm->engine, method, args, fn, userdata);
+}
+
+bool async_llm_is_paused(struct async_llm *llm) {
+        struct engine_thread_state st;
+        engine_thread_state(llm->engine, &st);
+        return st.paused;
+}
+
+bool async_llm_is_sleeping(struct async_llm *llm) {
+        struct engine_thread_state st;
+        engine_thread_state(llm->engine, &st);
+        return st.released != 0;
+}
+
+int async_llm_check_health(struct async_llm *llm, double stall_timeout, struct error *err) {
+        struct engine_thread_state st;
+        engine_thread_state(llm->engine, &st);
+        if (st.dead)
+                return error_set(err, ESHUTDOWN, "%s", st.dead_message);
+        double idle = monotonic_seconds() - st.progress_time;
+        if (st.busy && idle > stall_timeout)
+                return error_set(err, ETIMEDOUT,
+                                 "the engine has made no progress for %.1f s with %u requests running and %u waiting",
+                                 idle, st.stats.n_running, st.stats.n_waiting);
+        return 0;
+}
+
+void async_llm_stats(struct async_llm *llm, struct async_llm_stats *ret) {
+        engine_thread_state(llm->engine, &ret->engine);
+        ret->n_streams = llm->streams.n;
+}
+
+const struct tokenizer *async_llm_tokenizer(const struct async_llm *llm) {
+        return llm->tk;
+}
+
+const struct engine_config *async_llm_config(const struct async_llm *llm) {
+        return &llm->config;
+}
