@@ -139,6 +139,8 @@ static void mark_pending(struct async_stream *s) {
         }
 }
 
+/* Notifications go out only here, never from inside an update, so a consumer that takes,
+ * aborts or releases in its callback finds the stream in a settled state. */
 static void notify_touched(struct async_llm *llm) {
         while (llm->touched) {
                 struct async_stream *s = llm->touched;
@@ -243,6 +245,11 @@ static void fail_stream(struct async_stream *s, const char *message) {
 static int take_tokens(struct async_child *c, struct engine_update *u) {
         struct error err;
         int r;
+        /* vLLM leaves the token that stopped the request (EOS or a stop_token_ids entry)
+         * out of the text, unless include_stop_str_in_output */
+        uint32_t n_text = u->n_tokens;
+        if (u->finished && u->finish_reason == FINISH_STOP && !c->stream->params.include_stop_str_in_output)
+                n_text--;
         if ((r = reserve_tokens(c, u->n_tokens)) < 0)
                 return r;
         for (uint32_t i = 0; i < u->n_tokens && !c->finished; i++) {
@@ -256,6 +263,8 @@ static int take_tokens(struct async_child *c, struct engine_update *u) {
                         c->cumulative_logprob += c->logprobs[c->n_tokens].logprob;
                 }
                 c->n_tokens++;
+                if (i >= n_text)
+                        break;
                 if ((r = detokenizer_push(c->detok, u->tokens[i], &piece, &len, &err)) < 0 ||
                     (r = append_text(c, piece, len)) < 0)
                         return r;
@@ -310,8 +319,12 @@ static void on_update(struct engine_update *u, void *userdata) {
         }
 }
 
+static void notify_before_reply(void *userdata) {
+        notify_touched(userdata);
+}
+
 void async_llm_dispatch(struct async_llm *llm) {
-        engine_thread_dispatch(llm->engine, on_update, llm);
+        engine_thread_dispatch(llm->engine, on_update, notify_before_reply, llm);
         notify_touched(llm);
 }
 

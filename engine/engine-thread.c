@@ -288,7 +288,8 @@ int engine_thread_fd(const struct engine_thread *et) {
         return et->event_fd;
 }
 
-void engine_thread_dispatch(struct engine_thread *et, engine_update_fn on_update, void *userdata) {
+void engine_thread_dispatch(struct engine_thread *et, engine_update_fn on_update, void (*before_reply)(void *userdata),
+                            void *userdata) {
         uint64_t count;
         while (read(et->event_fd, &count, sizeof(count)) < 0 && errno == EINTR)
                 ;
@@ -301,8 +302,12 @@ void engine_thread_dispatch(struct engine_thread *et, engine_update_fn on_update
                 struct event *next = e->next;
                 if (e->type == EVENT_UPDATE)
                         on_update(&e->update, userdata);
-                else if (e->reply)
-                        e->reply(e->rc, e->message, e->result, e->reply_userdata);
+                else {
+                        if (before_reply)
+                                before_reply(userdata);
+                        if (e->reply)
+                                e->reply(e->rc, e->message, e->result, e->reply_userdata);
+                }
                 event_free(e);
                 e = next;
         }
@@ -322,9 +327,12 @@ static void emit(struct engine_thread *et, struct event *e) {
         et->out_tail = &e->next;
 }
 
+static void collect_outputs(struct engine_thread *et);
+
 /* Queues a control command's answer. An event that cannot be allocated is lost: the
  * caller then never hears back, which only an out-of-memory process can cause. */
 static void reply(struct engine_thread *et, struct command *c, int rc, const char *message, struct json_object *result) {
+        collect_outputs(et); /* what the command did to requests reaches the frontend first */
         struct event *e = calloc(1, sizeof(*e));
         if (!e) {
                 json_object_put(result);
@@ -666,6 +674,13 @@ static void step(struct engine_thread *et) {
         et->progress_time = monotonic_seconds();
 }
 
+/* Hands what happened to the frontend: outputs, a completed drain, the state. */
+static void report(struct engine_thread *et) {
+        collect_outputs(et);
+        finish_draining(et);
+        publish(et);
+}
+
 static void *engine_main(void *userdata) {
         struct engine_thread *et = userdata;
         while (!et->stopping) {
@@ -675,17 +690,18 @@ static void *engine_main(void *userdata) {
                         apply(et, c);
                         c = next;
                 }
-                if (!et->stopping && can_step(et))
+                report(et); /* before a step too: a step that hangs must show as busy */
+                if (et->stopping)
+                        break;
+                if (can_step(et)) {
                         step(et);
-                collect_outputs(et);
-                finish_draining(et);
-                publish(et);
-                if (!et->stopping && !can_step(et)) {
-                        uint64_t count;
-                        /* nothing to do: sleep until a command comes */
-                        if (read(et->command_fd, &count, sizeof(count)) < 0 && errno != EINTR && errno != EAGAIN)
-                                break;
+                        report(et);
+                        continue;
                 }
+                uint64_t count;
+                /* nothing to do: sleep until a command comes */
+                if (read(et->command_fd, &count, sizeof(count)) < 0 && errno != EINTR && errno != EAGAIN)
+                        break;
         }
         return NULL;
 }

@@ -76,8 +76,10 @@ void engine_thread_stop(struct engine_thread *et);
 
 /* Readable while events wait: poll it, then call engine_thread_dispatch(). */
 int engine_thread_fd(const struct engine_thread *et);
-/* Delivers the waiting events in order. */
-void engine_thread_dispatch(struct engine_thread *et, engine_update_fn on_update, void *userdata);
+/* Delivers the waiting events in order; before_reply (may be NULL) runs before each control
+ * reply, so that the frontend can pass on the updates that came before it first. */
+void engine_thread_dispatch(struct engine_thread *et, engine_update_fn on_update, void (*before_reply)(void *userdata),
+                            void *userdata);
 
 /* Queues a request (copied). Its outcome, even a refusal, arrives as updates, the last one
  * finished: exactly one finished update per request added. -ENOMEM. */
