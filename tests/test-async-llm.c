@@ -105,6 +105,12 @@ static void engine_start(struct engine *e, struct engine_config *c) {
         ck_assert_msg(async_llm_new(c, &e->backend, tk, n_blocks, &e->llm, &err) == 0, "%s", err.message);
 }
 
+static void engine_start_small(struct engine *e) {
+        struct engine_config c;
+        engine_config_small(&c);
+        engine_start(e, &c);
+}
+
 static void engine_stop(struct engine *e) {
         async_llm_free(e->llm);
         cpu_runner_free(e->runner);
@@ -328,9 +334,7 @@ static void greedy_params(struct sampling_params *p, int32_t max_tokens, enum ou
  * output; delta and final outputs of the same prompt agree. */
 START_TEST(test_concurrent_exact_counts) {
         struct engine e = { 0 };
-        struct engine_config cfg;
-        engine_config_small(&cfg);
-        engine_start(&e, &cfg);
+        engine_start_small(&e);
         enum { N = 100 };
         struct collector *c = collectors_new(N);
         int32_t prompt[32];
@@ -369,9 +373,7 @@ END_TEST
  * ends; a reader that never takes gets everything merged into one output. */
 START_TEST(test_cumulative_and_slow_reader) {
         struct engine e = { 0 };
-        struct engine_config cfg;
-        engine_config_small(&cfg);
-        engine_start(&e, &cfg);
+        engine_start_small(&e);
         struct collector *c = collectors_new(3);
         int32_t prompt[12];
         make_prompt(7, 12, prompt);
@@ -408,9 +410,7 @@ END_TEST
  * every block back. */
 START_TEST(test_abort) {
         struct engine e = { 0 };
-        struct engine_config cfg;
-        engine_config_small(&cfg);
-        engine_start(&e, &cfg);
+        engine_start_small(&e);
         enum { N = 8 };
         struct collector *c = collectors_new(N + 1);
         int32_t prompt[20];
@@ -471,9 +471,7 @@ static void tokens_now(const struct collector *c, size_t n, uint32_t *out) {
 
 START_TEST(test_pause_keep) {
         struct engine e = { 0 };
-        struct engine_config cfg;
-        engine_config_small(&cfg);
-        engine_start(&e, &cfg);
+        engine_start_small(&e);
         enum { N = 4 };
         struct collector *c = collectors_new(N + 1);
         int32_t prompt[16];
@@ -523,9 +521,7 @@ END_TEST
 
 START_TEST(test_pause_wait) {
         struct engine e = { 0 };
-        struct engine_config cfg;
-        engine_config_small(&cfg);
-        engine_start(&e, &cfg);
+        engine_start_small(&e);
         enum { N = 4 };
         struct collector *c = collectors_new(N + 1);
         int32_t prompt[16];
@@ -568,9 +564,7 @@ END_TEST
 
 START_TEST(test_pause_abort) {
         struct engine e = { 0 };
-        struct engine_config cfg;
-        engine_config_small(&cfg);
-        engine_start(&e, &cfg);
+        engine_start_small(&e);
         enum { N = 4 };
         struct collector *c = collectors_new(N + 1);
         int32_t prompt[16];
@@ -651,9 +645,7 @@ static void run_one(struct async_llm *llm, struct collector *c, const char *id, 
  * pieces never run ahead of the final text; stop token ids likewise. */
 START_TEST(test_stop_strings_and_tokens) {
         struct engine e = { 0 };
-        struct engine_config cfg;
-        engine_config_small(&cfg);
-        engine_start(&e, &cfg);
+        engine_start_small(&e);
         struct collector *c = collectors_new(6);
         int32_t *prompt;
         size_t n_prompt;
@@ -741,9 +733,7 @@ END_TEST
  * share the prompt's blocks, and end together on abort. */
 START_TEST(test_n_children) {
         struct engine e = { 0 };
-        struct engine_config cfg;
-        engine_config_small(&cfg);
-        engine_start(&e, &cfg);
+        engine_start_small(&e);
         struct collector *c = collectors_new(5);
         int32_t prompt[40];
         make_prompt(600, 40, prompt);
@@ -792,9 +782,7 @@ END_TEST
  * 0.1 at the third token, in llama.cpp exactly as here.) */
 START_TEST(test_prompt_logprobs) {
         struct engine e = { 0 };
-        struct engine_config cfg;
-        engine_config_small(&cfg);
-        engine_start(&e, &cfg);
+        engine_start_small(&e);
         struct collector *c = collectors_new(5);
         int32_t prompt[60];
         make_prompt(700, 20, prompt);
@@ -857,9 +845,7 @@ static uint64_t usage_field(struct json_object *result, const char *key) {
  * meanwhile wait, and after wake_up the outputs are the same as before. */
 START_TEST(test_sleep_wake_up) {
         struct engine e = { 0 };
-        struct engine_config cfg;
-        engine_config_small(&cfg);
-        engine_start(&e, &cfg);
+        engine_start_small(&e);
         struct collector *c = collectors_new(3);
         int32_t prompt[24];
         make_prompt(800, 24, prompt);
@@ -935,9 +921,7 @@ END_TEST
 
 START_TEST(test_collective_rpc) {
         struct engine e = { 0 };
-        struct engine_config cfg;
-        engine_config_small(&cfg);
-        engine_start(&e, &cfg);
+        engine_start_small(&e);
         struct reply_box b = { 0 };
         ck_assert_int_eq(async_llm_collective_rpc(e.llm, "ping", NULL, on_reply, &b), 0);
         wait_reply(e.llm, &b);
@@ -1000,9 +984,7 @@ END_TEST
 /* Health: a step that hangs turns it red after the stall timeout, and green again after. */
 START_TEST(test_health_stall) {
         struct engine e = { 0 };
-        struct engine_config cfg;
-        engine_config_small(&cfg);
-        engine_start(&e, &cfg);
+        engine_start_small(&e);
         struct error err;
         ck_assert_int_eq(async_llm_check_health(e.llm, 0.5, &err), 0);
         struct collector *c = collectors_new(1);
@@ -1024,13 +1006,95 @@ START_TEST(test_health_stall) {
 }
 END_TEST
 
+/* An abort that arrives while the step that would finish the request runs wins: the request
+ * ends "abort", not "length", and its blocks are back by the end of that step. */
+START_TEST(test_abort_during_step) {
+        struct engine e = { 0 };
+        engine_start_small(&e);
+        struct collector *c = collectors_new(1);
+        int32_t prompt[24];
+        make_prompt(1050, 24, prompt);
+        struct sampling_params p;
+        greedy_params(&p, 1, OUTPUT_FINAL_ONLY);
+        atomic_store(&e.inject.stall_ms, 600);
+        submit(e.llm, c, "mid-step", prompt, 24, &p, 0);
+        struct async_llm_stats st;
+        double end = monotonic_seconds() + 10;
+        do { /* wait until the step is under way */
+                usleep(20 * 1000);
+                async_llm_stats(e.llm, &st);
+                ck_assert(monotonic_seconds() < end);
+        } while (atomic_load(&e.inject.calls) == 0);
+        ck_assert(async_llm_abort(e.llm, "mid-step"));
+        atomic_store(&e.inject.stall_ms, 0);
+        wait_all(e.llm, c, 1, 30);
+        ck_assert_int_eq(c->reason[0], FINISH_ABORT);
+        wait_engine_empty(e.llm);
+        async_llm_stats(e.llm, &st);
+        ck_assert_uint_eq(st.engine.stats.finished[FINISH_ABORT], 1);
+        ck_assert_uint_eq(st.engine.stats.finished[FINISH_LENGTH], 0);
+        ck_assert_uint_eq(st.engine.stats.generation_tokens, 0);
+        collector_free(c);
+        free(c);
+        engine_stop(&e);
+}
+END_TEST
+
+/* The counters the metrics will print: requests, tokens, prefix-cache hits, steps. */
+START_TEST(test_stats) {
+        struct engine e = { 0 };
+        engine_start_small(&e);
+        struct collector *c = collectors_new(4);
+        int32_t prompt[40];
+        make_prompt(1400, 40, prompt);
+        struct sampling_params p;
+        greedy_params(&p, 6, OUTPUT_DELTA);
+        struct reply_box b = { 0 };
+        ck_assert_int_eq(async_llm_pause(e.llm, PAUSE_KEEP, false, on_reply, &b), 0); /* one batch for all three */
+        wait_reply(e.llm, &b);
+        reply_clear(&b);
+        submit(e.llm, &c[0], "s0", prompt, 40, &p, 0);
+        submit(e.llm, &c[1], "s1", prompt + 10, 30, &p, 0);
+        submit(e.llm, &c[2], "s2", prompt + 20, 20, &p, 0);
+        ck_assert_int_eq(async_llm_resume(e.llm, on_reply, &b), 0);
+        wait_all(e.llm, c, 3, 60);
+        wait_reply(e.llm, &b);
+        reply_clear(&b);
+        struct async_llm_stats st;
+        async_llm_stats(e.llm, &st);
+        ck_assert_uint_eq(st.engine.stats.prompt_tokens, 90);
+        ck_assert_uint_eq(st.engine.stats.generation_tokens, 18);
+        ck_assert_uint_eq(st.engine.stats.finished[FINISH_LENGTH], 3);
+        ck_assert_uint_eq(st.engine.stats.preemptions, 0);
+        ck_assert_uint_eq(st.engine.stats.prefix_query_tokens, 90);
+        ck_assert_uint_eq(st.engine.stats.prefix_hit_tokens, 0);
+        ck_assert_uint_eq(st.engine.stats.steps, 6); /* one prefill step with the first token, five decodes */
+        ck_assert_uint_eq(st.engine.stats.scheduled_tokens, 90 + 3 * 5);
+        /* the same 40-token prompt again: two full blocks come from the cache */
+        submit(e.llm, &c[3], "s3", prompt, 40, &p, 0);
+        wait_all(e.llm, &c[3], 1, 60);
+        ck_assert_uint_eq(c[3].num_cached_tokens, 32);
+        ck_assert_mem_eq(c[3].tokens[0], c[0].tokens[0], 6 * sizeof(int32_t));
+        async_llm_stats(e.llm, &st);
+        ck_assert_uint_eq(st.engine.stats.prefix_query_tokens, 130);
+        ck_assert_uint_eq(st.engine.stats.prefix_hit_tokens, 32);
+        ck_assert_uint_eq(st.engine.stats.prompt_tokens, 98);
+        ck_assert_uint_eq(st.engine.stats.n_running + st.engine.stats.n_waiting, 0);
+        ck_assert_uint_gt(st.engine.stats.kv_blocks_total, 100);
+        ck_assert_uint_eq(st.engine.stats.kv_blocks_used, 0);
+        ck_assert_uint_ge(st.engine.stats.kv_blocks_cached, 2);
+        for (int i = 0; i < 4; i++)
+                collector_free(&c[i]);
+        free(c);
+        engine_stop(&e);
+}
+END_TEST
+
 /* A failing step kills the engine: every request ends with an error naming it, new ones are
  * refused, health is red. */
 START_TEST(test_engine_death) {
         struct engine e = { 0 };
-        struct engine_config cfg;
-        engine_config_small(&cfg);
-        engine_start(&e, &cfg);
+        engine_start_small(&e);
         atomic_store(&e.inject.fail_at, 4);
         enum { N = 4 };
         struct collector *c = collectors_new(N);
@@ -1072,9 +1136,7 @@ static void expect_invalid(struct async_llm *llm, const struct generate_request 
 
 START_TEST(test_validation) {
         struct engine e = { 0 };
-        struct engine_config cfg;
-        engine_config_small(&cfg);
-        engine_start(&e, &cfg);
+        engine_start_small(&e);
         int32_t prompt[1100];
         make_prompt(1200, 1100, prompt);
         struct sampling_params p;
@@ -1124,9 +1186,7 @@ END_TEST
 /* An idle engine sleeps: no CPU time goes by while nothing is asked of it. */
 START_TEST(test_idle_uses_no_cpu) {
         struct engine e = { 0 };
-        struct engine_config cfg;
-        engine_config_small(&cfg);
-        engine_start(&e, &cfg);
+        engine_start_small(&e);
         struct collector *c = collectors_new(1);
         int32_t prompt[8];
         make_prompt(1300, 8, prompt);
@@ -1164,6 +1224,8 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_sleep_wake_up);
         tcase_add_test(tc, test_collective_rpc);
         tcase_add_test(tc, test_health_stall);
+        tcase_add_test(tc, test_abort_during_step);
+        tcase_add_test(tc, test_stats);
         tcase_add_test(tc, test_engine_death);
         tcase_add_test(tc, test_validation);
         tcase_add_test(tc, test_idle_uses_no_cpu);
