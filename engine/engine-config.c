@@ -18,6 +18,7 @@ void engine_config_init_default(struct engine_config *c) {
                 .scheduling_policy = SCHEDULING_FCFS,
                 .seed = 0,
                 .max_logprobs = SAMPLING_DEFAULT_MAX_LOGPROBS,
+                .decode_stall_limit = 2.0,
         };
 }
 
@@ -38,6 +39,9 @@ int engine_config_finalize(struct engine_config *c, uint32_t model_context_len, 
                                  c->max_num_batched_tokens, c->max_model_len);
         if (c->block_size < 1 || c->block_size > 1024)
                 return error_set(err, EINVAL, "block_size must be in [1, 1024], got %u", c->block_size);
+        if (!(c->decode_stall_limit == 0 || (c->decode_stall_limit > 1 && c->decode_stall_limit <= 1000)))
+                return error_set(err, EINVAL, "decode_stall_limit must be 0 (no limit) or in (1, 1000], got %g",
+                                 c->decode_stall_limit);
         if (c->max_logprobs < 0)
                 return error_set(err, EINVAL, "max_logprobs must be >= 0, got %d", c->max_logprobs);
         return 0;

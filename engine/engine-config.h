@@ -25,6 +25,9 @@ struct engine_config {
         enum scheduling_policy scheduling_policy;
         uint64_t seed;                   /* seeds requests that bring no seed of their own */
         int32_t max_logprobs;            /* the most logprobs a request may ask for */
+        /* With decodes running, a step's prompt tokens are limited so that it takes at most
+         * this many times a decode-only step (engine/stall-guard.h); 0 = no limit. */
+        double decode_stall_limit;
 };
 
 void engine_config_init_default(struct engine_config *c);

@@ -379,10 +379,13 @@ int engine_core_step(struct engine_core *ec, struct error *err) {
         build_batch(ec, &b);
         if ((rc = reserve_logits(ec, b.n_outputs)) < 0)
                 return error_set(err, -rc, "out of memory for %u logits rows", b.n_outputs);
+        double started = monotonic_seconds();
         if ((rc = ec->backend.forward(ec->backend.impl, &b, ec->logits, err)) < 0) {
                 die(ec);
                 return rc;
         }
+        stall_guard_record(&ec->sched.guard, ec->sched.n_plan_decode_tokens, b.n_tokens - ec->sched.n_plan_decode_tokens,
+                           monotonic_seconds() - started);
         ec->steps++;
         ec->scheduled_tokens += b.n_tokens;
 

@@ -7,6 +7,8 @@
 
 int scheduler_init(struct scheduler *s, const struct engine_config *config, struct kv_blocks *kv, struct error *err) {
         *s = (struct scheduler) { .config = config, .kv = kv };
+        /* without chunked prefill a prompt runs whole: nothing to limit */
+        stall_guard_init(&s->guard, config->enable_chunked_prefill ? config->decode_stall_limit : 0);
         s->running = calloc(config->max_num_seqs, sizeof(*s->running));
         s->plan = calloc(config->max_num_seqs, sizeof(*s->plan));
         if (!s->running || !s->plan) {
@@ -120,11 +122,19 @@ static void preempt(struct scheduler *s, uint32_t index, uint32_t *budget) {
         waiting_insert(s, r, true);
 }
 
-static uint32_t chunk_size(const struct scheduler *s, const struct request *r, uint32_t budget) {
+/* A decode computes the one token sampled last; anything more is prompt work (a prompt, or
+ * a preempted request's recomputation). */
+static bool is_decode(const struct request *r) {
+        return r->n_tokens - r->num_computed_tokens == 1 && r->num_computed_tokens >= r->n_prompt;
+}
+
+static uint32_t chunk_size(const struct scheduler *s, const struct request *r, uint32_t budget, uint32_t prefill_left) {
         uint32_t n = r->n_tokens - r->num_computed_tokens;
         uint32_t cap = s->config->long_prefill_token_threshold;
-        if (cap && n > cap)
+        if (n > 1 && cap && n > cap)
                 n = cap;
+        if (n > 1 && n > prefill_left)
+                n = prefill_left;
         return n < budget ? n : budget;
 }
 
@@ -161,9 +171,18 @@ int scheduler_schedule(struct scheduler *s) {
         if (s->config->scheduling_policy == SCHEDULING_PRIORITY)
                 take_seats(s);
 
+        uint32_t n_decode = 0;
+        for (uint32_t i = 0; i < s->n_running; i++)
+                n_decode += is_decode(s->running[i]);
+        uint32_t prefill_left = stall_guard_allowance(&s->guard, n_decode, budget);
+
         for (uint32_t i = 0; i < s->n_running && budget > 0;) {
                 struct request *req = s->running[i];
-                uint32_t n = chunk_size(s, req, budget);
+                if (!is_decode(req) && prefill_left == 0) {
+                        i++;
+                        continue;
+                }
+                uint32_t n = chunk_size(s, req, budget, prefill_left);
                 bool fits = true;
                 while (kv_blocks_allocate(s->kv, &req->blocks, req->num_computed_tokens + n) == -ENOSPC) {
                         uint32_t victim = pick_victim(s);
@@ -180,6 +199,8 @@ int scheduler_schedule(struct scheduler *s) {
                         continue; /* running[i] now holds the next request */
                 s->plan[s->n_plan++] = (struct scheduled_chunk) { req, n };
                 budget -= n;
+                if (!is_decode(req))
+                        prefill_left -= n;
                 i++;
         }
         for (uint32_t i = 0; i < s->n_plan; i++)
@@ -187,7 +208,7 @@ int scheduler_schedule(struct scheduler *s) {
 
         /* Admit waiting requests only when nothing had to be preempted this step; admission
          * never preempts, so every chunk committed above is computed. */
-        while (!preempted && s->n_waiting > 0 && budget > 0 && s->n_running < s->config->max_num_seqs) {
+        while (!preempted && s->n_waiting > 0 && budget > 0 && prefill_left > 0 && s->n_running < s->config->max_num_seqs) {
                 struct request *req = s->waiting[0];
                 /* a request that wants prompt logprobs needs every prompt position's logits */
                 if (req->num_computed_tokens == 0 && req->blocks.n == 0 && req->params.prompt_logprobs < 0) {
@@ -198,7 +219,7 @@ int scheduler_schedule(struct scheduler *s) {
                         if (!req->admitted_once)
                                 req->num_cached_tokens = (uint32_t) hit;
                 }
-                uint32_t n = chunk_size(s, req, budget);
+                uint32_t n = chunk_size(s, req, budget, prefill_left);
                 if (!s->config->enable_chunked_prefill && n < req->n_tokens - req->num_computed_tokens)
                         break; /* the whole prompt must fit in this step */
                 if (kv_blocks_allocate(s->kv, &req->blocks, req->num_computed_tokens + n) < 0) {
@@ -213,7 +234,11 @@ int scheduler_schedule(struct scheduler *s) {
                 s->plan[s->n_plan] = (struct scheduled_chunk) { req, n };
                 commit_chunk(s, &s->plan[s->n_plan++]);
                 budget -= n;
+                prefill_left -= n;
         }
+        s->n_plan_decode_tokens = 0;
+        for (uint32_t i = 0; i < s->n_plan; i++)
+                s->n_plan_decode_tokens += is_decode(s->plan[i].req);
         return 0;
 }
 

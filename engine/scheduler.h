@@ -13,6 +13,7 @@
 #include "engine-config.h"
 #include "kv-blocks.h"
 #include "request.h"
+#include "stall-guard.h"
 
 struct scheduled_chunk {
         struct request *req;
@@ -29,6 +30,8 @@ struct scheduler {
         struct scheduled_chunk *plan; /* the current step */
         uint32_t n_plan;
         uint64_t n_preemptions;
+        struct stall_guard guard;
+        uint32_t n_plan_decode_tokens; /* of the current plan: decodes, the rest is prompt work */
 };
 
 int scheduler_init(struct scheduler *s, const struct engine_config *config, struct kv_blocks *kv, struct error *err);

@@ -547,6 +547,9 @@ START_TEST(test_pause_wait) {
                 ck_assert_int_eq(c[i].reason[0], FINISH_LENGTH);
         }
         ck_assert(async_llm_is_paused(e.llm));
+        struct async_llm_stats st;
+        async_llm_stats(e.llm, &st);
+        ck_assert_uint_eq(st.engine.stats.kv_blocks_cached, 0); /* clear_cache */
         pump_for(e.llm, 300);
         ck_assert_uint_eq(c[N].n_outputs, 0); /* sent during the drain: waits for resume */
         reply_clear(&b);

@@ -191,6 +191,7 @@ static struct result solo[N_REQ];
 static int32_t prompts[N_REQ][100];
 
 static void solo_runs(void) {
+        memset(solo, 0, sizeof(solo)); /* tests may share the process (CK_FORK=no) */
         for (uint32_t i = 0; i < N_REQ; i++) {
                 struct harness h;
                 struct engine_config c = base_config(64);
