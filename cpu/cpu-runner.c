@@ -257,6 +257,21 @@ static void store_kv(struct cpu_runner *r, uint32_t layer, unsigned ith, unsigne
         }
 }
 
+/* Attention items are (token, head) pairs costing the token's context length each; a
+ * thread's share is cut by cost, not by count, so that a mixed step's long-context prompt
+ * tokens do not all land on one thread. Returns the first item whose cost so far reaches
+ * target. */
+static uint64_t item_at_cost(const struct batch *b, uint32_t n_head, uint64_t target) {
+        uint64_t before = 0;
+        for (uint32_t t = 0; t < b->n_tokens; t++) {
+                uint64_t cost = (uint64_t) b->positions[t] + 1;
+                if (before + cost * n_head > target)
+                        return (uint64_t) t * n_head + (target - before + cost - 1) / cost;
+                before += cost * n_head;
+        }
+        return (uint64_t) b->n_tokens * n_head;
+}
+
 /* Causal grouped-query attention of each (token, head) in this thread's share over the
  * token's sequence, positions 0..pos in order, read through the block table. Sums follow the
  * lane order of llama.cpp's f16 matrix products, so that rounding matches the reference: its
@@ -273,7 +288,11 @@ static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
         float *lanes = q16 + hd; /* (64, hd) */
         uint64_t begin, end;
 
-        split((uint64_t) b->n_tokens * hp->n_head, ith, nth, &begin, &end);
+        uint64_t total = 0;
+        for (uint32_t t = 0; t < b->n_tokens; t++)
+                total += ((uint64_t) b->positions[t] + 1) * hp->n_head;
+        begin = item_at_cost(b, hp->n_head, total * ith / nth);
+        end = ith + 1 == nth ? (uint64_t) b->n_tokens * hp->n_head : item_at_cost(b, hp->n_head, total * (ith + 1) / nth);
         for (uint64_t item = begin; item < end; item++) {
                 uint32_t t = (uint32_t) (item / hp->n_head), h = (uint32_t) (item % hp->n_head);
                 const struct batch_seq *seq = &b->seqs[b->seq_ids[t]];
