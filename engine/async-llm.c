@@ -642,6 +642,10 @@ const char *async_stream_request_id(const struct async_stream *s) {
         return s->request_id;
 }
 
+uint32_t async_stream_prompt_tokens(const struct async_stream *s) {
+        return s->n_prompt;
+}
+
 void async_stream_release(struct async_stream *s) {
         if (!s)
                 return;

@@ -78,6 +78,8 @@ bool async_stream_has_output(const struct async_stream *s);
 /* True once the last output has been taken. */
 bool async_stream_done(const struct async_stream *s);
 const char *async_stream_request_id(const struct async_stream *s);
+/* The prompt's length in tokens (after tokenization of a text prompt). */
+uint32_t async_stream_prompt_tokens(const struct async_stream *s);
 /* The consumer is done with it: a request still running is aborted. */
 void async_stream_release(struct async_stream *s);
 

@@ -1,0 +1,461 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat-template.h"
+#include "commands.h"
+#include "log.h"
+#include "protocol.h"
+#include "server.h"
+
+static void send_line(struct connection *c, char *line, size_t len) {
+        if (line)
+                connection_send(c, line, len);
+        free(line);
+}
+
+void commands_send_error(struct connection *c, const char *id, const char *code, const char *message) {
+        char *line = NULL;
+        size_t len;
+        if (protocol_error_line(id, code, message, &line, &len) == 0)
+                send_line(c, line, len);
+}
+
+/* Takes over result (which may be NULL). */
+static void send_result(struct connection *c, const char *id, struct json_object *result) {
+        char *line = NULL;
+        size_t len;
+        if (protocol_result_line(id, result, &line, &len) == 0)
+                send_line(c, line, len);
+        else
+                commands_send_error(c, id, PROTOCOL_INTERNAL_ERROR, "out of memory");
+        json_object_put(result);
+}
+
+void commands_send_hello(struct connection *c) {
+        char *line = NULL;
+        size_t len;
+        if (protocol_hello_line(PACKAGE_VERSION, c->server->model.name, &line, &len) == 0)
+                send_line(c, line, len);
+}
+
+/* ---- requests ---- */
+
+static struct uid_count *uid_count(struct server *s, uid_t uid, bool create) {
+        char key[16];
+        snprintf(key, sizeof(key), "%u", (unsigned) uid);
+        struct uid_count *u = id_map_get(&s->uid_counts, key);
+        if (u || !create)
+                return u;
+        u = calloc(1, sizeof(*u));
+        if (!u || !(u->key = strdup(key)) || id_map_put(&s->uid_counts, u) < 0) {
+                if (u)
+                        free(u->key);
+                free(u);
+                return NULL;
+        }
+        return u;
+}
+
+void commands_request_done(struct daemon_request *r) {
+        struct connection *c = r->conn;
+        struct server *s = c->server;
+        struct uid_count *u = uid_count(s, c->uid, false);
+        if (u && --u->n == 0) {
+                id_map_remove(&s->uid_counts, u);
+                free(u->key);
+                free(u);
+        }
+        id_map_remove(&c->requests, r);
+        id_map_remove(&s->requests, r);
+        if (r->prev)
+                r->prev->next = r->next;
+        else
+                c->first_request = r->next;
+        if (r->next)
+                r->next->prev = r->prev;
+        async_stream_release(r->stream);
+        log_request(LOG_DEBUG, r->daemon_id, "request done");
+        free(r->client_id);
+        free(r->daemon_id);
+        free(r);
+        if (c->closing && !c->first_request)
+                connection_close_later(c);
+        if (s->shutting_down && s->requests.n == 0)
+                sd_event_exit(s->event, s->exit_status);
+}
+
+void commands_send_output(struct daemon_request *r, const struct request_output *o) {
+        struct server *s = r->conn->server;
+        uint64_t n = protocol_output_tokens(o);
+        if (n && o->metrics.last_token_time > 0) {
+                double since = r->last_token_time > 0 ? r->last_token_time : o->metrics.first_token_time;
+                /* the first token's latency is TTFT, not an inter-token gap */
+                uint64_t gaps = r->last_token_time > 0 ? n : n - 1;
+                if (gaps)
+                        daemon_metrics_observe_tokens(&s->metrics, o->metrics.last_token_time - since, (uint32_t) gaps);
+                r->last_token_time = o->metrics.last_token_time;
+        }
+        r->n_generated += (uint32_t) n;
+        struct output_line_options opts = {
+                .realtime_offset = s->realtime_offset,
+                .prompt_tokens = r->n_prompt,
+                .completion_tokens = r->n_generated,
+                .logprobs = r->logprobs,
+                .prompt_logprobs = r->prompt_logprobs,
+        };
+        char *line = NULL;
+        size_t len;
+        if (protocol_output_line(r->client_id, o, &opts, &line, &len) < 0) {
+                commands_send_error(r->conn, r->client_id, PROTOCOL_INTERNAL_ERROR, "out of memory encoding an output");
+                return;
+        }
+        send_line(r->conn, line, len);
+        if (o->finished) {
+                enum finish_reason reason = FINISH_NONE;
+                for (uint32_t i = 0; i < o->n_outputs; i++)
+                        if (o->outputs[i].finish_reason > reason)
+                                reason = o->outputs[i].finish_reason;
+                daemon_metrics_observe_finished(&s->metrics, &o->metrics, reason, r->n_prompt, r->n_generated);
+                if (o->error)
+                        commands_send_error(r->conn, r->client_id,
+                                            strncmp(o->error, "engine_dead", 11) == 0 ? PROTOCOL_ENGINE_DEAD : PROTOCOL_INTERNAL_ERROR,
+                                            o->error);
+        }
+}
+
+static void on_stream(struct async_stream *stream, void *userdata) {
+        (void) stream;
+        connection_pump_request(userdata);
+}
+
+static const char *error_code_for(int r) {
+        switch (r) {
+        case -EINVAL: return PROTOCOL_INVALID_PARAMS;
+        case -EEXIST: return PROTOCOL_DUPLICATE_ID;
+        case -ESHUTDOWN: return PROTOCOL_ENGINE_DEAD;
+        case -EOPNOTSUPP: return PROTOCOL_INVALID_PARAMS;
+        default: return PROTOCOL_INTERNAL_ERROR;
+        }
+}
+
+static void do_generate(struct connection *c, struct client_message *m) {
+        struct server *s = c->server;
+        const struct daemon_settings *st = s->settings;
+        struct generate_message *g = &m->generate;
+        struct error err = { 0 };
+        char *rendered = NULL;
+        int r;
+
+        if (s->shutting_down)
+                return commands_send_error(c, m->id, PROTOCOL_SHUTTING_DOWN, "the daemon is stopping and takes no new requests");
+        if (id_map_get(&c->requests, m->id))
+                return commands_send_error(c, m->id, PROTOCOL_DUPLICATE_ID, "a request with this id is in flight on this connection");
+        if (c->requests.n >= st->max_requests_per_connection) {
+                char msg[128];
+                snprintf(msg, sizeof(msg), "this connection has %u requests in flight (max-requests-per-connection)", c->requests.n);
+                return commands_send_error(c, m->id, PROTOCOL_TOO_MANY_REQUESTS, msg);
+        }
+        struct uid_count *u = uid_count(s, c->uid, true);
+        if (!u)
+                return commands_send_error(c, m->id, PROTOCOL_INTERNAL_ERROR, "out of memory");
+        if (u->n >= st->max_requests_per_uid) {
+                char msg[128];
+                snprintf(msg, sizeof(msg), "uid %u has %u requests in flight (max-requests-per-uid)", (unsigned) c->uid, u->n);
+                if (u->n == 0) {
+                        id_map_remove(&s->uid_counts, u);
+                        free(u->key);
+                        free(u);
+                }
+                return commands_send_error(c, m->id, PROTOCOL_TOO_MANY_REQUESTS, msg);
+        }
+        if (g->prompt_kind == PROMPT_MESSAGES &&
+            chat_render(s->model.tk, g->messages, g->n_messages, true, &rendered, &err) < 0) {
+                if (u->n == 0) {
+                        id_map_remove(&s->uid_counts, u);
+                        free(u->key);
+                        free(u);
+                }
+                return commands_send_error(c, m->id, PROTOCOL_INVALID_PARAMS, err.message);
+        }
+
+        struct daemon_request *req = calloc(1, sizeof(*req));
+        char daemon_id[PROTOCOL_ID_MAX + 32];
+        snprintf(daemon_id, sizeof(daemon_id), "%" PRIu64 "/%s", c->serial, m->id);
+        if (!req || !(req->client_id = strdup(m->id)) || !(req->daemon_id = strdup(daemon_id))) {
+                r = -ENOMEM;
+                error_set(&err, ENOMEM, "out of memory");
+                goto fail;
+        }
+        req->conn = c;
+        req->logprobs = g->params.logprobs;
+        req->prompt_logprobs = g->params.prompt_logprobs;
+        struct generate_request gr;
+        generate_message_to_request(g, req->daemon_id, rendered, &gr);
+        /* linked first: the stream may notify (and finish) from inside generate */
+        req->next = c->first_request;
+        if (c->first_request)
+                c->first_request->prev = req;
+        c->first_request = req;
+        if ((r = id_map_put(&c->requests, req)) < 0 || (r = id_map_put(&s->requests, req)) < 0) {
+                error_set(&err, ENOMEM, "out of memory");
+                goto unlink;
+        }
+        u->n++;
+        r = async_llm_generate(s->model.llm, &gr, on_stream, req, &req->stream, &err);
+        if (r < 0) {
+                u->n--;
+                goto unlink;
+        }
+        req->n_prompt = async_stream_prompt_tokens(req->stream);
+        log_request(LOG_DEBUG, req->daemon_id, "generate: %u prompt tokens", req->n_prompt);
+        free(rendered);
+        return;
+unlink:
+        id_map_remove(&c->requests, req);
+        id_map_remove(&s->requests, req);
+        c->first_request = req->next;
+        if (req->next)
+                req->next->prev = NULL;
+fail:
+        if (u->n == 0) {
+                id_map_remove(&s->uid_counts, u);
+                free(u->key);
+                free(u);
+        }
+        if (req) {
+                free(req->client_id);
+                free(req->daemon_id);
+                free(req);
+        }
+        free(rendered);
+        commands_send_error(c, m->id, error_code_for(r), err.message);
+}
+
+static void do_abort(struct connection *c, struct client_message *m) {
+        struct server *s = c->server;
+        struct daemon_request *r = id_map_get(&c->requests, m->abort.request);
+        if (!r && c->is_admin) /* admins may name any request as list shows it */
+                r = id_map_get(&s->requests, m->abort.request);
+        bool aborted = r && async_llm_abort(s->model.llm, r->daemon_id);
+        struct json_object *o = json_object_new_object();
+        json_object_object_add(o, "aborted", json_object_new_boolean(aborted));
+        send_result(c, m->id, o);
+}
+
+/* ---- control ops answered by the engine thread ---- */
+
+struct pending_reply {
+        struct connection *conn;
+        char *id;
+        enum client_op op;
+};
+
+static void on_reply(int rc, const char *message, struct json_object *result, void *userdata) {
+        struct pending_reply *p = userdata;
+        struct connection *c = p->conn;
+        if (!c->closed) {
+                if (rc < 0)
+                        commands_send_error(c, p->id, rc == -ENOENT || rc == -EINVAL ? PROTOCOL_INVALID_PARAMS
+                                                      : PROTOCOL_INTERNAL_ERROR,
+                                            message && *message ? message : strerror(-rc));
+                else {
+                        struct json_object *o = result ? json_object_get(result) : json_object_new_object();
+                        if (!result && p->op == CLIENT_OP_PAUSE)
+                                json_object_object_add(o, "paused", json_object_new_boolean(true));
+                        send_result(c, p->id, o);
+                }
+        }
+        log_info("%s (requested by uid %u): %s", client_op_name(p->op), (unsigned) c->uid, rc < 0 ? message : "done");
+        connection_unref(c);
+        free(p->id);
+        free(p);
+}
+
+static struct pending_reply *pending_new(struct connection *c, const struct client_message *m) {
+        struct pending_reply *p = calloc(1, sizeof(*p));
+        if (!p || !(p->id = strdup(m->id))) {
+                free(p);
+                return NULL;
+        }
+        p->conn = c;
+        p->op = m->op;
+        c->refs++;
+        return p;
+}
+
+static void do_control(struct connection *c, struct client_message *m) {
+        struct async_llm *llm = c->server->model.llm;
+        struct pending_reply *p = pending_new(c, m);
+        int r;
+        if (!p)
+                return commands_send_error(c, m->id, PROTOCOL_INTERNAL_ERROR, "out of memory");
+        switch (m->op) {
+        case CLIENT_OP_PAUSE:
+                r = async_llm_pause(llm, m->pause.mode, m->pause.clear_cache, on_reply, p);
+                break;
+        case CLIENT_OP_RESUME:
+                r = async_llm_resume(llm, on_reply, p);
+                break;
+        case CLIENT_OP_SLEEP:
+                r = async_llm_sleep(llm, m->sleep.level, on_reply, p);
+                break;
+        case CLIENT_OP_WAKE_UP:
+                r = async_llm_wake_up(llm, m->wake_up.tags, on_reply, p);
+                break;
+        case CLIENT_OP_RESET_PREFIX_CACHE:
+                r = async_llm_reset_prefix_cache(llm, m->reset_prefix_cache.preempt, on_reply, p);
+                break;
+        default: /* CLIENT_OP_COLLECTIVE_RPC */
+                r = async_llm_collective_rpc(llm, m->collective_rpc.method,
+                                             m->collective_rpc.args ? json_object_get(m->collective_rpc.args) : NULL,
+                                             on_reply, p);
+                break;
+        }
+        if (r < 0) {
+                connection_unref(c);
+                free(p->id);
+                free(p);
+                commands_send_error(c, m->id, error_code_for(r), strerror(-r));
+        }
+}
+
+/* ---- read-only ops ---- */
+
+static struct json_object *health_json(struct server *s) {
+        struct error err = { 0 };
+        int r = async_llm_check_health(s->model.llm, s->settings->health_stall_timeout, &err);
+        struct json_object *o = json_object_new_object();
+        json_object_object_add(o, "healthy", json_object_new_boolean(r == 0));
+        json_object_object_add(o, "status", json_object_new_string(r == 0 ? "ok" : r == -ESHUTDOWN ? "dead" : "stalled"));
+        if (r < 0)
+                json_object_object_add(o, "message", json_object_new_string(err.message));
+        return o;
+}
+
+static struct json_object *stats_json(struct server *s) {
+        struct async_llm_stats st;
+        async_llm_stats(s->model.llm, &st);
+        const struct engine_stats *e = &st.engine.stats;
+        struct json_object *o = json_object_new_object();
+        json_object_object_add(o, "state", json_object_new_string(st.engine.dead ? "dead" : st.engine.released ? "sleeping"
+                                                                        : st.engine.paused ? "paused" : "running"));
+        json_object_object_add(o, "num_requests_running", json_object_new_int64(e->n_running));
+        json_object_object_add(o, "num_requests_waiting", json_object_new_int64(e->n_waiting + st.engine.n_deferred));
+        json_object_object_add(o, "kv_cache_usage", json_object_new_double(e->kv_blocks_total ? (double) e->kv_blocks_used / e->kv_blocks_total : 0));
+        json_object_object_add(o, "kv_blocks_used", json_object_new_int64(e->kv_blocks_used));
+        json_object_object_add(o, "kv_blocks_total", json_object_new_int64(e->kv_blocks_total));
+        json_object_object_add(o, "prefix_cache_queries", json_object_new_uint64(e->prefix_query_tokens));
+        json_object_object_add(o, "prefix_cache_hits", json_object_new_uint64(e->prefix_hit_tokens));
+        json_object_object_add(o, "prompt_tokens", json_object_new_uint64(e->prompt_tokens));
+        json_object_object_add(o, "generation_tokens", json_object_new_uint64(e->generation_tokens));
+        json_object_object_add(o, "preemptions", json_object_new_uint64(e->preemptions));
+        json_object_object_add(o, "steps", json_object_new_uint64(e->steps));
+        json_object_object_add(o, "tokens_per_step", json_object_new_double(e->steps ? (double) e->scheduled_tokens / e->steps : 0));
+        json_object_object_add(o, "connections", json_object_new_int64(s->n_connections));
+        json_object_object_add(o, "requests_in_flight", json_object_new_int64(s->requests.n));
+        return o;
+}
+
+static struct json_object *model_json(struct server *s) {
+        const struct model *md = s->model.model;
+        struct json_object *o = json_object_new_object();
+        json_object_object_add(o, "name", json_object_new_string(s->model.name));
+        json_object_object_add(o, "architecture", json_object_new_string(md->architecture ? md->architecture : ""));
+        json_object_object_add(o, "path", json_object_new_string(s->settings->model));
+        json_object_object_add(o, "context_length", json_object_new_int64(md->hp.n_ctx_train));
+        json_object_object_add(o, "max_model_len", json_object_new_int64(s->model.config.max_model_len));
+        json_object_object_add(o, "vocab_size", json_object_new_int64(md->hp.n_vocab));
+        json_object_object_add(o, "device", json_object_new_string(s->settings->device));
+        return o;
+}
+
+static struct json_object *list_json(struct connection *c) {
+        struct json_object *a = json_object_new_array();
+        if (c->is_admin) {
+                for (struct connection *k = c->server->connections; k; k = k->next)
+                        for (struct daemon_request *r = k->first_request; r; r = r->next)
+                                json_object_array_add(a, json_object_new_string(k == c ? r->client_id : r->daemon_id));
+        } else
+                for (struct daemon_request *r = c->first_request; r; r = r->next)
+                        json_object_array_add(a, json_object_new_string(r->client_id));
+        struct json_object *o = json_object_new_object();
+        json_object_object_add(o, "requests", a);
+        return o;
+}
+
+static void do_metrics(struct connection *c, const struct client_message *m) {
+        struct async_llm_stats st;
+        async_llm_stats(c->server->model.llm, &st);
+        char *text = daemon_metrics_render(&c->server->metrics, &st, c->server->model.name);
+        if (!text)
+                return commands_send_error(c, m->id, PROTOCOL_INTERNAL_ERROR, "out of memory");
+        struct json_object *o = json_object_new_object();
+        json_object_object_add(o, "content_type", json_object_new_string("text/plain; version=0.0.4"));
+        json_object_object_add(o, "text", json_object_new_string(text));
+        free(text);
+        send_result(c, m->id, o);
+}
+
+static void do_hello(struct connection *c, const struct client_message *m) {
+        int32_t v;
+        if (protocol_negotiate(m, &v) < 0)
+                return commands_send_error(c, m->id, PROTOCOL_UNSUPPORTED_PROTOCOL, "this daemon speaks protocol version 1 only");
+        struct json_object *o = json_object_new_object();
+        json_object_object_add(o, "protocol", json_object_new_int(v));
+        send_result(c, m->id, o);
+}
+
+void commands_handle_line(struct connection *c, const char *line, size_t len) {
+        struct client_message m;
+        struct protocol_error perr = { 0 };
+        if (protocol_parse(line, len, &m, &perr) < 0) {
+                char *out = NULL;
+                size_t n;
+                if (protocol_parse_error_line(&perr, &out, &n) == 0)
+                        send_line(c, out, n);
+                return;
+        }
+        if (m.op != CLIENT_OP_HELLO && !c->may_generate)
+                commands_send_error(c, m.id, PROTOCOL_PERMISSION_DENIED,
+                                    "only root and members of the service group may use this daemon");
+        else if (client_op_is_admin(m.op) && !c->is_admin)
+                commands_send_error(c, m.id, PROTOCOL_PERMISSION_DENIED,
+                                    "only root and members of the admin group may control the engine");
+        else
+                switch (m.op) {
+                case CLIENT_OP_GENERATE: do_generate(c, &m); break;
+                case CLIENT_OP_ABORT: do_abort(c, &m); break;
+                case CLIENT_OP_PAUSE:
+                case CLIENT_OP_RESUME:
+                case CLIENT_OP_SLEEP:
+                case CLIENT_OP_WAKE_UP:
+                case CLIENT_OP_RESET_PREFIX_CACHE:
+                case CLIENT_OP_COLLECTIVE_RPC: do_control(c, &m); break;
+                case CLIENT_OP_IS_PAUSED: {
+                        struct json_object *o = json_object_new_object();
+                        json_object_object_add(o, "paused", json_object_new_boolean(async_llm_is_paused(c->server->model.llm)));
+                        send_result(c, m.id, o);
+                        break;
+                }
+                case CLIENT_OP_IS_SLEEPING: {
+                        struct json_object *o = json_object_new_object();
+                        json_object_object_add(o, "sleeping", json_object_new_boolean(async_llm_is_sleeping(c->server->model.llm)));
+                        send_result(c, m.id, o);
+                        break;
+                }
+                case CLIENT_OP_HEALTH: send_result(c, m.id, health_json(c->server)); break;
+                case CLIENT_OP_STATS: send_result(c, m.id, stats_json(c->server)); break;
+                case CLIENT_OP_MODEL: send_result(c, m.id, model_json(c->server)); break;
+                case CLIENT_OP_LIST: send_result(c, m.id, list_json(c)); break;
+                case CLIENT_OP_METRICS: do_metrics(c, &m); break;
+                case CLIENT_OP_HELLO: do_hello(c, &m); break;
+                case _CLIENT_OP_MAX: break;
+                }
+        client_message_free(&m);
+}

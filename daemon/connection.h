@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* One client on the socket: NDJSON lines in, each answered or streamed back; its requests
+ * in flight; its credentials; its output queue. A client that stops reading has its
+ * requests' outputs merged in their mailboxes (nothing more is queued while the queue is
+ * above its high-water mark) and is disconnected after client-timeout seconds without
+ * progress. Closing the connection aborts its requests. */
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <systemd/sd-event.h>
+
+#include "async-llm.h"
+#include "error.h"
+#include "id-map.h"
+
+struct server;
+struct connection;
+
+/* One generate request of a connection. */
+struct daemon_request {
+        struct connection *conn;
+        char *client_id;      /* the client's id, unique on its connection */
+        char *daemon_id;      /* "<connection serial>/<client id>": unique in the daemon, the engine's request id */
+        struct async_stream *stream;
+        uint32_t n_prompt;
+        uint32_t n_generated;   /* summed over the completions, for usage */
+        int32_t logprobs, prompt_logprobs; /* as asked: how many top entries to write */
+        double last_token_time; /* for the inter-token latency metric */
+        struct daemon_request *prev, *next;
+};
+
+/* In-flight requests of one client uid, for the per-uid limit. */
+struct uid_count {
+        char *key; /* the uid in decimal */
+        uint32_t n;
+};
+
+struct connection {
+        struct server *server;
+        uint64_t serial;
+        int fd;
+        sd_event_source *io;
+        sd_event_source *stall_timer;
+        uid_t uid;
+        pid_t pid;
+        bool may_generate;
+        bool is_admin;
+
+        struct ndjson_reader *reader;
+        char *out;         /* queued output bytes [out_sent, out_len) */
+        size_t out_len, out_cap, out_sent;
+        bool closing;      /* finish the requests, flush, then close */
+        bool read_done;    /* the client shut its sending side */
+        sd_event_source *close_later;
+        unsigned refs;     /* the open connection, plus one per control reply still due */
+        bool closed;
+
+        struct id_map requests; /* by client id */
+        struct daemon_request *first_request;
+        struct connection *prev, *next;
+};
+
+int connection_new(struct server *s, int fd, struct error *err);
+/* Aborts the connection's requests and closes it; freed when the last reference goes. */
+void connection_close(struct connection *c);
+void connection_close_later(struct connection *c);
+/* Sends a request's pending outputs while the output queue has room. */
+void connection_pump_request(struct daemon_request *r);
+/* Sends one error line to a connection the daemon will not serve, and closes it. */
+void connection_refuse(int fd, const char *code, const char *message);
+
+/* Queues a line (ending in "\n") for the client. */
+int connection_send(struct connection *c, const char *line, size_t len);
+void connection_unref(struct connection *c);
+
+void connections_abort_all_requests(struct server *s);
+/* Sends every client a final error line and closes the connections once flushed. */
+void connections_flush_and_close_all(struct server *s, const char *code, const char *message);
+void connections_free_all(struct server *s);

@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* The daemon's state on its event loop: the served model and engine, the listening socket,
+ * the client connections, metrics, and the timers for status, watchdog and shutdown. */
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <systemd/sd-event.h>
+
+#include "id-map.h"
+#include "metrics.h"
+#include "served-model.h"
+#include "settings.h"
+
+struct connection;
+
+struct server {
+        sd_event *event;
+        struct daemon_settings *settings;
+        int argc; /* kept for SIGHUP: the settings are read again from the same flags */
+        char **argv;
+        struct served_model model;
+        struct daemon_metrics metrics;
+        double realtime_offset; /* CLOCK_REALTIME - CLOCK_MONOTONIC, for Unix times in outputs */
+
+        int listen_fd;
+        bool socket_activated;
+        sd_event_source *listen_source;
+        sd_event_source *engine_source;
+        sd_event_source *status_timer;
+        sd_event_source *watchdog_timer;
+        sd_event_source *shutdown_timer;
+        uint64_t watchdog_usec;
+
+        struct connection *connections; /* every open connection */
+        uint32_t n_connections;
+        uint64_t next_connection; /* serial number, part of the engine-side request ids */
+        struct id_map requests;   /* every request in flight, by its daemon-wide id */
+        struct id_map uid_counts; /* in-flight requests per client uid */
+
+        bool shutting_down;
+        bool engine_dead_seen;
+        int exit_status;
+        uint64_t last_generation_tokens;
+        double last_status_time;
+};
+
+/* Loads the model, opens the socket, sets up the loop and says READY=1. server_done() is
+ * needed afterwards, on failure too. */
+int server_start(struct server *s, struct daemon_settings *settings, int argc, char **argv, struct error *err);
+/* Runs the loop until a signal or an engine death ends it; returns the exit status. */
+int server_run(struct server *s);
+void server_done(struct server *s);
