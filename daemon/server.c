@@ -198,7 +198,10 @@ int server_start(struct server *s, struct daemon_settings *settings, int argc, c
                         return error_set(err, -r, "cannot set up the watchdog timer: %s", strerror(-r));
                 sd_event_source_set_enabled(s->watchdog_timer, SD_EVENT_ON);
         }
-        log_info("listening on %s%s", settings->socket, s->socket_activated ? " (socket activation)" : "");
+        if (s->socket_activated)
+                log_info("listening on the socket systemd passed");
+        else
+                log_info("listening on %s", settings->socket);
         sd_notifyf(0, "READY=1\nSTATUS=Serving %s", s->model.name);
         return 0;
 }

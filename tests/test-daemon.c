@@ -1,0 +1,667 @@
+/* SPDX-License-Identifier: MIT */
+/* The real daemon (asyncllmd) on a real socket with the real model: streaming, 64 clients at
+ * once, abusive lines, vanished clients, SIGTERM under load, engine death and a hung engine
+ * (with the watchdog), socket activation, and who may do what. */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <json-c/json.h>
+#include <poll.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "test-helpers.h"
+
+struct daemon {
+        pid_t pid;
+        char *dir;
+        char *socket;
+        int notify_fd;
+        int watchdog_pings;
+};
+
+static int notify_socket(const char *path) {
+        struct sockaddr_un a = { .sun_family = AF_UNIX };
+        int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        ck_assert_int_ge(fd, 0);
+        snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+        ck_assert_int_eq(bind(fd, (struct sockaddr *) &a, sizeof(a)), 0);
+        return fd;
+}
+
+/* Reads notifications for up to timeout seconds; true once one contains want. */
+static bool wait_notify(struct daemon *d, const char *want, double timeout) {
+        double end = monotonic_seconds() + timeout;
+        char buf[4096];
+        while (monotonic_seconds() < end) {
+                struct pollfd p = { d->notify_fd, POLLIN, 0 };
+                if (poll(&p, 1, 100) <= 0)
+                        continue;
+                ssize_t n = recv(d->notify_fd, buf, sizeof(buf) - 1, 0);
+                if (n <= 0)
+                        continue;
+                buf[n] = 0;
+                if (strstr(buf, "WATCHDOG=1"))
+                        d->watchdog_pings++;
+                if (want && strstr(buf, want))
+                        return true;
+        }
+        return false;
+}
+
+/* Starts asyncllmd with extra arguments (NULL-terminated) and environment assignments. */
+static void daemon_start_with(struct daemon *d, const char *const *extra, const char *const *env, bool activate) {
+        const char *bin = getenv("ASYNCLLMD");
+        ck_assert_msg(bin, "ASYNCLLMD must name the daemon binary");
+        d->dir = test_tmpdir();
+        d->socket = test_path_join(d->dir, "asyncllmd.sock");
+        char *notify = test_path_join(d->dir, "notify");
+        char *conf = test_path_join(d->dir, "asyncllmd.conf");
+        ck_assert_int_eq(test_write_file(conf, "", 0), 0);
+        d->notify_fd = notify_socket(notify);
+        d->pid = fork();
+        ck_assert_int_ge(d->pid, 0);
+        if (d->pid == 0) {
+                const char *argv[48];
+                int n = 0;
+                char fdname[64];
+                if (activate) {
+                        snprintf(fdname, sizeof(fdname), "--fdname=asyncllmd");
+                        argv[n++] = "systemd-socket-activate";
+                        argv[n++] = "-l";
+                        argv[n++] = d->socket;
+                        argv[n++] = fdname;
+                        argv[n++] = "-E";
+                        argv[n++] = "NOTIFY_SOCKET";
+                }
+                argv[n++] = bin;
+                argv[n++] = "--config";
+                argv[n++] = conf;
+                argv[n++] = "--model";
+                argv[n++] = test_model_path();
+                argv[n++] = "--threads";
+                argv[n++] = "2";
+                argv[n++] = "--max-model-len";
+                argv[n++] = "2048";
+                argv[n++] = "--kv-cache-space";
+                argv[n++] = "128MiB";
+                if (!activate) {
+                        argv[n++] = "--socket";
+                        argv[n++] = d->socket;
+                }
+                for (int i = 0; extra && extra[i]; i++)
+                        argv[n++] = extra[i];
+                argv[n] = NULL;
+                setenv("NOTIFY_SOCKET", notify, 1);
+                for (int i = 0; env && env[i]; i++)
+                        putenv((char *) env[i]);
+                if (env && getenv("WATCHDOG_USEC")) {
+                        char pid[32];
+                        snprintf(pid, sizeof(pid), "%d", (int) getpid());
+                        setenv("WATCHDOG_PID", pid, 1);
+                }
+                execvp(argv[0], (char **) argv);
+                _exit(127);
+        }
+        if (!activate)
+                ck_assert_msg(wait_notify(d, "READY=1", 60), "the daemon did not send READY=1 within 60 s");
+        free(notify);
+        free(conf);
+}
+
+static void daemon_start(struct daemon *d, const char *const *extra) {
+        daemon_start_with(d, extra, NULL, false);
+}
+
+/* Waits for the daemon to exit; returns its exit status, or -1 when it does not within timeout. */
+static int daemon_wait(struct daemon *d, double timeout) {
+        double end = monotonic_seconds() + timeout;
+        int status;
+        while (monotonic_seconds() < end) {
+                pid_t r = waitpid(d->pid, &status, WNOHANG);
+                if (r == d->pid) {
+                        d->pid = 0;
+                        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+                }
+                usleep(20000);
+        }
+        return -1;
+}
+
+static void daemon_stop(struct daemon *d) {
+        if (d->pid > 0) {
+                kill(d->pid, SIGTERM);
+                if (daemon_wait(d, 30) < 0) {
+                        kill(d->pid, SIGKILL);
+                        daemon_wait(d, 5);
+                }
+        }
+        close(d->notify_fd);
+        test_tmpdir_remove(d->dir);
+        free(d->socket);
+}
+
+/* ---- a line client ---- */
+
+struct client {
+        int fd;
+        char buf[1 << 16];
+        size_t len;
+};
+
+static void client_connect(struct client *c, const char *path) {
+        struct sockaddr_un a = { .sun_family = AF_UNIX };
+        snprintf(a.sun_path, sizeof(a.sun_path), "%s", path);
+        c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        c->len = 0;
+        ck_assert_int_ge(c->fd, 0);
+        double end = monotonic_seconds() + 30;
+        while (connect(c->fd, (struct sockaddr *) &a, sizeof(a)) < 0) {
+                ck_assert_msg(monotonic_seconds() < end, "cannot connect to %s: %s", path, strerror(errno));
+                usleep(50000);
+        }
+}
+
+static void client_send(struct client *c, const char *line) {
+        size_t n = strlen(line);
+        ck_assert_int_eq(write(c->fd, line, n), (ssize_t) n);
+}
+
+/* The next line as JSON (NULL at end of stream or after timeout seconds). */
+static struct json_object *client_read(struct client *c, double timeout) {
+        double end = monotonic_seconds() + timeout;
+        for (;;) {
+                char *nl = memchr(c->buf, '\n', c->len);
+                if (nl) {
+                        *nl = 0;
+                        struct json_object *o = json_tokener_parse(c->buf);
+                        ck_assert_msg(o, "the daemon sent a line that is not JSON: %s", c->buf);
+                        size_t used = (size_t) (nl - c->buf) + 1;
+                        memmove(c->buf, c->buf + used, c->len - used);
+                        c->len -= used;
+                        return o;
+                }
+                double left = end - monotonic_seconds();
+                struct pollfd p = { c->fd, POLLIN, 0 };
+                if (left <= 0 || poll(&p, 1, (int) (left * 1000) + 1) <= 0)
+                        return NULL;
+                ck_assert_uint_lt(c->len, sizeof(c->buf));
+                ssize_t n = read(c->fd, c->buf + c->len, sizeof(c->buf) - c->len);
+                if (n <= 0)
+                        return NULL;
+                c->len += (size_t) n;
+        }
+}
+
+static const char *str_at(struct json_object *o, const char *path) {
+        struct json_object *v = o;
+        char key[64];
+        while (*path && v) {
+                size_t n = strcspn(path, ".");
+                snprintf(key, sizeof(key), "%.*s", (int) n, path);
+                if (json_object_is_type(v, json_type_array))
+                        v = json_object_array_get_idx(v, (size_t) atoi(key));
+                else if (!json_object_object_get_ex(v, key, &v))
+                        v = NULL;
+                path += n + (path[n] == '.');
+        }
+        return v ? json_object_get_string(v) : NULL;
+}
+
+static struct json_object *at(struct json_object *o, const char *key) {
+        struct json_object *v = NULL;
+        json_object_object_get_ex(o, key, &v);
+        return v;
+}
+
+static void client_hello(struct client *c, const char *path) {
+        client_connect(c, path);
+        struct json_object *h = client_read(c, 30);
+        ck_assert_ptr_nonnull(h);
+        ck_assert_str_eq(str_at(h, "hello.protocol"), "1");
+        json_object_put(h);
+}
+
+/* Sends a command and returns its result object (asserting success). */
+static struct json_object *call(struct client *c, const char *line, const char *id) {
+        client_send(c, line);
+        for (;;) {
+                struct json_object *o = client_read(c, 60);
+                ck_assert_msg(o, "no answer to %s", line);
+                const char *oid = str_at(o, "id");
+                if (oid && strcmp(oid, id) == 0) {
+                        ck_assert_msg(at(o, "result"), "%s failed: %s", line, json_object_to_json_string(o));
+                        return o;
+                }
+                json_object_put(o);
+        }
+}
+
+static long stat_value(struct client *c, const char *key) {
+        struct json_object *o = call(c, "{\"op\":\"stats\",\"id\":\"st\"}\n", "st");
+        long v = atol(str_at(o, key));
+        json_object_put(o);
+        return v;
+}
+
+/* Generation results of one request, assembled from its lines. */
+struct gen {
+        char text[8192];
+        int tokens;
+        int outputs;
+        int outputs_before_final;
+        bool finished;
+        char finish_reason[32];
+        char error_code[64];
+        long usage_completion;
+};
+
+static void gen_take(struct gen *g, struct json_object *o) {
+        struct json_object *outs = at(o, "outputs"), *err = at(o, "error");
+        if (err) {
+                snprintf(g->error_code, sizeof(g->error_code), "%s", str_at(err, "code"));
+                return;
+        }
+        g->outputs++;
+        for (size_t i = 0; outs && i < json_object_array_length(outs); i++) {
+                struct json_object *co = json_object_array_get_idx(outs, i);
+                strncat(g->text, json_object_get_string(at(co, "text")), sizeof(g->text) - strlen(g->text) - 1);
+                g->tokens += (int) json_object_array_length(at(co, "token_ids"));
+                const char *fr = json_object_get_string(at(co, "finish_reason"));
+                if (fr)
+                        snprintf(g->finish_reason, sizeof(g->finish_reason), "%s", fr);
+        }
+        if (json_object_get_boolean(at(o, "finished"))) {
+                g->finished = true;
+                g->usage_completion = atol(str_at(o, "usage.completion_tokens"));
+        } else
+                g->outputs_before_final++;
+}
+
+/* Reads one request's lines until it finishes (and its error line, if any). */
+static void gen_run(struct client *c, const char *id, struct gen *g) {
+        memset(g, 0, sizeof(*g));
+        while (!g->finished || (strcmp(g->finish_reason, "error") == 0 && !g->error_code[0])) {
+                struct json_object *o = client_read(c, 120);
+                ck_assert_msg(o, "request %s did not finish", id);
+                const char *oid = str_at(o, "id");
+                if (oid && strcmp(oid, id) == 0)
+                        gen_take(g, o);
+                json_object_put(o);
+                if (g->error_code[0] && !g->finished)
+                        break;
+        }
+}
+
+START_TEST(test_streaming) {
+        struct daemon d = { 0 };
+        daemon_start(&d, NULL);
+        struct client c;
+        client_hello(&c, d.socket);
+        struct gen delta, final;
+        client_send(&c, "{\"op\":\"generate\",\"id\":\"d\",\"prompt\":\"The capital of France is\","
+                        "\"params\":{\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true}}\n");
+        gen_run(&c, "d", &delta);
+        client_send(&c, "{\"op\":\"generate\",\"id\":\"f\",\"prompt\":\"The capital of France is\","
+                        "\"params\":{\"max_tokens\":24,\"temperature\":0,\"ignore_eos\":true,\"output_kind\":\"final\"}}\n");
+        gen_run(&c, "f", &final);
+        ck_assert_int_eq(delta.tokens, 24);
+        ck_assert_int_eq(final.tokens, 24);
+        ck_assert_str_eq(delta.finish_reason, "length");
+        ck_assert_int_eq(delta.usage_completion, 24);
+        /* streamed: outputs came before the last token was computed */
+        ck_assert_int_gt(delta.outputs_before_final, 1);
+        ck_assert_int_eq(final.outputs, 1);
+        ck_assert_str_eq(delta.text, final.text);
+        /* chat messages work too */
+        client_send(&c, "{\"op\":\"generate\",\"id\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"Say hi.\"}],"
+                        "\"params\":{\"max_tokens\":8,\"temperature\":0}}\n");
+        struct gen chat;
+        gen_run(&c, "m", &chat);
+        ck_assert(chat.tokens >= 1 && chat.tokens <= 8);
+        close(c.fd);
+        daemon_stop(&d);
+}
+END_TEST
+
+/* 64 clients with 4 requests each, all at once: every one ends with its exact count. */
+START_TEST(test_many_clients) {
+        enum { CLIENTS = 64, EACH = 4 };
+        struct daemon d = { 0 };
+        daemon_start(&d, NULL);
+        struct client *c = calloc(CLIENTS, sizeof(*c));
+        int tokens[CLIENTS][EACH] = { { 0 } }, done = 0;
+        bool finished[CLIENTS][EACH] = { { false } };
+        for (int i = 0; i < CLIENTS; i++) {
+                client_hello(&c[i], d.socket);
+                for (int k = 0; k < EACH; k++) {
+                        char line[256];
+                        snprintf(line, sizeof(line), "{\"op\":\"generate\",\"id\":\"r%d\",\"prompt_token_ids\":[%d,%d,%d,%d],"
+                                 "\"params\":{\"max_tokens\":%d,\"temperature\":0,\"ignore_eos\":true}}\n",
+                                 k, 100 + i, 200 + k, 300 + i, 400 + k, 2 + (i + k) % 4);
+                        client_send(&c[i], line);
+                }
+        }
+        double end = monotonic_seconds() + 300;
+        while (done < CLIENTS * EACH) {
+                ck_assert_msg(monotonic_seconds() < end, "only %d of %d requests finished", done, CLIENTS * EACH);
+                struct pollfd p[CLIENTS];
+                for (int i = 0; i < CLIENTS; i++)
+                        p[i] = (struct pollfd) { c[i].fd, POLLIN, 0 };
+                poll(p, CLIENTS, 1000);
+                for (int i = 0; i < CLIENTS; i++) {
+                        if (!(p[i].revents & POLLIN))
+                                continue;
+                        struct json_object *o;
+                        while ((o = client_read(&c[i], 0.001))) {
+                                int k = atoi(str_at(o, "id") + 1);
+                                ck_assert_msg(!at(o, "error"), "%s", json_object_to_json_string(o));
+                                ck_assert(!finished[i][k]);
+                                struct json_object *outs = at(o, "outputs");
+                                for (size_t j = 0; j < json_object_array_length(outs); j++)
+                                        tokens[i][k] += (int) json_object_array_length(
+                                                at(json_object_array_get_idx(outs, j), "token_ids"));
+                                if (json_object_get_boolean(at(o, "finished"))) {
+                                        finished[i][k] = true;
+                                        done++;
+                                }
+                                json_object_put(o);
+                        }
+                }
+        }
+        for (int i = 0; i < CLIENTS; i++)
+                for (int k = 0; k < EACH; k++)
+                        ck_assert_int_eq(tokens[i][k], 2 + (i + k) % 4);
+        ck_assert_int_eq(stat_value(&c[0], "result.requests_in_flight"), 0);
+        for (int i = 0; i < CLIENTS; i++)
+                close(c[i].fd);
+        free(c);
+        daemon_stop(&d);
+}
+END_TEST
+
+static void expect_error(struct client *c, const char *line, const char *code, const char *needle) {
+        client_send(c, line);
+        struct json_object *o = client_read(c, 30);
+        ck_assert_msg(o, "no answer to %s", line);
+        const char *got = str_at(o, "error.code"), *msg = str_at(o, "error.message");
+        ck_assert_msg(got && strcmp(got, code) == 0, "%s: expected %s, got %s", line, code, json_object_to_json_string(o));
+        if (needle)
+                ck_assert_msg(msg && strstr(msg, needle), "%s: message '%s' does not name '%s'", line, msg, needle);
+        json_object_put(o);
+}
+
+/* Each bad line gets its error and the connection stays usable. */
+START_TEST(test_abuse) {
+        struct daemon d = { 0 };
+        const char *const extra[] = { "--max-line-bytes", "1KiB", NULL };
+        daemon_start(&d, extra);
+        struct client c;
+        client_hello(&c, d.socket);
+        expect_error(&c, "not json\n", "invalid_json", NULL);
+        expect_error(&c, "[1,2]\n", "invalid_request", NULL);
+        expect_error(&c, "{\"op\":\"generate\"}\n", "invalid_request", "id");
+        expect_error(&c, "{\"op\":\"launch\",\"id\":\"a\"}\n", "unknown_op", "launch");
+        expect_error(&c, "{\"op\":\"generate\",\"id\":\"b\",\"prompt\":5}\n", "invalid_params", "prompt");
+        expect_error(&c, "{\"op\":\"generate\",\"id\":\"c\",\"prompt\":\"x\",\"params\":{\"top_p\":2}}\n", "invalid_params", "top_p");
+        expect_error(&c, "{\"op\":\"generate\",\"id\":\"e\",\"prompt\":\"x\",\"params\":{\"tempature\":1}}\n", "invalid_params",
+                     "tempature");
+        expect_error(&c, "{\"op\":\"generate\",\"id\":\"f\",\"prompt_token_ids\":[1,99999999]}\n", "invalid_params", "vocabulary");
+        expect_error(&c, "{\"op\":\"stats\",\"id\":\"\xff\xfe\"}\n", "invalid_utf8", NULL);
+        char big[3000];
+        memset(big, 'a', sizeof(big));
+        memcpy(big, "{\"op\":\"generate\",\"id\":\"g\",\"prompt\":\"", 36);
+        memcpy(big + sizeof(big) - 4, "\"}\n", 3);
+        big[sizeof(big) - 1] = 0;
+        expect_error(&c, big, "line_too_long", NULL);
+        /* a duplicate id while the first is in flight */
+        client_send(&c, "{\"op\":\"generate\",\"id\":\"dup\",\"prompt\":\"Hello\",\"params\":{\"max_tokens\":200,\"ignore_eos\":true}}\n");
+        client_send(&c, "{\"op\":\"generate\",\"id\":\"dup\",\"prompt\":\"Hello\"}\n");
+        bool refused = false;
+        for (int i = 0; i < 400 && !refused; i++) {
+                struct json_object *o = client_read(&c, 30);
+                ck_assert_ptr_nonnull(o);
+                const char *code = str_at(o, "error.code");
+                refused = code && strcmp(code, "duplicate_id") == 0;
+                json_object_put(o);
+        }
+        ck_assert(refused);
+        struct json_object *r = call(&c, "{\"op\":\"abort\",\"id\":\"ab\",\"request\":\"dup\"}\n", "ab");
+        json_object_put(r);
+        /* still serving */
+        struct gen g;
+        client_send(&c, "{\"op\":\"generate\",\"id\":\"ok\",\"prompt\":\"Hello\",\"params\":{\"max_tokens\":3,\"ignore_eos\":true}}\n");
+        gen_run(&c, "ok", &g);
+        ck_assert_int_eq(g.tokens, 3);
+        close(c.fd);
+        daemon_stop(&d);
+}
+END_TEST
+
+/* Clients that vanish mid-stream leave nothing behind. */
+START_TEST(test_vanished_clients) {
+        struct daemon d = { 0 };
+        daemon_start(&d, NULL);
+        struct client c[8], watcher;
+        for (int i = 0; i < 8; i++) {
+                client_hello(&c[i], d.socket);
+                client_send(&c[i], "{\"op\":\"generate\",\"id\":\"long\",\"prompt\":\"Tell me a story\","
+                                   "\"params\":{\"max_tokens\":500,\"ignore_eos\":true}}\n");
+                struct json_object *o = client_read(&c[i], 60);
+                ck_assert_ptr_nonnull(o);
+                json_object_put(o);
+        }
+        for (int i = 0; i < 8; i++)
+                close(c[i].fd);
+        client_hello(&watcher, d.socket);
+        double end = monotonic_seconds() + 20;
+        while (stat_value(&watcher, "result.requests_in_flight") != 0 || stat_value(&watcher, "result.kv_blocks_used") != 0) {
+                ck_assert_msg(monotonic_seconds() < end, "requests or KV blocks still held after their clients left");
+                usleep(100000);
+        }
+        ck_assert_int_eq(stat_value(&watcher, "result.num_requests_running"), 0);
+        close(watcher.fd);
+        daemon_stop(&d);
+}
+END_TEST
+
+/* SIGTERM under load: requests get their final output, every client a final message, and
+ * the daemon exits 0 within the shutdown timeout. */
+START_TEST(test_sigterm_under_load) {
+        struct daemon d = { 0 };
+        const char *const extra[] = { "--shutdown-timeout", "2", NULL };
+        daemon_start(&d, extra);
+        struct client c[4];
+        for (int i = 0; i < 4; i++) {
+                client_hello(&c[i], d.socket);
+                client_send(&c[i], "{\"op\":\"generate\",\"id\":\"g\",\"prompt\":\"Once upon a time\","
+                                   "\"params\":{\"max_tokens\":1000,\"ignore_eos\":true}}\n");
+        }
+        for (int i = 0; i < 4; i++) {
+                struct json_object *o = client_read(&c[i], 60);
+                ck_assert_ptr_nonnull(o);
+                json_object_put(o);
+        }
+        double t0 = monotonic_seconds();
+        kill(d.pid, SIGTERM);
+        for (int i = 0; i < 4; i++) {
+                bool final = false, goodbye = false;
+                struct json_object *o;
+                while ((o = client_read(&c[i], 30))) {
+                        if (json_object_get_boolean(at(o, "finished"))) {
+                                final = true;
+                                ck_assert_str_eq(str_at(o, "outputs.0.finish_reason"), "abort");
+                        }
+                        const char *code = str_at(o, "error.code");
+                        if (code && strcmp(code, "shutting_down") == 0)
+                                goodbye = true;
+                        json_object_put(o);
+                }
+                ck_assert_msg(final && goodbye, "client %d: final output %d, shutdown message %d", i, final, goodbye);
+                close(c[i].fd);
+        }
+        ck_assert_int_eq(daemon_wait(&d, 30), 0);
+        ck_assert_msg(monotonic_seconds() - t0 < 10, "the daemon took %.1f s to stop", monotonic_seconds() - t0);
+        daemon_stop(&d);
+}
+END_TEST
+
+/* The engine-death hook: every client gets engine_dead, health fails, exit status 3. */
+START_TEST(test_engine_death) {
+        struct daemon d = { 0 };
+        const char *const env[] = { "ASYNCLLMD_FAULT_FAIL_STEP=6", NULL };
+        daemon_start_with(&d, NULL, env, false);
+        struct client c[3];
+        for (int i = 0; i < 3; i++) {
+                client_hello(&c[i], d.socket);
+                client_send(&c[i], "{\"op\":\"generate\",\"id\":\"g\",\"prompt\":\"Hello there\","
+                                   "\"params\":{\"max_tokens\":100,\"ignore_eos\":true}}\n");
+        }
+        for (int i = 0; i < 3; i++) {
+                struct gen g;
+                gen_run(&c[i], "g", &g);
+                ck_assert_str_eq(g.finish_reason, "error");
+                ck_assert_str_eq(g.error_code, "engine_dead");
+                close(c[i].fd);
+        }
+        ck_assert_int_eq(daemon_wait(&d, 30), 3);
+        daemon_stop(&d);
+}
+END_TEST
+
+/* A hung engine: health turns red and the watchdog pings stop, then both recover. */
+START_TEST(test_hung_engine) {
+        struct daemon d = { 0 };
+        char *stall = NULL;
+        char env_file[600];
+        const char *const extra[] = { "--health-stall-timeout", "1", NULL };
+        char *dir = test_tmpdir();
+        stall = test_path_join(dir, "stall");
+        snprintf(env_file, sizeof(env_file), "ASYNCLLMD_FAULT_STALL_FILE=%s", stall);
+        const char *const env[] = { "ASYNCLLMD_FAULT_STALL_MS=2500", env_file, "WATCHDOG_USEC=1000000", NULL };
+        daemon_start_with(&d, extra, env, false);
+        wait_notify(&d, NULL, 1.5);
+        ck_assert_int_ge(d.watchdog_pings, 1); /* idle: healthy, pinging */
+        struct client c;
+        client_hello(&c, d.socket);
+        ck_assert_int_eq(test_write_file(stall, "", 0), 0);
+        client_send(&c, "{\"op\":\"generate\",\"id\":\"g\",\"prompt\":\"Hi\",\"params\":{\"max_tokens\":2,\"ignore_eos\":true}}\n");
+        usleep(1600 * 1000); /* the first step hangs for 2.5 s */
+        struct client h;
+        client_hello(&h, d.socket);
+        struct json_object *o = call(&h, "{\"op\":\"health\",\"id\":\"h\"}\n", "h");
+        ck_assert_str_eq(str_at(o, "result.status"), "stalled");
+        json_object_put(o);
+        char buf[256];
+        while (recv(d.notify_fd, buf, sizeof(buf), 0) > 0) /* pings sent before the stall showed */
+                ;
+        d.watchdog_pings = 0;
+        wait_notify(&d, NULL, 0.6);
+        ck_assert_int_eq(d.watchdog_pings, 0);
+        unlink(stall);
+        struct gen g;
+        gen_run(&c, "g", &g);
+        ck_assert_int_eq(g.tokens, 2);
+        o = call(&h, "{\"op\":\"health\",\"id\":\"h2\"}\n", "h2");
+        ck_assert_str_eq(str_at(o, "result.status"), "ok");
+        json_object_put(o);
+        wait_notify(&d, NULL, 1.2);
+        ck_assert_int_ge(d.watchdog_pings, 1);
+        close(c.fd);
+        close(h.fd);
+        daemon_stop(&d);
+        free(stall);
+        test_tmpdir_remove(dir);
+}
+END_TEST
+
+/* Socket activation: systemd-socket-activate passes the listening socket. */
+START_TEST(test_socket_activation) {
+        if (access("/usr/bin/systemd-socket-activate", X_OK) != 0 && access("/bin/systemd-socket-activate", X_OK) != 0) {
+                printf("test_socket_activation: systemd-socket-activate is not installed; not run\n");
+                return;
+        }
+        struct daemon d = { 0 };
+        daemon_start_with(&d, NULL, NULL, true);
+        struct client c;
+        client_hello(&c, d.socket);
+        struct gen g;
+        client_send(&c, "{\"op\":\"generate\",\"id\":\"g\",\"prompt\":\"Hi\",\"params\":{\"max_tokens\":3,\"ignore_eos\":true}}\n");
+        gen_run(&c, "g", &g);
+        ck_assert_int_eq(g.tokens, 3);
+        close(c.fd);
+        daemon_stop(&d);
+}
+END_TEST
+
+/* Who may do what: a uid that is neither root nor in the groups is refused. */
+START_TEST(test_permissions) {
+        struct daemon d = { 0 };
+        daemon_start(&d, NULL);
+        struct passwd *nobody = getpwnam("nobody");
+        ck_assert_ptr_nonnull(nobody);
+        ck_assert_int_eq(chmod(d.socket, 0666), 0);
+        ck_assert_int_eq(chmod(d.dir, 0755), 0);
+        pid_t pid = fork();
+        if (pid == 0) {
+                if (setgroups(0, NULL) < 0 || setgid(nobody->pw_gid) < 0 || setuid(nobody->pw_uid) < 0)
+                        _exit(10);
+                struct client c;
+                client_hello(&c, d.socket);
+                client_send(&c, "{\"op\":\"pause\",\"id\":\"p\"}\n");
+                struct json_object *o = client_read(&c, 30);
+                const char *code = o ? str_at(o, "error.code") : NULL;
+                _exit(code && strcmp(code, "permission_denied") == 0 ? 0 : 11);
+        }
+        int status;
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "nobody was not refused pause (status %d)", status);
+        /* root may */
+        struct client c;
+        client_hello(&c, d.socket);
+        struct json_object *o = call(&c, "{\"op\":\"pause\",\"id\":\"p\",\"mode\":\"keep\"}\n", "p");
+        json_object_put(o);
+        o = call(&c, "{\"op\":\"resume\",\"id\":\"r\"}\n", "r");
+        json_object_put(o);
+        close(c.fd);
+        daemon_stop(&d);
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("daemon");
+        TCase *tc = tcase_create("real-daemon");
+        tcase_set_timeout(tc, 900);
+        tcase_add_test(tc, test_streaming);
+        tcase_add_test(tc, test_many_clients);
+        tcase_add_test(tc, test_abuse);
+        tcase_add_test(tc, test_vanished_clients);
+        tcase_add_test(tc, test_sigterm_under_load);
+        tcase_add_test(tc, test_engine_death);
+        tcase_add_test(tc, test_hung_engine);
+        tcase_add_test(tc, test_socket_activation);
+        if (geteuid() == 0)
+                tcase_add_test(tc, test_permissions);
+        else
+                printf("test_permissions needs root (it connects as nobody); not run\n");
+        suite_add_tcase(s, tc);
+        SRunner *sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        int failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
