@@ -20,6 +20,8 @@ static void send_line(struct connection *c, char *line, size_t len) {
 }
 
 void commands_send_error(struct connection *c, const char *id, const char *code, const char *message) {
+        snprintf(c->last_error_code, sizeof(c->last_error_code), "%s", code);
+        snprintf(c->last_error_message, sizeof(c->last_error_message), "%s", message ? message : "");
         char *line = NULL;
         size_t len;
         if (protocol_error_line(id, code, message, &line, &len) == 0)
@@ -417,6 +419,8 @@ void commands_handle_line(struct connection *c, const char *line, size_t len) {
         if (protocol_parse(line, len, &m, &perr) < 0) {
                 char *out = NULL;
                 size_t n;
+                snprintf(c->last_error_code, sizeof(c->last_error_code), "%s", perr.code);
+                snprintf(c->last_error_message, sizeof(c->last_error_message), "%s", perr.message);
                 if (protocol_parse_error_line(&perr, &out, &n) == 0)
                         send_line(c, out, n);
                 return;

@@ -33,8 +33,12 @@ static bool in_group(gid_t gid, const gid_t *groups, int n, const char *name) {
         return false;
 }
 
-/* Root and the daemon's own user may do everything; otherwise the admin group may control
- * the engine and generate, the service group may generate and read. */
+void permissions_for(const struct daemon_settings *st, uid_t uid, gid_t gid, const gid_t *groups, int n,
+                     bool *ret_may_generate, bool *ret_is_admin) {
+        *ret_is_admin = uid == 0 || uid == geteuid() || in_group(gid, groups, n, st->admin_group);
+        *ret_may_generate = *ret_is_admin || in_group(gid, groups, n, st->service_group);
+}
+
 static void read_credentials(struct connection *c) {
         struct ucred cred = { .uid = (uid_t) -1, .gid = (gid_t) -1 };
         socklen_t len = sizeof(cred);
@@ -47,9 +51,7 @@ static void read_credentials(struct connection *c) {
                 n = (int) (glen / sizeof(gid_t));
         c->uid = cred.uid;
         c->pid = cred.pid;
-        const struct daemon_settings *st = c->server->settings;
-        c->is_admin = cred.uid == 0 || cred.uid == geteuid() || in_group(cred.gid, groups, n, st->admin_group);
-        c->may_generate = c->is_admin || in_group(cred.gid, groups, n, st->service_group);
+        permissions_for(c->server->settings, cred.uid, cred.gid, groups, n, &c->may_generate, &c->is_admin);
 }
 
 static size_t out_queued(const struct connection *c) {
@@ -257,7 +259,7 @@ static int on_io(sd_event_source *source, int fd, uint32_t revents, void *userda
         return 0;
 }
 
-int connection_new(struct server *s, int fd, struct error *err) {
+static int setup(struct server *s, int fd, const struct connection *creds, struct connection **ret, struct error *err) {
         struct connection *c = calloc(1, sizeof(*c));
         int r;
         if (!c) {
@@ -269,7 +271,15 @@ int connection_new(struct server *s, int fd, struct error *err) {
         c->refs = 1;
         c->serial = ++s->next_connection;
         id_map_init(&c->requests, offsetof(struct daemon_request, client_id));
-        read_credentials(c);
+        if (creds) { /* a stream handed out over D-Bus: nothing is read from it */
+                c->uid = creds->uid;
+                c->pid = creds->pid;
+                c->may_generate = creds->may_generate;
+                c->is_admin = creds->is_admin;
+                c->read_done = true;
+                c->closing = true;
+        } else
+                read_credentials(c);
         if ((r = ndjson_reader_new(s->settings->max_line_bytes, &c->reader)) < 0 ||
             (r = sd_event_add_io(s->event, &c->io, fd, EPOLLIN, on_io, c)) < 0) {
                 ndjson_reader_free(c->reader);
@@ -277,15 +287,31 @@ int connection_new(struct server *s, int fd, struct error *err) {
                 free(c);
                 return error_set(err, -r, "cannot set up a connection: %s", strerror(-r));
         }
+        if (creds)
+                sd_event_source_set_io_events(c->io, 0); /* only hang-ups matter until output is queued */
         c->next = s->connections;
         if (s->connections)
                 s->connections->prev = c;
         s->connections = c;
         s->n_connections++;
+        *ret = c;
+        return 0;
+}
+
+int connection_new(struct server *s, int fd, struct error *err) {
+        struct connection *c;
+        int r = setup(s, fd, NULL, &c, err);
+        if (r < 0)
+                return r;
         log_debug("client connected: pid %d, uid %u%s", (int) c->pid, (unsigned) c->uid,
                   c->is_admin ? " (admin)" : c->may_generate ? "" : " (no permissions)");
         commands_send_hello(c);
         return 0;
+}
+
+int connection_new_stream(struct server *s, int fd, const struct connection *creds, struct connection **ret,
+                          struct error *err) {
+        return setup(s, fd, creds, ret, err);
 }
 
 void connection_refuse(int fd, const char *code, const char *message) {

@@ -59,11 +59,23 @@ struct connection {
         bool closed;
 
         struct id_map requests; /* by client id */
+        char last_error_code[32]; /* of the last error line sent, for D-Bus callers */
+        char last_error_message[ERROR_MESSAGE_MAX];
         struct daemon_request *first_request;
         struct connection *prev, *next;
 };
 
 int connection_new(struct server *s, int fd, struct error *err);
+/* A connection that only carries output (a stream handed out over D-Bus), with the
+ * credentials of creds (uid, pid, permissions); it closes once its requests are done. */
+int connection_new_stream(struct server *s, int fd, const struct connection *creds, struct connection **ret,
+                          struct error *err);
+
+struct daemon_settings;
+/* Root and the daemon's own user may do everything; otherwise the admin group may control
+ * the engine and generate, the service group may generate and read. */
+void permissions_for(const struct daemon_settings *st, uid_t uid, gid_t gid, const gid_t *groups, int n,
+                     bool *ret_may_generate, bool *ret_is_admin);
 /* Aborts the connection's requests and closes it; freed when the last reference goes. */
 void connection_close(struct connection *c);
 void connection_close_later(struct connection *c);

@@ -7,6 +7,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
@@ -412,7 +413,9 @@ static int parse_logit_bias(struct parser *p, const char *path, struct json_obje
                 path_printf(elem, sizeof(elem), "%s[\"%s\"]", path, key);
                 if ((r = get_number(p, elem, bias, &x)) < 0)
                         return r;
-                b->bias = (float) x; /* beyond float's range: infinite, which validation refuses */
+                /* the engine clamps to [-100, 100]: beyond float's range is as good as FLT_MAX
+                 * (and a conversion out of range would be undefined) */
+                b->bias = (float) (x > FLT_MAX ? FLT_MAX : x < -FLT_MAX ? -FLT_MAX : x);
                 i++;
         }
         g->params.logit_bias = g->logit_bias_storage;
@@ -792,25 +795,33 @@ static void init_defaults(struct client_message *m) {
         }
 }
 
-/* The line into a tree: json-c in strict mode, UTF-8 checked, depth bounded. *ret is NULL
- * for a line that is just "null". */
+/* The line into a tree: json-c in strict mode, depth bounded. *ret is NULL for a line that
+ * is just "null". */
 static int parse_json(const char *line, size_t len, struct json_object **ret, struct protocol_error *err) {
         struct json_tokener *tok;
         struct json_object *root;
         enum json_tokener_error e;
-        const char *nul;
-        size_t end;
+        size_t end, n;
+        uint32_t cp;
 
         if (len > INT_MAX)
                 return protocol_error_set(err, PROTOCOL_LINE_TOO_LONG, "the line is %zu bytes long", len);
-        /* Not JSON anywhere (inside strings it must be written \u0000), and json-c would stop at it. */
-        if ((nul = memchr(line, 0, len)))
-                return protocol_error_set(err, PROTOCOL_INVALID_JSON, "NUL byte at offset %zu", (size_t) (nul - line));
+        /* The UTF-8 again, by the standard's rules: json-c's own check (VALIDATE_UTF8) admits
+         * overlong forms and surrogates, and every string handed out here may be echoed to
+         * the client. With it, the strings json-c builds are valid UTF-8 too (it writes a
+         * lone escaped surrogate as U+FFFD). NUL is no JSON anywhere (in a string it must be
+         * written \u0000), and json-c would stop at it. */
+        for (size_t i = 0; i < len; i += n) {
+                if (utf8_next((const uint8_t *) line + i, len - i, &cp, &n) != UTF8_VALID)
+                        return protocol_error_set(err, PROTOCOL_INVALID_UTF8, "invalid UTF-8 at offset %zu", i);
+                if (cp == 0)
+                        return protocol_error_set(err, PROTOCOL_INVALID_JSON, "NUL byte at offset %zu", i);
+        }
         if (!(tok = json_tokener_new_ex(PROTOCOL_MAX_DEPTH))) {
                 protocol_error_set(err, PROTOCOL_INTERNAL_ERROR, "out of memory");
                 return -ENOMEM;
         }
-        json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+        json_tokener_set_flags(tok, JSON_TOKENER_STRICT);
         root = json_tokener_parse_ex(tok, line, (int) len);
         e = json_tokener_get_error(tok);
         end = json_tokener_get_parse_end(tok);
@@ -828,8 +839,6 @@ static int parse_json(const char *line, size_t len, struct json_object **ret, st
         case json_tokener_error_depth:
                 return protocol_error_set(err, PROTOCOL_INVALID_JSON, "nested deeper than %d levels at offset %zu",
                                           PROTOCOL_MAX_DEPTH, end);
-        case json_tokener_error_parse_utf8_string:
-                return protocol_error_set(err, PROTOCOL_INVALID_UTF8, "invalid UTF-8 at offset %zu", end);
         default:
                 return protocol_error_set(err, PROTOCOL_INVALID_JSON, "%s at offset %zu", json_tokener_error_desc(e), end);
         }

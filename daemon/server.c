@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bus.h"
 #include "clock.h"
 #include "connection.h"
 #include "listen-socket.h"
@@ -43,6 +44,7 @@ static int on_engine(sd_event_source *source, int fd, uint32_t revents, void *us
         struct server *s = userdata;
         (void) source, (void) fd, (void) revents;
         async_llm_dispatch(s->model.llm);
+        bus_check_state(s);
         check_engine_death(s);
         if (s->shutting_down && s->requests.n == 0)
                 sd_event_exit(s->event, s->exit_status);
@@ -198,6 +200,8 @@ int server_start(struct server *s, struct daemon_settings *settings, int argc, c
                         return error_set(err, -r, "cannot set up the watchdog timer: %s", strerror(-r));
                 sd_event_source_set_enabled(s->watchdog_timer, SD_EVENT_ON);
         }
+        if ((r = bus_start(s, err)) < 0)
+                return r;
         if (s->socket_activated)
                 log_info("listening on the socket systemd passed");
         else
@@ -215,6 +219,7 @@ int server_run(struct server *s) {
 
 void server_done(struct server *s) {
         connections_free_all(s);
+        bus_stop(s);
         sd_event_source_disable_unref(s->listen_source);
         sd_event_source_disable_unref(s->engine_source);
         sd_event_source_disable_unref(s->status_timer);

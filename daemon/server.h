@@ -38,6 +38,7 @@ struct server {
         uint64_t next_connection; /* serial number, part of the engine-side request ids */
         struct id_map requests;   /* every request in flight, by its daemon-wide id */
         struct id_map uid_counts; /* in-flight requests per client uid */
+        struct bus_state *bus;    /* NULL without --bus */
 
         bool shutting_down;
         bool engine_dead_seen;

@@ -12,6 +12,7 @@
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <systemd/sd-bus.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -642,6 +644,220 @@ START_TEST(test_permissions) {
 }
 END_TEST
 
+/* ---- D-Bus, through a private dbus-daemon ---- */
+
+struct private_bus {
+        pid_t pid;
+        char *dir;
+        char address[512];
+};
+
+static void private_bus_start(struct private_bus *b) {
+        b->dir = test_tmpdir();
+        char *conf = test_path_join(b->dir, "bus.conf");
+        char text[2048];
+        snprintf(text, sizeof(text),
+                 "<!DOCTYPE busconfig PUBLIC \"-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN\"\n"
+                 " \"http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd\">\n"
+                 "<busconfig><type>session</type><listen>unix:path=%s/bus</listen><auth>EXTERNAL</auth>\n"
+                 "<policy context=\"default\"><allow user=\"*\"/><allow own=\"*\"/><allow send_destination=\"*\"/><allow receive_sender=\"*\"/>"
+                 "</policy></busconfig>\n", b->dir);
+        ck_assert_int_eq(test_write_file(conf, text, strlen(text)), 0);
+        snprintf(b->address, sizeof(b->address), "unix:path=%s/bus", b->dir);
+        b->pid = fork();
+        ck_assert_int_ge(b->pid, 0);
+        if (b->pid == 0) {
+                execlp("dbus-daemon", "dbus-daemon", "--nofork", "--config-file", conf, (char *) NULL);
+                _exit(127);
+        }
+        char *sock = test_path_join(b->dir, "bus");
+        double end = monotonic_seconds() + 10;
+        while (access(sock, F_OK) != 0) {
+                ck_assert_msg(monotonic_seconds() < end, "the private dbus-daemon did not start");
+                usleep(20000);
+        }
+        chmod(b->dir, 0755);
+        free(sock);
+        free(conf);
+}
+
+static void private_bus_stop(struct private_bus *b) {
+        kill(b->pid, SIGTERM);
+        waitpid(b->pid, NULL, 0);
+        test_tmpdir_remove(b->dir);
+}
+
+static sd_bus *bus_connect(const char *address) {
+        sd_bus *bus = NULL;
+        ck_assert_int_ge(sd_bus_new(&bus), 0);
+        ck_assert_int_ge(sd_bus_set_address(bus, address), 0);
+        ck_assert_int_ge(sd_bus_set_bus_client(bus, 1), 0);
+        ck_assert_int_ge(sd_bus_start(bus), 0);
+        return bus;
+}
+
+#define ENGINE "org.asyncllm.Engine1", "/org/asyncllm/Engine1", "org.asyncllm.Engine1"
+
+static uint32_t bus_stat(sd_bus *bus, const char *key) {
+        sd_bus_message *reply = NULL;
+        sd_bus_error error = SD_BUS_ERROR_NULL;
+        uint32_t v = UINT32_MAX;
+        ck_assert_msg(sd_bus_call_method(bus, ENGINE, "GetStats", &error, &reply, "") >= 0, "%s", error.message);
+        ck_assert_int_ge(sd_bus_message_enter_container(reply, 'a', "{sv}"), 0);
+        while (sd_bus_message_enter_container(reply, 'e', "sv") > 0) {
+                const char *k, *type;
+                ck_assert_int_ge(sd_bus_message_read(reply, "s", &k), 0);
+                ck_assert_int_ge(sd_bus_message_peek_type(reply, NULL, &type), 0);
+                if (strcmp(k, key) == 0 && strcmp(type, "u") == 0)
+                        ck_assert_int_ge(sd_bus_message_read(reply, "v", "u", &v), 0);
+                else
+                        ck_assert_int_ge(sd_bus_message_skip(reply, "v"), 0);
+                ck_assert_int_ge(sd_bus_message_exit_container(reply), 0);
+        }
+        sd_bus_message_unref(reply);
+        return v;
+}
+
+struct state_watch {
+        char last[32];
+        int changes;
+};
+
+static int on_properties_changed(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        struct state_watch *w = userdata;
+        const char *iface, *name, *value;
+        (void) error;
+        if (sd_bus_message_read(m, "s", &iface) < 0 || sd_bus_message_enter_container(m, 'a', "{sv}") < 0)
+                return 0;
+        while (sd_bus_message_enter_container(m, 'e', "sv") > 0) {
+                if (sd_bus_message_read(m, "s", &name) >= 0 && strcmp(name, "State") == 0 &&
+                    sd_bus_message_read(m, "v", "s", &value) >= 0) {
+                        snprintf(w->last, sizeof(w->last), "%s", value);
+                        w->changes++;
+                } else
+                        sd_bus_message_skip(m, "v");
+                sd_bus_message_exit_container(m);
+        }
+        return 0;
+}
+
+static void wait_state(sd_bus *bus, struct state_watch *w, const char *want) {
+        double end = monotonic_seconds() + 20;
+        while (strcmp(w->last, want) != 0) {
+                ck_assert_msg(monotonic_seconds() < end, "State never became %s (last %s)", want, w->last);
+                if (sd_bus_process(bus, NULL) == 0)
+                        sd_bus_wait(bus, 100000);
+        }
+}
+
+static void bus_call_ok(sd_bus *bus, const char *member, const char *types, ...) {
+        sd_bus_error error = SD_BUS_ERROR_NULL;
+        sd_bus_message *m = NULL, *reply = NULL;
+        va_list ap;
+        ck_assert_int_ge(sd_bus_message_new_method_call(bus, &m, ENGINE, member), 0);
+        va_start(ap, types);
+        ck_assert_int_ge(sd_bus_message_appendv(m, types, ap), 0);
+        va_end(ap);
+        ck_assert_msg(sd_bus_call(bus, m, 60 * 1000000ULL, &error, &reply) >= 0, "%s: %s", member, error.message);
+        sd_bus_message_unref(reply);
+        sd_bus_message_unref(m);
+}
+
+START_TEST(test_dbus) {
+        struct private_bus b = { 0 };
+        private_bus_start(&b);
+        char env_address[600];
+        snprintf(env_address, sizeof(env_address), "DBUS_SESSION_BUS_ADDRESS=%s", b.address);
+        const char *const env[] = { env_address, NULL };
+        const char *const extra[] = { "--bus", "user", NULL };
+        struct daemon d = { 0 };
+        daemon_start_with(&d, extra, env, false);
+
+        /* Complete with busctl, as a shell script would */
+        char cmd[1024], out[4096] = "";
+        snprintf(cmd, sizeof(cmd), "busctl --address=%s call org.asyncllm.Engine1 /org/asyncllm/Engine1 "
+                 "org.asyncllm.Engine1 Complete 'sa{sv}' 'The capital of France is' 3 max_tokens i 6 temperature d 0 "
+                 "ignore_eos b true", b.address);
+        FILE *p = popen(cmd, "r");
+        ck_assert_ptr_nonnull(p);
+        size_t n = fread(out, 1, sizeof(out) - 1, p);
+        out[n] = 0;
+        ck_assert_int_eq(pclose(p), 0);
+        ck_assert_msg(strstr(out, " Paris") && strstr(out, "\"length\"") && strstr(out, "\"completion_tokens\" u 6"),
+                      "busctl printed: %s", out);
+
+        sd_bus *bus = bus_connect(b.address);
+        struct state_watch w = { "running", 0 };
+        ck_assert_int_ge(sd_bus_match_signal(bus, NULL, "org.asyncllm.Engine1", "/org/asyncllm/Engine1",
+                                             "org.freedesktop.DBus.Properties", "PropertiesChanged", on_properties_changed, &w), 0);
+
+        /* Generate: the fd carries the NDJSON stream; closing it aborts the request */
+        sd_bus_error error = SD_BUS_ERROR_NULL;
+        sd_bus_message *reply = NULL;
+        ck_assert_msg(sd_bus_call_method(bus, ENGINE, "Generate", &error, &reply, "sa{sv}", "Tell me a story", 2,
+                                         "max_tokens", "i", 500, "ignore_eos", "b", 1) >= 0, "%s", error.message);
+        const char *request_id;
+        int fd;
+        ck_assert_int_ge(sd_bus_message_read(reply, "sh", &request_id, &fd), 0);
+        struct client stream = { .fd = fcntl(fd, F_DUPFD_CLOEXEC, 3) };
+        sd_bus_message_unref(reply);
+        for (int i = 0; i < 3; i++) {
+                struct json_object *o = client_read(&stream, 60);
+                ck_assert_ptr_nonnull(o);
+                ck_assert_ptr_nonnull(at(o, "outputs"));
+                json_object_put(o);
+        }
+        ck_assert_uint_eq(bus_stat(bus, "requests_in_flight"), 1);
+        close(stream.fd);
+        double end = monotonic_seconds() + 20;
+        while (bus_stat(bus, "requests_in_flight") != 0 || bus_stat(bus, "kv_blocks_used") != 0) {
+                ck_assert_msg(monotonic_seconds() < end, "closing the stream did not abort the request");
+                usleep(100000);
+        }
+        /* a refused request is a named D-Bus error */
+        int r = sd_bus_call_method(bus, ENGINE, "Generate", &error, NULL, "sa{sv}", "x", 1, "top_p", "d", 2.0);
+        ck_assert_int_lt(r, 0);
+        ck_assert_str_eq(error.name, "org.asyncllm.Engine1.Error.InvalidParams");
+        ck_assert_msg(strstr(error.message, "top_p"), "%s", error.message);
+        sd_bus_error_free(&error);
+
+        /* properties change on pause and sleep */
+        bus_call_ok(bus, "Pause", "sb", "keep", 0);
+        wait_state(bus, &w, "paused");
+        bus_call_ok(bus, "Sleep", "i", 1);
+        wait_state(bus, &w, "sleeping");
+        bus_call_ok(bus, "WakeUp", "as", 0);
+        wait_state(bus, &w, "paused");
+        bus_call_ok(bus, "Resume", "");
+        wait_state(bus, &w, "running");
+
+        /* nobody is refused the admin methods */
+        if (geteuid() == 0) {
+                struct passwd *nobody = getpwnam("nobody");
+                ck_assert_ptr_nonnull(nobody);
+                pid_t pid = fork();
+                if (pid == 0) {
+                        if (setgroups(0, NULL) < 0 || setgid(nobody->pw_gid) < 0 || setuid(nobody->pw_uid) < 0)
+                                _exit(10);
+                        sd_bus *nb = NULL;
+                        sd_bus_error e = SD_BUS_ERROR_NULL;
+                        if (sd_bus_new(&nb) < 0 || sd_bus_set_address(nb, b.address) < 0 || sd_bus_set_bus_client(nb, 1) < 0 ||
+                            sd_bus_start(nb) < 0)
+                                _exit(12);
+                        int rr = sd_bus_call_method(nb, ENGINE, "Pause", &e, NULL, "sb", "keep", 0);
+                        _exit(rr < 0 && sd_bus_error_has_name(&e, "org.asyncllm.Engine1.Error.PermissionDenied") ? 0 : 11);
+                }
+                int status;
+                ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+                ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "nobody was not refused Pause (status %d)", status);
+        } else
+                printf("test_dbus: the refusal of a non-admin uid needs root to switch to nobody; not run\n");
+        sd_bus_flush_close_unref(bus);
+        daemon_stop(&d);
+        private_bus_stop(&b);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("daemon");
         TCase *tc = tcase_create("real-daemon");
@@ -654,6 +870,7 @@ int main(void) {
         tcase_add_test(tc, test_engine_death);
         tcase_add_test(tc, test_hung_engine);
         tcase_add_test(tc, test_socket_activation);
+        tcase_add_test(tc, test_dbus);
         if (geteuid() == 0)
                 tcase_add_test(tc, test_permissions);
         else

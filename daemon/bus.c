@@ -1,0 +1,538 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <systemd/sd-bus.h>
+#include <unistd.h>
+
+#include "bus.h"
+#include "commands.h"
+#include "connection.h"
+#include "log.h"
+#include "protocol.h"
+#include "server.h"
+
+#define BUS_NAME "org.asyncllm.Engine1"
+#define BUS_PATH "/org/asyncllm/Engine1"
+#define BUS_INTERFACE "org.asyncllm.Engine1"
+#define BUS_ERROR(name) "org.asyncllm.Engine1.Error." name
+
+struct bus_state {
+        sd_bus *bus;
+        sd_bus_slot *slot;
+        char state[16];
+        uint64_t next_complete;
+};
+
+static const char *engine_state(struct server *s) {
+        struct async_llm_stats st;
+        async_llm_stats(s->model.llm, &st);
+        return st.engine.dead ? "dead" : st.engine.released ? "sleeping" : st.engine.paused ? "paused" : "running";
+}
+
+/* The protocol's error codes as D-Bus error names. */
+static const char *error_name(const char *code) {
+        static const struct {
+                const char *code, *name;
+        } map[] = {
+                { PROTOCOL_INVALID_PARAMS, BUS_ERROR("InvalidParams") },
+                { PROTOCOL_INVALID_REQUEST, BUS_ERROR("InvalidParams") },
+                { PROTOCOL_INVALID_JSON, BUS_ERROR("InvalidParams") },
+                { PROTOCOL_DUPLICATE_ID, BUS_ERROR("DuplicateId") },
+                { PROTOCOL_TOO_MANY_REQUESTS, BUS_ERROR("TooManyRequests") },
+                { PROTOCOL_PERMISSION_DENIED, BUS_ERROR("PermissionDenied") },
+                { PROTOCOL_ENGINE_DEAD, BUS_ERROR("EngineDead") },
+                { PROTOCOL_SHUTTING_DOWN, BUS_ERROR("ShuttingDown") },
+                { PROTOCOL_NOT_FOUND, BUS_ERROR("NotFound") },
+        };
+        for (size_t i = 0; i < sizeof(map) / sizeof(*map); i++)
+                if (code && strcmp(code, map[i].code) == 0)
+                        return map[i].name;
+        return BUS_ERROR("Internal");
+}
+
+/* The caller's rights, by the socket's rule. */
+static int sender_rights(sd_bus_message *m, struct server *s, struct connection *ret, sd_bus_error *error) {
+        sd_bus_creds *creds = NULL;
+        uid_t uid;
+        gid_t gid = (gid_t) -1;
+        const gid_t *gids = NULL;
+        pid_t pid = 0;
+        int r = sd_bus_query_sender_creds(m, SD_BUS_CREDS_EUID | SD_BUS_CREDS_EGID | SD_BUS_CREDS_SUPPLEMENTARY_GIDS |
+                                                     SD_BUS_CREDS_PID | SD_BUS_CREDS_AUGMENT, &creds);
+        if (r < 0 || sd_bus_creds_get_euid(creds, &uid) < 0) {
+                sd_bus_creds_unref(creds);
+                return sd_bus_error_set(error, BUS_ERROR("PermissionDenied"), "cannot read the caller's credentials");
+        }
+        sd_bus_creds_get_egid(creds, &gid);
+        sd_bus_creds_get_pid(creds, &pid);
+        int n = sd_bus_creds_get_supplementary_gids(creds, &gids);
+        *ret = (struct connection) { .uid = uid, .pid = pid };
+        permissions_for(s->settings, uid, gid, gids, n > 0 ? n : 0, &ret->may_generate, &ret->is_admin);
+        sd_bus_creds_unref(creds);
+        return 0;
+}
+
+static int require(sd_bus_message *m, struct server *s, bool admin, struct connection *creds, sd_bus_error *error) {
+        int r = sender_rights(m, s, creds, error);
+        if (r < 0)
+                return r;
+        if (admin ? !creds->is_admin : !creds->may_generate)
+                return sd_bus_error_set(error, BUS_ERROR("PermissionDenied"),
+                                        admin ? "only root and members of the admin group may control the engine"
+                                              : "only root and members of the service group may use this daemon");
+        return 0;
+}
+
+/* ---- a{sv} to the protocol's JSON ---- */
+
+static struct json_object *read_variant_value(sd_bus_message *m, int *rr);
+
+static struct json_object *read_basic(sd_bus_message *m, char type, int *rr) {
+        union {
+                uint8_t y;
+                int b;
+                int16_t n;
+                uint16_t q;
+                int32_t i;
+                uint32_t u;
+                int64_t x;
+                uint64_t t;
+                double d;
+                const char *s;
+        } v;
+        if ((*rr = sd_bus_message_read_basic(m, type, &v)) <= 0)
+                return NULL;
+        switch (type) {
+        case 'y': return json_object_new_int(v.y);
+        case 'b': return json_object_new_boolean(v.b);
+        case 'n': return json_object_new_int(v.n);
+        case 'q': return json_object_new_int(v.q);
+        case 'i': return json_object_new_int(v.i);
+        case 'u': return json_object_new_int64(v.u);
+        case 'x': return json_object_new_int64(v.x);
+        case 't': return json_object_new_uint64(v.t);
+        case 'd': return json_object_new_double(v.d);
+        default: return json_object_new_string(v.s);
+        }
+}
+
+/* Reads the container or basic value the message is at, of the given signature. */
+static struct json_object *read_value(sd_bus_message *m, const char *sig, int *rr) {
+        if (sig[0] == 'v')
+                return read_variant_value(m, rr);
+        if (sig[0] == 'a' && sig[1] == '{') {
+                struct json_object *o = json_object_new_object();
+                char entry[64];
+                snprintf(entry, sizeof(entry), "%.*s", (int) strlen(sig + 2) - 1, sig + 2);
+                if ((*rr = sd_bus_message_enter_container(m, 'a', sig + 1)) <= 0)
+                        return o;
+                while ((*rr = sd_bus_message_enter_container(m, 'e', entry)) > 0) {
+                        struct json_object *k = read_basic(m, entry[0], rr);
+                        struct json_object *v = *rr > 0 ? read_value(m, entry + 1, rr) : NULL;
+                        if (k && v)
+                                json_object_object_add(o, json_object_get_string(k), v);
+                        else
+                                json_object_put(v);
+                        json_object_put(k);
+                        if (*rr < 0 || (*rr = sd_bus_message_exit_container(m)) < 0)
+                                break;
+                }
+                if (*rr >= 0)
+                        *rr = sd_bus_message_exit_container(m);
+                return o;
+        }
+        if (sig[0] == 'a') {
+                struct json_object *a = json_object_new_array();
+                if ((*rr = sd_bus_message_enter_container(m, 'a', sig + 1)) <= 0)
+                        return a;
+                while (!sd_bus_message_at_end(m, false)) {
+                        struct json_object *v = read_value(m, sig + 1, rr);
+                        if (*rr < 0) {
+                                json_object_put(v);
+                                break;
+                        }
+                        json_object_array_add(a, v);
+                }
+                if (*rr >= 0)
+                        *rr = sd_bus_message_exit_container(m);
+                return a;
+        }
+        return read_basic(m, sig[0], rr);
+}
+
+static struct json_object *read_variant_value(sd_bus_message *m, int *rr) {
+        char type;
+        const char *contents;
+        if ((*rr = sd_bus_message_peek_type(m, &type, &contents)) <= 0 ||
+            (*rr = sd_bus_message_enter_container(m, 'v', contents)) <= 0)
+                return NULL;
+        struct json_object *v = read_value(m, contents, rr);
+        if (*rr >= 0)
+                *rr = sd_bus_message_exit_container(m);
+        return v;
+}
+
+/* Builds the socket protocol's generate line from (prompt, a{sv}): the request-level keys
+ * (priority, latency_sensitive, slo) go beside the prompt, the rest into params. */
+static int generate_line(sd_bus_message *m, const char *id, char **ret, sd_bus_error *error) {
+        const char *prompt;
+        int r = sd_bus_message_read(m, "s", &prompt);
+        if (r < 0)
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "expected (s prompt, a{sv} params)");
+        struct json_object *params = read_value(m, "a{sv}", &r);
+        if (r < 0) {
+                json_object_put(params);
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "params must be a{sv} of basic values and arrays");
+        }
+        struct json_object *line = json_object_new_object();
+        json_object_object_add(line, "op", json_object_new_string("generate"));
+        json_object_object_add(line, "id", json_object_new_string(id));
+        json_object_object_add(line, "prompt", json_object_new_string(prompt));
+        static const char *const top[] = { "priority", "latency_sensitive", "slo" };
+        for (size_t i = 0; i < sizeof(top) / sizeof(*top); i++) {
+                struct json_object *v;
+                if (json_object_object_get_ex(params, top[i], &v)) {
+                        json_object_object_add(line, top[i], json_object_get(v));
+                        json_object_object_del(params, top[i]);
+                }
+        }
+        json_object_object_add(line, "params", params);
+        *ret = strdup(json_object_to_json_string_ext(line, JSON_C_TO_STRING_PLAIN));
+        json_object_put(line);
+        return *ret ? 0 : -ENOMEM;
+}
+
+/* ---- methods ---- */
+
+static int method_generate(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        struct server *s = userdata;
+        struct connection creds, *c;
+        struct error err;
+        char *line = NULL, id[32];
+        int fds[2], r;
+        if ((r = require(m, s, false, &creds, error)) < 0)
+                return r;
+        snprintf(id, sizeof(id), "bus%" PRIu64, s->next_connection + 1);
+        if ((r = generate_line(m, id, &line, error)) < 0)
+                return r;
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, fds) < 0) {
+                free(line);
+                return sd_bus_error_set_errno(error, errno);
+        }
+        if ((r = connection_new_stream(s, fds[0], &creds, &c, &err)) < 0) {
+                free(line);
+                close(fds[1]);
+                return sd_bus_error_set(error, BUS_ERROR("Internal"), err.message);
+        }
+        c->refs++;
+        commands_handle_line(c, line, strlen(line));
+        free(line);
+        struct daemon_request *req = id_map_get(&c->requests, id);
+        if (!req) { /* refused: the reason is the error line it just queued */
+                r = sd_bus_error_set(error, error_name(c->last_error_code), c->last_error_message);
+                connection_close(c);
+                connection_unref(c);
+                close(fds[1]);
+                return r;
+        }
+        r = sd_bus_reply_method_return(m, "sh", req->daemon_id, fds[1]);
+        connection_unref(c);
+        close(fds[1]); /* the reply holds its own duplicate */
+        return r;
+}
+
+/* Complete: the request runs as a final-only stream; the reply goes out when it ends. */
+struct completion {
+        struct server *server;
+        sd_bus_message *call;
+        struct async_stream *stream;
+        uint32_t n_prompt;
+        char id[32];
+};
+
+static void on_complete(struct async_stream *stream, void *userdata) {
+        struct completion *cp = userdata;
+        struct request_output *o = async_stream_take(stream);
+        if (!o)
+                return;
+        if (o->finished) {
+                const struct completion_output *co = o->n_outputs ? &o->outputs[0] : NULL;
+                const char *reason = co ? finish_reason_name(co->finish_reason) : "error";
+                if (o->error)
+                        sd_bus_reply_method_errorf(cp->call, strncmp(o->error, "engine_dead", 11) == 0 ? BUS_ERROR("EngineDead")
+                                                                                                   : BUS_ERROR("Internal"),
+                                                   "%s", o->error);
+                else
+                        sd_bus_reply_method_return(cp->call, "ssa{sv}", co ? co->text : "", reason ? reason : "", 2,
+                                                   "prompt_tokens", "u", cp->n_prompt, "completion_tokens", "u",
+                                                   (uint32_t) protocol_output_tokens(o));
+                sd_bus_message_unref(cp->call);
+                async_stream_release(cp->stream);
+                free(cp);
+        }
+        request_output_free(o);
+}
+
+static int method_complete(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        struct server *s = userdata;
+        struct bus_state *b = s->bus;
+        struct connection creds;
+        struct client_message msg;
+        struct protocol_error perr = { 0 };
+        struct error err = { 0 };
+        char *line = NULL;
+        int r;
+        if ((r = require(m, s, false, &creds, error)) < 0)
+                return r;
+        if (s->shutting_down)
+                return sd_bus_error_set(error, BUS_ERROR("ShuttingDown"), "the daemon is stopping and takes no new requests");
+        struct completion *cp = calloc(1, sizeof(*cp));
+        if (!cp)
+                return -ENOMEM;
+        snprintf(cp->id, sizeof(cp->id), "complete/%" PRIu64, ++b->next_complete);
+        if ((r = generate_line(m, cp->id, &line, error)) < 0) {
+                free(cp);
+                return r;
+        }
+        r = protocol_parse(line, strlen(line), &msg, &perr);
+        free(line);
+        if (r < 0) {
+                free(cp);
+                return sd_bus_error_set(error, error_name(perr.code), perr.message);
+        }
+        struct generate_request gr;
+        msg.generate.params.output_kind = OUTPUT_FINAL_ONLY;
+        generate_message_to_request(&msg.generate, cp->id, NULL, &gr);
+        cp->server = s;
+        cp->call = sd_bus_message_ref(m);
+        r = async_llm_generate(s->model.llm, &gr, on_complete, cp, &cp->stream, &err);
+        client_message_free(&msg);
+        if (r < 0) {
+                sd_bus_message_unref(cp->call);
+                free(cp);
+                return sd_bus_error_set(error, r == -EINVAL ? BUS_ERROR("InvalidParams") : r == -ESHUTDOWN ? BUS_ERROR("EngineDead")
+                                                                                                    : BUS_ERROR("Internal"),
+                                        err.message);
+        }
+        cp->n_prompt = async_stream_prompt_tokens(cp->stream);
+        return 1; /* answered later */
+}
+
+static int method_abort(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        struct server *s = userdata;
+        struct connection creds;
+        const char *id;
+        int r;
+        if ((r = require(m, s, false, &creds, error)) < 0 || (r = sd_bus_message_read(m, "s", &id)) < 0)
+                return r;
+        struct daemon_request *req = id_map_get(&s->requests, id);
+        if (req && !creds.is_admin && req->conn->uid != creds.uid)
+                return sd_bus_error_set(error, BUS_ERROR("PermissionDenied"), "this request belongs to another user");
+        return sd_bus_reply_method_return(m, "b", req ? async_llm_abort(s->model.llm, id) : false);
+}
+
+/* Control methods answer when the engine thread has acted. */
+static void on_control_reply(int rc, const char *message, struct json_object *result, void *userdata) {
+        sd_bus_message *call = userdata;
+        if (rc < 0)
+                sd_bus_reply_method_errorf(call, rc == -ENOENT || rc == -EINVAL ? BUS_ERROR("InvalidParams") : BUS_ERROR("Failed"),
+                                           "%s", message && *message ? message : strerror(-rc));
+        else if (strcmp(sd_bus_message_get_member(call), "CollectiveRpc") == 0)
+                sd_bus_reply_method_return(call, "s", result ? json_object_to_json_string_ext(result, JSON_C_TO_STRING_PLAIN) : "null");
+        else
+                sd_bus_reply_method_return(call, "");
+        sd_bus_message_unref(call);
+}
+
+static int method_control(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        struct server *s = userdata;
+        struct async_llm *llm = s->model.llm;
+        struct connection creds;
+        const char *member = sd_bus_message_get_member(m);
+        int r;
+        if ((r = require(m, s, true, &creds, error)) < 0)
+                return r;
+        sd_bus_message_ref(m);
+        if (strcmp(member, "Pause") == 0) {
+                const char *mode;
+                int clear;
+                enum pause_mode pm;
+                if ((r = sd_bus_message_read(m, "sb", &mode, &clear)) >= 0 && pause_mode_from_string(mode, &pm) < 0)
+                        r = sd_bus_error_set(error, BUS_ERROR("InvalidParams"), "mode must be abort, wait or keep");
+                if (r >= 0)
+                        r = async_llm_pause(llm, pm, clear, on_control_reply, m);
+        } else if (strcmp(member, "Resume") == 0)
+                r = async_llm_resume(llm, on_control_reply, m);
+        else if (strcmp(member, "Sleep") == 0) {
+                int32_t level;
+                if ((r = sd_bus_message_read(m, "i", &level)) >= 0 && level != 1 && level != 2)
+                        r = sd_bus_error_set(error, BUS_ERROR("InvalidParams"), "level must be 1 or 2");
+                if (r >= 0)
+                        r = async_llm_sleep(llm, level, on_control_reply, m);
+        } else if (strcmp(member, "WakeUp") == 0) {
+                char **tags = NULL;
+                unsigned bits = 0;
+                if ((r = sd_bus_message_read_strv(m, &tags)) >= 0)
+                        for (char **t = tags; t && *t && r >= 0; t++) {
+                                if (strcmp(*t, "weights") == 0)
+                                        bits |= BACKEND_MEMORY_WEIGHTS;
+                                else if (strcmp(*t, "kv_cache") == 0)
+                                        bits |= BACKEND_MEMORY_KV_CACHE;
+                                else
+                                        r = sd_bus_error_setf(error, BUS_ERROR("InvalidParams"),
+                                                              "unknown tag '%s'; known: weights, kv_cache", *t);
+                        }
+                for (char **t = tags; t && *t; t++)
+                        free(*t);
+                free(tags);
+                if (r >= 0)
+                        r = async_llm_wake_up(llm, bits, on_control_reply, m);
+        } else if (strcmp(member, "ResetPrefixCache") == 0) {
+                int preempt;
+                if ((r = sd_bus_message_read(m, "b", &preempt)) >= 0)
+                        r = async_llm_reset_prefix_cache(llm, preempt, on_control_reply, m);
+        } else { /* CollectiveRpc */
+                const char *method, *args;
+                if ((r = sd_bus_message_read(m, "ss", &method, &args)) >= 0) {
+                        struct json_object *a = *args ? json_tokener_parse(args) : NULL;
+                        if (*args && !a && strcmp(args, "null") != 0)
+                                r = sd_bus_error_set(error, BUS_ERROR("InvalidParams"), "args must be JSON text (or empty)");
+                        else
+                                r = async_llm_collective_rpc(llm, method, a, on_control_reply, m);
+                }
+        }
+        if (r < 0) {
+                sd_bus_message_unref(m);
+                return r;
+        }
+        log_info("%s requested over D-Bus by uid %u", member, (unsigned) creds.uid);
+        return 1;
+}
+
+static int method_check_health(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        struct server *s = userdata;
+        struct connection creds;
+        struct error err = { 0 };
+        int r;
+        if ((r = require(m, s, false, &creds, error)) < 0)
+                return r;
+        r = async_llm_check_health(s->model.llm, s->settings->health_stall_timeout, &err);
+        return sd_bus_reply_method_return(m, "bss", r == 0, r == 0 ? "ok" : r == -ESHUTDOWN ? "dead" : "stalled",
+                                          r == 0 ? "" : err.message);
+}
+
+static int method_get_stats(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        struct server *s = userdata;
+        struct connection creds;
+        struct async_llm_stats st;
+        int r;
+        if ((r = require(m, s, false, &creds, error)) < 0)
+                return r;
+        async_llm_stats(s->model.llm, &st);
+        const struct engine_stats *e = &st.engine.stats;
+        return sd_bus_reply_method_return(
+                m, "a{sv}", 10, "state", "s", engine_state(s), "num_requests_running", "u", e->n_running,
+                "num_requests_waiting", "u", e->n_waiting + st.engine.n_deferred, "kv_blocks_used", "u", e->kv_blocks_used,
+                "kv_blocks_total", "u", e->kv_blocks_total, "prompt_tokens", "t", e->prompt_tokens, "generation_tokens", "t",
+                e->generation_tokens, "preemptions", "t", e->preemptions, "prefix_cache_hits", "t", e->prefix_hit_tokens,
+                "requests_in_flight", "u", s->requests.n);
+}
+
+static int property_get(sd_bus *bus, const char *path, const char *interface, const char *property,
+                        sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        struct server *s = userdata;
+        struct async_llm_stats st;
+        (void) bus, (void) path, (void) interface, (void) error;
+        async_llm_stats(s->model.llm, &st);
+        if (strcmp(property, "Model") == 0)
+                return sd_bus_message_append(reply, "s", s->model.name);
+        if (strcmp(property, "State") == 0)
+                return sd_bus_message_append(reply, "s", engine_state(s));
+        if (strcmp(property, "NumRunning") == 0)
+                return sd_bus_message_append(reply, "u", st.engine.stats.n_running);
+        if (strcmp(property, "NumWaiting") == 0)
+                return sd_bus_message_append(reply, "u", st.engine.stats.n_waiting + st.engine.n_deferred);
+        return sd_bus_message_append(reply, "d", st.engine.stats.kv_blocks_total
+                                                         ? (double) st.engine.stats.kv_blocks_used / st.engine.stats.kv_blocks_total
+                                                         : 0.0);
+}
+
+static const sd_bus_vtable vtable[] = {
+        SD_BUS_VTABLE_START(0),
+        SD_BUS_METHOD_WITH_ARGS("Generate", SD_BUS_ARGS("s", prompt, "a{sv}", params),
+                                SD_BUS_RESULT("s", request_id, "h", stream), method_generate, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("Complete", SD_BUS_ARGS("s", prompt, "a{sv}", params),
+                                SD_BUS_RESULT("s", text, "s", finish_reason, "a{sv}", usage), method_complete,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("Abort", SD_BUS_ARGS("s", request_id), SD_BUS_RESULT("b", aborted), method_abort,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("Pause", SD_BUS_ARGS("s", mode, "b", clear_cache), SD_BUS_NO_RESULT, method_control,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("Resume", SD_BUS_NO_ARGS, SD_BUS_NO_RESULT, method_control, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("Sleep", SD_BUS_ARGS("i", level), SD_BUS_NO_RESULT, method_control, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("WakeUp", SD_BUS_ARGS("as", tags), SD_BUS_NO_RESULT, method_control, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("CollectiveRpc", SD_BUS_ARGS("s", method, "s", args_json), SD_BUS_RESULT("s", results_json),
+                                method_control, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ResetPrefixCache", SD_BUS_ARGS("b", preempt), SD_BUS_NO_RESULT, method_control,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("CheckHealth", SD_BUS_NO_ARGS, SD_BUS_RESULT("b", healthy, "s", status, "s", message),
+                                method_check_health, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("GetStats", SD_BUS_NO_ARGS, SD_BUS_RESULT("a{sv}", stats), method_get_stats,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_PROPERTY("Model", "s", property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+        SD_BUS_PROPERTY("State", "s", property_get, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("NumRunning", "u", property_get, 0, 0),
+        SD_BUS_PROPERTY("NumWaiting", "u", property_get, 0, 0),
+        SD_BUS_PROPERTY("KvCacheUsage", "d", property_get, 0, 0),
+        SD_BUS_VTABLE_END,
+};
+
+int bus_start(struct server *s, struct error *err) {
+        struct bus_state *b;
+        int r;
+        if (s->settings->bus == DAEMON_BUS_NONE)
+                return 0;
+        b = calloc(1, sizeof(*b));
+        if (!b)
+                return error_set(err, ENOMEM, "out of memory");
+        s->bus = b;
+        r = s->settings->bus == DAEMON_BUS_SYSTEM ? sd_bus_open_system(&b->bus) : sd_bus_open_user(&b->bus);
+        if (r < 0)
+                return error_set(err, -r, "cannot connect to the %s bus: %s", daemon_bus_to_string(s->settings->bus), strerror(-r));
+        if ((r = sd_bus_add_object_vtable(b->bus, &b->slot, BUS_PATH, BUS_INTERFACE, vtable, s)) < 0 ||
+            (r = sd_bus_attach_event(b->bus, s->event, SD_EVENT_PRIORITY_NORMAL)) < 0)
+                return error_set(err, -r, "cannot publish the D-Bus object: %s", strerror(-r));
+        if ((r = sd_bus_request_name(b->bus, BUS_NAME, 0)) < 0)
+                return error_set(err, -r, "cannot own the name %s on the %s bus: %s (is the D-Bus policy installed?)", BUS_NAME,
+                                 daemon_bus_to_string(s->settings->bus), strerror(-r));
+        snprintf(b->state, sizeof(b->state), "%s", engine_state(s));
+        log_info("on the %s bus as %s", daemon_bus_to_string(s->settings->bus), BUS_NAME);
+        return 0;
+}
+
+void bus_check_state(struct server *s) {
+        struct bus_state *b = s->bus;
+        if (!b || !b->bus)
+                return;
+        const char *now = engine_state(s);
+        if (strcmp(now, b->state) == 0)
+                return;
+        snprintf(b->state, sizeof(b->state), "%s", now);
+        sd_bus_emit_properties_changed(b->bus, BUS_PATH, BUS_INTERFACE, "State", NULL);
+}
+
+void bus_stop(struct server *s) {
+        struct bus_state *b = s->bus;
+        if (!b)
+                return;
+        sd_bus_slot_unref(b->slot);
+        sd_bus_flush_close_unref(b->bus);
+        free(b);
+        s->bus = NULL;
+}
