@@ -108,6 +108,10 @@ static void daemon_start_with(struct daemon *d, const char *const *extra, const 
                 for (int i = 0; extra && extra[i]; i++)
                         argv[n++] = extra[i];
                 argv[n] = NULL;
+                char *log = test_path_join(d->dir, "stderr.log");
+                int lfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+                if (lfd >= 0)
+                        dup2(lfd, STDERR_FILENO);
                 setenv("NOTIFY_SOCKET", notify, 1);
                 for (int i = 0; env && env[i]; i++)
                         putenv((char *) env[i]);
@@ -450,6 +454,66 @@ START_TEST(test_abuse) {
         gen_run(&c, "ok", &g);
         ck_assert_int_eq(g.tokens, 3);
         close(c.fd);
+        daemon_stop(&d);
+}
+END_TEST
+
+/* True once the daemon's log holds needle (waits up to timeout seconds). */
+static bool log_has(struct daemon *d, const char *needle, double timeout) {
+        char *path = test_path_join(d->dir, "stderr.log");
+        double end = monotonic_seconds() + timeout;
+        bool found = false;
+        while (!found && monotonic_seconds() < end) {
+                uint8_t *buf;
+                size_t len;
+                if (test_read_file(path, &buf, &len) == 0) {
+                        found = memmem(buf, len, needle, strlen(needle)) != NULL;
+                        free(buf);
+                }
+                if (!found)
+                        usleep(50000);
+        }
+        free(path);
+        return found;
+}
+
+/* SIGHUP: the file is read again; reloadable keys apply, the others are named as needing a
+ * restart; a broken file keeps the settings. Limits apply per connection. */
+START_TEST(test_reload_and_limits) {
+        struct daemon d = { 0 };
+        const char *const extra[] = { "--max-requests-per-connection", "2", NULL };
+        daemon_start(&d, extra);
+        struct client c;
+        client_hello(&c, d.socket);
+        client_send(&c, "{\"op\":\"generate\",\"id\":\"a\",\"prompt\":\"Hi\",\"params\":{\"max_tokens\":300,\"ignore_eos\":true}}\n");
+        client_send(&c, "{\"op\":\"generate\",\"id\":\"b\",\"prompt\":\"Hi\",\"params\":{\"max_tokens\":300,\"ignore_eos\":true}}\n");
+        client_send(&c, "{\"op\":\"generate\",\"id\":\"c\",\"prompt\":\"Hi\"}\n");
+        bool limited = false;
+        for (int i = 0; i < 1000 && !limited; i++) {
+                struct json_object *o = client_read(&c, 30);
+                ck_assert_ptr_nonnull(o);
+                const char *code = str_at(o, "error.code");
+                limited = code && strcmp(code, "too_many_requests") == 0 && strcmp(str_at(o, "id"), "c") == 0;
+                json_object_put(o);
+        }
+        ck_assert(limited);
+        close(c.fd);
+
+        char *conf = test_path_join(d.dir, "asyncllmd.conf");
+        const char *text = "client-timeout = 5\nmax-num-seqs = 8\n";
+        ck_assert_int_eq(test_write_file(conf, text, strlen(text)), 0);
+        kill(d.pid, SIGHUP);
+        ck_assert(log_has(&d, "reload: client-timeout changed and applies now", 10));
+        ck_assert(log_has(&d, "reload: max-num-seqs changed but needs a restart", 10));
+        ck_assert_int_eq(test_write_file(conf, "bogus-key = 1\n", 14), 0);
+        kill(d.pid, SIGHUP);
+        ck_assert(log_has(&d, "reload failed, keeping the current settings", 10));
+        client_hello(&c, d.socket); /* still serving */
+        struct json_object *o = call(&c, "{\"op\":\"health\",\"id\":\"h\"}\n", "h");
+        ck_assert_str_eq(str_at(o, "result.status"), "ok");
+        json_object_put(o);
+        close(c.fd);
+        free(conf);
         daemon_stop(&d);
 }
 END_TEST
@@ -866,6 +930,7 @@ int main(void) {
         tcase_add_test(tc, test_many_clients);
         tcase_add_test(tc, test_abuse);
         tcase_add_test(tc, test_vanished_clients);
+        tcase_add_test(tc, test_reload_and_limits);
         tcase_add_test(tc, test_sigterm_under_load);
         tcase_add_test(tc, test_engine_death);
         tcase_add_test(tc, test_hung_engine);
