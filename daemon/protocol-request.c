@@ -87,20 +87,26 @@ static void cut_partial_character(char *s) {
                 s[start] = 0;
 }
 
-int protocol_error_set(struct protocol_error *e, const char *code, const char *fmt, ...) {
-        va_list ap;
-
+static int error_setv(struct protocol_error *e, const char *code, const char *fmt, va_list ap)
+        __attribute__((format(printf, 3, 0)));
+static int error_setv(struct protocol_error *e, const char *code, const char *fmt, va_list ap) {
         if (!e)
                 return -EINVAL;
-        va_start(ap, fmt);
         int n = vsnprintf(e->message, sizeof(e->message), fmt, ap);
-        va_end(ap);
         if (n < 0)
                 e->message[0] = 0;
         else if ((size_t) n >= sizeof(e->message))
                 cut_partial_character(e->message);
         e->code = code;
         return -EINVAL;
+}
+
+int protocol_error_set(struct protocol_error *e, const char *code, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        int r = error_setv(e, code, fmt, ap);
+        va_end(ap);
+        return r;
 }
 
 /* A client's string for an error message: at most QUOTE_MAX bytes, cut at a character
@@ -154,18 +160,27 @@ struct parser {
         bool has_method;  /* collective_rpc */
 };
 
+static int invalid_params(struct parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int invalid_params(struct parser *p, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        int r = error_setv(p->err, PROTOCOL_INVALID_PARAMS, fmt, ap);
+        va_end(ap);
+        return r;
+}
+
 static int out_of_memory(struct parser *p) {
         protocol_error_set(p->err, PROTOCOL_INTERNAL_ERROR, "out of memory");
         return -ENOMEM;
 }
 
 static int want(struct parser *p, const char *path, struct json_object *v, const char *what) {
-        return protocol_error_set(p->err, PROTOCOL_INVALID_PARAMS, "%s must be %s, got %s", path, what, type_label(v));
+        return invalid_params(p, "%s must be %s, got %s", path, what, type_label(v));
 }
 
 static int unknown_field(struct parser *p, const char *prefix, const char *key) {
         char q[QUOTE_MAX + 4];
-        return protocol_error_set(p->err, PROTOCOL_INVALID_PARAMS, "unknown field \"%s%s\"", prefix, quote(key, q));
+        return invalid_params(p, "unknown field \"%s%s\"", prefix, quote(key, q));
 }
 
 static int get_bool(struct parser *p, const char *path, struct json_object *v, bool *ret) {
@@ -196,9 +211,8 @@ static int get_integer(struct parser *p, const char *path, struct json_object *v
                         path_printf(value, sizeof(value), "%" PRIu64, json_object_get_uint64(v));
                 else
                         path_printf(value, sizeof(value), "%" PRId64, x);
-                return protocol_error_set(p->err, PROTOCOL_INVALID_PARAMS,
-                                          "%s must be an integer in [%" PRId64 ", %" PRId64 "], got %s", path, min, max,
-                                          value);
+                return invalid_params(p, "%s must be an integer in [%" PRId64 ", %" PRId64 "], got %s", path, min, max,
+                                      value);
         }
         *ret = x;
         return 0;
@@ -218,7 +232,7 @@ static int get_string(struct parser *p, const char *path, struct json_object *v,
                 return want(p, path, v, "a string");
         const char *s = json_object_get_string(v);
         if (memchr(s, 0, (size_t) json_object_get_string_len(v)))
-                return protocol_error_set(p->err, PROTOCOL_INVALID_PARAMS, "%s must not contain NUL characters", path);
+                return invalid_params(p, "%s must not contain NUL characters", path);
         *ret = s;
         return 0;
 }
@@ -287,8 +301,8 @@ static int check_numbers(struct parser *p, struct json_object *v, const char *ke
                 }
                 const char *text = json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN);
                 if (text && (text[0] == '-' ? text[1] : text[0]) >= '0' && (text[0] == '-' ? text[1] : text[0]) <= '9')
-                        return protocol_error_set(p->err, PROTOCOL_INVALID_PARAMS, "%s: %s is beyond the range of a double",
-                                                  key ? quote(key, q) : "number", quote(text, q2));
+                        return invalid_params(p, "%s: %s is beyond the range of a double",
+                                              key ? quote(key, q) : "number", quote(text, q2));
                 return protocol_error_set(p->err, PROTOCOL_INVALID_JSON, "%s: NaN and Infinity are not JSON numbers",
                                           key ? quote(key, q) : "number");
         }
@@ -407,9 +421,8 @@ static int parse_logit_bias(struct parser *p, const char *path, struct json_obje
                 double x;
 
                 if (!parse_token_id(key, &b->token))
-                        return protocol_error_set(p->err, PROTOCOL_INVALID_PARAMS,
-                                                  "%s: key \"%s\" is not a token id (a decimal integer)", path,
-                                                  quote(key, q));
+                        return invalid_params(p, "%s: key \"%s\" is not a token id (a decimal integer)", path,
+                                              quote(key, q));
                 path_printf(elem, sizeof(elem), "%s[\"%s\"]", path, key);
                 if ((r = get_number(p, elem, bias, &x)) < 0)
                         return r;
@@ -461,9 +474,8 @@ static int parse_param(struct parser *p, const struct param_field *f, struct jso
                 if (!json_object_is_type(v, json_type_int))
                         return want(p, path, v, "null or an integer >= 0");
                 if (json_object_get_int64(v) < 0)
-                        return protocol_error_set(p->err, PROTOCOL_INVALID_PARAMS,
-                                                  "%s must be null or an integer in [0, %" PRIu64 "], got %" PRId64, path,
-                                                  UINT64_MAX, json_object_get_int64(v));
+                        return invalid_params(p, "%s must be null or an integer in [0, %" PRIu64 "], got %" PRId64,
+                                              path, UINT64_MAX, json_object_get_int64(v));
                 sp->has_seed = true;
                 sp->seed = json_object_get_uint64(v);
                 return 0;
@@ -493,9 +505,8 @@ static int parse_param(struct parser *p, const struct param_field *f, struct jso
                 if ((r = get_string(p, path, v, &s)) < 0)
                         return r;
                 if (output_kind_from_string(s, &sp->output_kind) < 0)
-                        return protocol_error_set(p->err, PROTOCOL_INVALID_PARAMS,
-                                                  "%s must be \"cumulative\", \"delta\" or \"final\", got \"%s\"", path,
-                                                  quote(s, q));
+                        return invalid_params(p, "%s must be \"cumulative\", \"delta\" or \"final\", got \"%s\"", path,
+                                              quote(s, q));
                 return 0;
         }
         }
@@ -550,8 +561,7 @@ static int parse_messages(struct parser *p, struct json_object *v) {
                                 return r;
                 }
                 if (!cm->role || !cm->content)
-                        return protocol_error_set(p->err, PROTOCOL_INVALID_PARAMS, "%s.%s is missing", path,
-                                                  cm->role ? "content" : "role");
+                        return invalid_params(p, "%s.%s is missing", path, cm->role ? "content" : "role");
         }
         g->n_messages = n;
         return 0;
@@ -575,8 +585,7 @@ static int parse_slo(struct parser *p, struct json_object *v) {
                         return r;
                 /* nothing downstream checks it */
                 if (!(*at > 0))
-                        return protocol_error_set(p->err, PROTOCOL_INVALID_PARAMS, "%s must be a number of seconds > 0, got %g",
-                                                  path, *at);
+                        return invalid_params(p, "%s must be a number of seconds > 0, got %g", path, *at);
         }
         return 0;
 }
@@ -595,7 +604,7 @@ static int generate_field(struct parser *p, const char *key, struct json_object 
                 if ((r = get_int32_array(p, key, v, &g->prompt_token_ids, &n)) < 0)
                         return r;
                 if (n > UINT32_MAX)
-                        return protocol_error_set(p->err, PROTOCOL_INVALID_PARAMS, "prompt_token_ids has too many entries");
+                        return invalid_params(p, "prompt_token_ids has too many entries");
                 g->n_prompt_token_ids = (uint32_t) n;
                 return 0;
         }
@@ -631,17 +640,16 @@ static int generate_finish(struct parser *p) {
                 g->prompt_kind = PROMPT_MESSAGES;
                 return 0;
         case 0:
-                return protocol_error_set(p->err, PROTOCOL_INVALID_PARAMS,
-                                          "one of prompt, prompt_token_ids or messages is required");
+                return invalid_params(p, "one of prompt, prompt_token_ids or messages is required");
         default: {
                 const char *given[3] = { NULL, NULL, NULL };
                 size_t n = 0;
                 for (unsigned k = 0; k < 3; k++)
                         if (p->prompts & (1u << k))
                                 given[n++] = names[k];
-                return protocol_error_set(p->err, PROTOCOL_INVALID_PARAMS,
-                                          "give only one of prompt, prompt_token_ids or messages; got %s%s%s%s%s", given[0],
-                                          n == 3 ? ", " : " and ", given[1], n == 3 ? " and " : "", n == 3 ? given[2] : "");
+                return invalid_params(p, "give only one of prompt, prompt_token_ids or messages; got %s%s%s%s%s",
+                                      given[0], n == 3 ? ", " : " and ", given[1], n == 3 ? " and " : "",
+                                      n == 3 ? given[2] : "");
         }
         }
 }
@@ -657,7 +665,7 @@ static int abort_field(struct parser *p, const char *key, struct json_object *v)
 
 static int abort_finish(struct parser *p) {
         if (!p->has_request)
-                return protocol_error_set(p->err, PROTOCOL_INVALID_PARAMS, "request is required: the id of the request to abort");
+                return invalid_params(p, "request is required: the id of the request to abort");
         return 0;
 }
 
@@ -673,8 +681,7 @@ static int pause_field(struct parser *p, const char *key, struct json_object *v)
         if ((r = get_string(p, key, v, &s)) < 0)
                 return r;
         if (pause_mode_from_string(s, &p->m->pause.mode) < 0)
-                return protocol_error_set(p->err, PROTOCOL_INVALID_PARAMS, "mode must be \"abort\", \"wait\" or \"keep\", got \"%s\"",
-                                          quote(s, q));
+                return invalid_params(p, "mode must be \"abort\", \"wait\" or \"keep\", got \"%s\"", quote(s, q));
         return 0;
 }
 
@@ -688,8 +695,7 @@ static int sleep_field(struct parser *p, const char *key, struct json_object *v)
                 return r;
         /* the engine refuses other levels with no message */
         if (level != 1 && level != 2)
-                return protocol_error_set(p->err, PROTOCOL_INVALID_PARAMS,
-                                          "level must be 1 (free the KV cache) or 2 (and the weights), got %" PRId32, level);
+                return invalid_params(p, "level must be 1 (free the KV cache) or 2 (and the weights), got %" PRId32, level);
         p->m->sleep.level = level;
         return 0;
 }
@@ -708,8 +714,7 @@ static int wake_up_field(struct parser *p, const char *key, struct json_object *
         size_t n = json_object_array_length(v);
         /* 0 means everything to the engine: an empty list must not turn into that */
         if (n == 0)
-                return protocol_error_set(p->err, PROTOCOL_INVALID_PARAMS,
-                                          "tags must name \"weights\" or \"kv_cache\"; leave it out to wake everything");
+                return invalid_params(p, "tags must name \"weights\" or \"kv_cache\"; leave it out to wake everything");
         for (size_t i = 0; i < n; i++) {
                 path_printf(path, sizeof(path), "tags[%zu]", i);
                 if ((r = get_string(p, path, json_object_array_get_idx(v, i), &s)) < 0)
@@ -719,8 +724,7 @@ static int wake_up_field(struct parser *p, const char *key, struct json_object *
                 else if (strcmp(s, "kv_cache") == 0)
                         p->m->wake_up.tags |= BACKEND_MEMORY_KV_CACHE;
                 else
-                        return protocol_error_set(p->err, PROTOCOL_INVALID_PARAMS,
-                                                  "%s must be \"weights\" or \"kv_cache\", got \"%s\"", path, quote(s, q));
+                        return invalid_params(p, "%s must be \"weights\" or \"kv_cache\", got \"%s\"", path, quote(s, q));
         }
         return 0;
 }
@@ -744,7 +748,7 @@ static int collective_rpc_field(struct parser *p, const char *key, struct json_o
 
 static int collective_rpc_finish(struct parser *p) {
         if (!p->has_method)
-                return protocol_error_set(p->err, PROTOCOL_INVALID_PARAMS, "method is required");
+                return invalid_params(p, "method is required");
         return 0;
 }
 
@@ -846,8 +850,8 @@ static int parse_json(const char *line, size_t len, struct json_object **ret, st
         for (size_t i = end; i < len; i++)
                 if (!strchr(" \t\r\n", line[i])) {
                         json_object_put(root);
-                        return protocol_error_set(err, PROTOCOL_INVALID_JSON, "unexpected characters after the object at offset %zu",
-                                                  i);
+                        return protocol_error_set(err, PROTOCOL_INVALID_JSON,
+                                                  "unexpected characters after the object at offset %zu", i);
                 }
         *ret = root;
         return 0;
@@ -868,8 +872,8 @@ static int parse_id(struct parser *p) {
         if (len == 0)
                 return protocol_error_set(p->err, PROTOCOL_INVALID_REQUEST, "id must not be empty");
         if (len > PROTOCOL_ID_MAX)
-                return protocol_error_set(p->err, PROTOCOL_INVALID_REQUEST, "id is %zu bytes long; at most %d allowed", len,
-                                          PROTOCOL_ID_MAX);
+                return protocol_error_set(p->err, PROTOCOL_INVALID_REQUEST, "id is %zu bytes long; at most %d allowed",
+                                          len, PROTOCOL_ID_MAX);
         if (memchr(id, 0, len))
                 return protocol_error_set(p->err, PROTOCOL_INVALID_REQUEST, "id must not contain NUL characters");
         /* json-c validated the raw bytes and writes escapes as UTF-8 (lone surrogates as
@@ -929,8 +933,8 @@ int protocol_parse(const char *line, size_t len, struct client_message *ret, str
                 r = op->field ? op->field(&p, key, value) : -ENOENT;
                 if (r == -ENOENT) {
                         char q[QUOTE_MAX + 4];
-                        r = protocol_error_set(err, PROTOCOL_INVALID_PARAMS, "unknown field \"%s\" for op %s", quote(key, q),
-                                               op_names[m.op]);
+                        r = protocol_error_set(err, PROTOCOL_INVALID_PARAMS, "unknown field \"%s\" for op %s",
+                                               quote(key, q), op_names[m.op]);
                 }
                 if (r < 0)
                         goto fail;

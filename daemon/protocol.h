@@ -36,8 +36,8 @@
 #define PROTOCOL_SERVER_NAME "asyncllmd"
 /* A message's id: 1 to this many bytes. */
 #define PROTOCOL_ID_MAX 256
-/* JSON nesting a client line may use; json-c's default, set explicitly. The daemon's own
- * messages nest 3 deep, collective_rpc args get the rest. */
+/* JSON nesting a client line may use, the message object included; json-c's default, set
+ * explicitly. generate nests 3 deep; collective_rpc args get the rest. */
 #define PROTOCOL_MAX_DEPTH 32
 #define PROTOCOL_ERROR_MESSAGE_MAX ERROR_MESSAGE_MAX
 
@@ -168,7 +168,10 @@ int protocol_error_set(struct protocol_error *e, const char *code, const char *f
         __attribute__((format(printf, 3, 4)));
 
 /* Parses one client line, without its "\n": len bytes, not NUL-terminated necessarily. The
- * caller has checked the length and the UTF-8 already; raw NUL bytes are refused here.
+ * caller has checked the length already. The UTF-8 is checked again, by the standard's
+ * rules (json-c's own check admits overlong forms), and raw NUL bytes are refused, so that
+ * every string of the message is valid UTF-8 (escapes included: a lone surrogate becomes
+ * U+FFFD) and strings other than collective_rpc args hold no NUL.
  * Returns 0 and fills *ret, or a negative errno (-EINVAL for a refused line, -ENOMEM) with
  * *ret zeroed and *err filled (internal_error for -ENOMEM). */
 int protocol_parse(const char *line, size_t len, struct client_message *ret, struct protocol_error *err);
