@@ -235,7 +235,7 @@ struct json_object *protocol_output_json(const char *id, const struct request_ou
                 struct json_object *m = json_object_new_object(), *u = json_object_new_object();
                 if (m) {
                         set_time(&r, m, "arrival_time", t->arrival_time, opts->realtime_offset);
-                        set_time(&r, m, "queued_time", t->scheduled_time, opts->realtime_offset);
+                        set_time(&r, m, "first_scheduled_time", t->scheduled_time, opts->realtime_offset);
                         set_time(&r, m, "first_token_time", t->first_token_time, opts->realtime_offset);
                         set_time(&r, m, "last_token_time", t->last_token_time, opts->realtime_offset);
                         set_time(&r, m, "finished_time", t->finished_time, opts->realtime_offset);

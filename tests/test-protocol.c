@@ -755,7 +755,7 @@ START_TEST(test_output_finished) {
                      "{\"index\": 1, \"text\": \"\", \"token_ids\": [2], \"cumulative_logprob\": null,"
                      " \"logprobs\": null, \"finish_reason\": \"stop\", \"stop_reason\": 2}],"
                      " \"finished\": true, \"num_cached_tokens\": 32,"
-                     " \"metrics\": {\"arrival_time\": 1700000100.0, \"queued_time\": 1700000100.25,"
+                     " \"metrics\": {\"arrival_time\": 1700000100.0, \"first_scheduled_time\": 1700000100.25,"
                      " \"first_token_time\": 1700000100.5, \"last_token_time\": 1700000101.5,"
                      " \"finished_time\": 1700000101.75},"
                      " \"usage\": {\"prompt_tokens\": 40, \"completion_tokens\": 9}}");
@@ -775,7 +775,7 @@ START_TEST(test_output_finished) {
                      "{\"index\": 1, \"text\": \"\", \"token_ids\": [2], \"cumulative_logprob\": null,"
                      " \"logprobs\": null, \"finish_reason\": \"length\", \"stop_reason\": null}],"
                      " \"finished\": true, \"num_cached_tokens\": 32,"
-                     " \"metrics\": {\"arrival_time\": 5.0, \"queued_time\": null, \"first_token_time\": null,"
+                     " \"metrics\": {\"arrival_time\": 5.0, \"first_scheduled_time\": null, \"first_token_time\": null,"
                      " \"last_token_time\": null, \"finished_time\": 6.0},"
                      " \"usage\": {\"prompt_tokens\": 40, \"completion_tokens\": 9}}");
         ck_assert_uint_eq(protocol_output_tokens(o), 3);
