@@ -341,7 +341,9 @@ static int method_abort(sd_bus_message *m, void *userdata, sd_bus_error *error) 
 static void on_control_reply(int rc, const char *message, struct json_object *result, void *userdata) {
         sd_bus_message *call = userdata;
         if (rc < 0)
-                sd_bus_reply_method_errorf(call, rc == -ENOENT || rc == -EINVAL ? BUS_ERROR("InvalidParams") : BUS_ERROR("Failed"),
+                sd_bus_reply_method_errorf(call, rc == -ENOENT || rc == -EINVAL ? BUS_ERROR("InvalidParams")
+                                                 : rc == -EBUSY || rc == -EALREADY || rc == -ECANCELED ? BUS_ERROR("Busy")
+                                                                                                     : BUS_ERROR("Internal"),
                                            "%s", message && *message ? message : strerror(-rc));
         else if (strcmp(sd_bus_message_get_member(call), "CollectiveRpc") == 0)
                 sd_bus_reply_method_return(call, "s", result ? json_object_to_json_string_ext(result, JSON_C_TO_STRING_PLAIN) : "null");

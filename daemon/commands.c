@@ -86,7 +86,7 @@ void commands_request_done(struct daemon_request *r) {
         free(r->client_id);
         free(r->daemon_id);
         free(r);
-        if (c->closing && !c->first_request)
+        if (c->closing && !c->first_request && !c->pending_replies)
                 connection_close_later(c);
         if (s->shutting_down && s->requests.n == 0)
                 sd_event_exit(s->event, s->exit_status);
@@ -94,7 +94,9 @@ void commands_request_done(struct daemon_request *r) {
 
 void commands_send_output(struct daemon_request *r, const struct request_output *o) {
         struct server *s = r->conn->server;
-        uint64_t n = protocol_output_tokens(o);
+        /* a delta output holds only new tokens; the other kinds repeat the earlier ones */
+        uint64_t total = r->delta ? r->n_generated + protocol_output_tokens(o) : protocol_output_tokens(o);
+        uint64_t n = total > r->n_generated ? total - r->n_generated : 0;
         if (n && o->metrics.last_token_time > 0) {
                 double since = r->last_token_time > 0 ? r->last_token_time : o->metrics.first_token_time;
                 /* the first token's latency is TTFT, not an inter-token gap */
@@ -103,7 +105,7 @@ void commands_send_output(struct daemon_request *r, const struct request_output 
                         daemon_metrics_observe_tokens(&s->metrics, o->metrics.last_token_time - since, (uint32_t) gaps);
                 r->last_token_time = o->metrics.last_token_time;
         }
-        r->n_generated += (uint32_t) n;
+        r->n_generated = (uint32_t) total;
         struct output_line_options opts = {
                 .realtime_offset = s->realtime_offset,
                 .prompt_tokens = r->n_prompt,
@@ -196,6 +198,7 @@ static void do_generate(struct connection *c, struct client_message *m) {
         }
         req->conn = c;
         req->logprobs = g->params.logprobs;
+        req->delta = g->params.output_kind == OUTPUT_DELTA;
         req->prompt_logprobs = g->params.prompt_logprobs;
         struct generate_request gr;
         generate_message_to_request(g, req->daemon_id, rendered, &gr);
@@ -258,14 +261,26 @@ struct pending_reply {
         enum client_op op;
 };
 
+/* The engine's refusals of a control op: a bad argument, or a state that does not allow it
+ * now (blocks held, a pause already draining, a drain cancelled by resume). */
+static const char *control_error_code(int rc) {
+        switch (rc) {
+        case -ENOENT:
+        case -EINVAL: return PROTOCOL_INVALID_PARAMS;
+        case -EBUSY:
+        case -EALREADY:
+        case -ECANCELED: return PROTOCOL_INVALID_REQUEST;
+        default: return PROTOCOL_INTERNAL_ERROR;
+        }
+}
+
 static void on_reply(int rc, const char *message, struct json_object *result, void *userdata) {
         struct pending_reply *p = userdata;
         struct connection *c = p->conn;
+        c->pending_replies--;
         if (!c->closed) {
                 if (rc < 0)
-                        commands_send_error(c, p->id, rc == -ENOENT || rc == -EINVAL ? PROTOCOL_INVALID_PARAMS
-                                                      : PROTOCOL_INTERNAL_ERROR,
-                                            message && *message ? message : strerror(-rc));
+                        commands_send_error(c, p->id, control_error_code(rc), message && *message ? message : strerror(-rc));
                 else {
                         struct json_object *o = result ? json_object_get(result) : json_object_new_object();
                         if (!result && p->op == CLIENT_OP_PAUSE)
@@ -274,6 +289,8 @@ static void on_reply(int rc, const char *message, struct json_object *result, vo
                 }
         }
         log_info("%s (requested by uid %u): %s", client_op_name(p->op), (unsigned) c->uid, rc < 0 ? message : "done");
+        if (c->closing && !c->first_request && !c->pending_replies)
+                connection_close_later(c); /* a half-closed client waited for this answer */
         connection_unref(c);
         free(p->id);
         free(p);
@@ -288,6 +305,7 @@ static struct pending_reply *pending_new(struct connection *c, const struct clie
         p->conn = c;
         p->op = m->op;
         c->refs++;
+        c->pending_replies++;
         return p;
 }
 
@@ -320,10 +338,11 @@ static void do_control(struct connection *c, struct client_message *m) {
                 break;
         }
         if (r < 0) {
+                c->pending_replies--;
+                commands_send_error(c, m->id, error_code_for(r), strerror(-r));
                 connection_unref(c);
                 free(p->id);
                 free(p);
-                commands_send_error(c, m->id, error_code_for(r), strerror(-r));
         }
 }
 

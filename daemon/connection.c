@@ -134,7 +134,7 @@ static void flush(struct connection *c) {
                 c->out_sent = 0;
         }
         arm_stall_timer(c, progress);
-        if (c->closing && out_queued(c) == 0 && !c->first_request)
+        if (c->closing && out_queued(c) == 0 && !c->first_request && !c->pending_replies)
                 connection_close_later(c);
         update_events(c);
 }
@@ -230,7 +230,7 @@ static void read_input(struct connection *c) {
                         handle_lines(c);
                         c->read_done = true;
                         c->closing = true;
-                        if (!c->closed && !c->first_request && out_queued(c) == 0)
+                        if (!c->closed && !c->first_request && !c->pending_replies && out_queued(c) == 0)
                                 connection_close_later(c);
                         return;
                 }

@@ -28,6 +28,7 @@ struct daemon_request {
         uint32_t n_prompt;
         uint32_t n_generated;   /* summed over the completions, for usage */
         int32_t logprobs, prompt_logprobs; /* as asked: how many top entries to write */
+        bool delta;             /* output kind delta: each output holds only new tokens */
         double last_token_time; /* for the inter-token latency metric */
         struct daemon_request *prev, *next;
 };
@@ -56,6 +57,7 @@ struct connection {
         bool read_done;    /* the client shut its sending side */
         sd_event_source *close_later;
         unsigned refs;     /* the open connection, plus one per control reply still due */
+        unsigned pending_replies;
         bool closed;
 
         struct id_map requests; /* by client id */

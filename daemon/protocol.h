@@ -197,8 +197,8 @@ struct output_line_options {
          * only with prompt_logprobs). */
         uint32_t prompt_tokens;
         /* usage.completion_tokens: every token the request's completions generated. A delta
-         * output holds only the new ones, so sum protocol_output_tokens() over every output
-         * taken, this one included; that sum is right in every output kind. */
+         * output holds only the new ones (sum protocol_output_tokens() over every output
+         * taken); cumulative and final outputs hold them all. */
         uint64_t completion_tokens;
         /* The request's params.logprobs and params.prompt_logprobs: how many top entries
          * follow the chosen token. The sampler appends the chosen token to the top N when it

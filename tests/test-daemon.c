@@ -339,6 +339,20 @@ START_TEST(test_streaming) {
         struct gen chat;
         gen_run(&c, "m", &chat);
         ck_assert(chat.tokens >= 1 && chat.tokens <= 8);
+        /* cumulative outputs repeat earlier tokens: usage still counts each once */
+        client_send(&c, "{\"op\":\"generate\",\"id\":\"cu\",\"prompt\":\"Hi\","
+                        "\"params\":{\"max_tokens\":5,\"ignore_eos\":true,\"output_kind\":\"cumulative\"}}\n");
+        struct gen cumulative;
+        gen_run(&c, "cu", &cumulative);
+        ck_assert_int_eq(cumulative.usage_completion, 5);
+        close(c.fd);
+        /* a client that shuts its sending side still gets its answers */
+        client_hello(&c, d.socket);
+        client_send(&c, "{\"op\":\"resume\",\"id\":\"r\"}\n");
+        shutdown(c.fd, SHUT_WR);
+        struct json_object *o = client_read(&c, 30);
+        ck_assert_msg(o && at(o, "result"), "no answer after a half-close");
+        json_object_put(o);
         close(c.fd);
         daemon_stop(&d);
 }
