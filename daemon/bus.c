@@ -179,8 +179,10 @@ static struct json_object *read_variant_value(sd_bus_message *m, int *rr) {
 }
 
 /* Builds the socket protocol's generate line from (prompt, a{sv}): the request-level keys
- * (priority, latency_sensitive, slo) go beside the prompt, the rest into params. */
-static int generate_line(sd_bus_message *m, const char *id, char **ret, sd_bus_error *error) {
+ * (priority, latency_sensitive, slo, and prompt_token_ids or messages in place of an empty
+ * prompt) go beside the prompt, the rest into params. final_only forces that output kind
+ * (Complete answers once). */
+static int generate_line(sd_bus_message *m, const char *id, bool final_only, char **ret, sd_bus_error *error) {
         const char *prompt;
         int r = sd_bus_message_read(m, "s", &prompt);
         if (r < 0)
@@ -193,8 +195,21 @@ static int generate_line(sd_bus_message *m, const char *id, char **ret, sd_bus_e
         struct json_object *line = json_object_new_object();
         json_object_object_add(line, "op", json_object_new_string("generate"));
         json_object_object_add(line, "id", json_object_new_string(id));
-        json_object_object_add(line, "prompt", json_object_new_string(prompt));
-        static const char *const top[] = { "priority", "latency_sensitive", "slo" };
+        /* an empty prompt with prompt_token_ids or messages is no prompt: the parser refuses two */
+        if (*prompt || !(json_object_object_get_ex(params, "prompt_token_ids", NULL) ||
+                         json_object_object_get_ex(params, "messages", NULL)))
+                json_object_object_add(line, "prompt", json_object_new_string(prompt));
+        if (final_only) {
+                struct json_object *n;
+                if (json_object_object_get_ex(params, "n", &n) && json_object_get_int64(n) != 1) {
+                        json_object_put(params);
+                        json_object_put(line);
+                        return sd_bus_error_set(error, BUS_ERROR("InvalidParams"),
+                                                "Complete answers with one text: n must be 1 (Generate streams n > 1)");
+                }
+                json_object_object_add(params, "output_kind", json_object_new_string("final"));
+        }
+        static const char *const top[] = { "priority", "latency_sensitive", "slo", "prompt_token_ids", "messages" };
         for (size_t i = 0; i < sizeof(top) / sizeof(*top); i++) {
                 struct json_object *v;
                 if (json_object_object_get_ex(params, top[i], &v)) {
@@ -219,7 +234,7 @@ static int method_generate(sd_bus_message *m, void *userdata, sd_bus_error *erro
         if ((r = require(m, s, false, &creds, error)) < 0)
                 return r;
         snprintf(id, sizeof(id), "bus%" PRIu64, s->next_connection + 1);
-        if ((r = generate_line(m, id, &line, error)) < 0)
+        if ((r = generate_line(m, id, false, &line, error)) < 0)
                 return r;
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, fds) < 0) {
                 free(line);
@@ -247,81 +262,125 @@ static int method_generate(sd_bus_message *m, void *userdata, sd_bus_error *erro
         return r;
 }
 
-/* Complete: the request runs as a final-only stream; the reply goes out when it ends. */
+/* Complete: the request runs on a connection without a socket, like any socket request
+ * (limits, list, Abort, metrics, the SIGTERM drain); its final-only output collects there and
+ * becomes the reply when the request ends. The caller leaving the bus aborts it. */
+#define COMPLETE_ID "complete"
+
 struct completion {
-        struct server *server;
         sd_bus_message *call;
-        struct async_stream *stream;
-        uint32_t n_prompt;
-        char id[32];
+        sd_bus_track *caller;
+        struct connection *conn;
 };
 
-static void on_complete(struct async_stream *stream, void *userdata) {
-        struct completion *cp = userdata;
-        struct request_output *o = async_stream_take(stream);
-        if (!o)
-                return;
-        if (o->finished) {
-                const struct completion_output *co = o->n_outputs ? &o->outputs[0] : NULL;
-                const char *reason = co ? finish_reason_name(co->finish_reason) : "error";
-                if (o->error)
-                        sd_bus_reply_method_errorf(cp->call, strncmp(o->error, "engine_dead", 11) == 0 ? BUS_ERROR("EngineDead")
-                                                                                                   : BUS_ERROR("Internal"),
-                                                   "%s", o->error);
+static struct json_object *error_of(struct json_object *line) {
+        struct json_object *e;
+        return json_object_object_get_ex(line, "error", &e) && json_object_is_type(e, json_type_object) ? e : NULL;
+}
+
+static const char *string_at(struct json_object *o, const char *key) {
+        struct json_object *v;
+        return o && json_object_object_get_ex(o, key, &v) && json_object_is_type(v, json_type_string) ? json_object_get_string(v)
+                                                                                                       : NULL;
+}
+
+static int64_t int_at(struct json_object *o, const char *key) {
+        struct json_object *v;
+        return o && json_object_object_get_ex(o, key, &v) ? json_object_get_int64(v) : 0;
+}
+
+/* Replies from the lines the request left: its error if it has one, else its final output,
+ * else the connection's last word (shutting_down, engine_dead). */
+static void reply_completion(sd_bus_message *call, const char *out, size_t len) {
+        struct json_object *final = NULL, *request_error = NULL, *other_error = NULL;
+        for (const char *p = out, *end = out + len; p < end;) {
+                const char *nl = memchr(p, '\n', (size_t) (end - p));
+                size_t n = nl ? (size_t) (nl - p) : (size_t) (end - p);
+                struct json_tokener *tok = json_tokener_new();
+                struct json_object *line = tok ? json_tokener_parse_ex(tok, p, (int) n) : NULL;
+                json_tokener_free(tok);
+                p += n + 1;
+                if (!line)
+                        continue;
+                struct json_object *e = error_of(line);
+                const char *id = string_at(line, "id");
+                struct json_object **slot = e ? (id ? &request_error : &other_error) : &final;
+                if (*slot || (!e && !json_object_get_boolean(json_object_object_get(line, "finished"))))
+                        json_object_put(line);
                 else
-                        sd_bus_reply_method_return(cp->call, "ssa{sv}", co ? co->text : "", reason ? reason : "", 2,
-                                                   "prompt_tokens", "u", cp->n_prompt, "completion_tokens", "u",
-                                                   (uint32_t) protocol_output_tokens(o));
-                sd_bus_message_unref(cp->call);
-                async_stream_release(cp->stream);
-                free(cp);
+                        *slot = line;
         }
-        request_output_free(o);
+        struct json_object *e = error_of(request_error ? request_error : final ? NULL : other_error);
+        if (e)
+                sd_bus_reply_method_error(call, &SD_BUS_ERROR_MAKE_CONST(error_name(string_at(e, "code")),
+                                                                         string_at(e, "message") ? string_at(e, "message") : ""));
+        else if (final) {
+                struct json_object *outputs = json_object_object_get(final, "outputs");
+                struct json_object *first = json_object_array_length(outputs) ? json_object_array_get_idx(outputs, 0) : NULL;
+                struct json_object *usage = json_object_object_get(final, "usage");
+                const char *reason = string_at(first, "finish_reason");
+                sd_bus_reply_method_return(call, "ssa{sv}", string_at(first, "text") ? string_at(first, "text") : "",
+                                           reason ? reason : "", 2, "prompt_tokens", "u", (uint32_t) int_at(usage, "prompt_tokens"),
+                                           "completion_tokens", "u", (uint32_t) int_at(usage, "completion_tokens"));
+        } else
+                sd_bus_reply_method_errorf(call, BUS_ERROR("Internal"), "the request ended without an answer");
+        json_object_put(final);
+        json_object_put(request_error);
+        json_object_put(other_error);
+}
+
+static void on_completion_closed(struct connection *c, void *userdata) {
+        struct completion *cp = userdata;
+        reply_completion(cp->call, c->out + c->out_sent, c->out_len - c->out_sent);
+        sd_bus_message_unref(cp->call);
+        sd_bus_track_unref(cp->caller);
+        free(cp);
+}
+
+static int on_caller_gone(sd_bus_track *track, void *userdata) {
+        struct completion *cp = userdata;
+        (void) track;
+        log_debug("a D-Bus caller left before its Complete answer: aborting the request");
+        connection_close_later(cp->conn);
+        return 0;
 }
 
 static int method_complete(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         struct server *s = userdata;
-        struct bus_state *b = s->bus;
-        struct connection creds;
-        struct client_message msg;
-        struct protocol_error perr = { 0 };
-        struct error err = { 0 };
+        struct connection creds, *c;
+        struct completion *cp;
+        struct error err;
         char *line = NULL;
         int r;
         if ((r = require(m, s, false, &creds, error)) < 0)
                 return r;
-        if (s->shutting_down)
-                return sd_bus_error_set(error, BUS_ERROR("ShuttingDown"), "the daemon is stopping and takes no new requests");
-        struct completion *cp = calloc(1, sizeof(*cp));
-        if (!cp)
-                return -ENOMEM;
-        snprintf(cp->id, sizeof(cp->id), "complete/%" PRIu64, ++b->next_complete);
-        if ((r = generate_line(m, cp->id, &line, error)) < 0) {
-                free(cp);
+        if ((r = generate_line(m, COMPLETE_ID, true, &line, error)) < 0)
                 return r;
+        if (!(cp = calloc(1, sizeof(*cp)))) {
+                free(line);
+                return -ENOMEM;
         }
-        r = protocol_parse(line, strlen(line), &msg, &perr);
-        free(line);
-        if (r < 0) {
+        if ((r = connection_new_sink(s, &creds, on_completion_closed, cp, &c, &err)) < 0) {
+                free(line);
                 free(cp);
-                return sd_bus_error_set(error, error_name(perr.code), perr.message);
+                return sd_bus_error_set(error, BUS_ERROR("Internal"), err.message);
         }
-        struct generate_request gr;
-        msg.generate.params.output_kind = OUTPUT_FINAL_ONLY;
-        generate_message_to_request(&msg.generate, cp->id, NULL, &gr);
-        cp->server = s;
+        cp->conn = c;
         cp->call = sd_bus_message_ref(m);
-        r = async_llm_generate(s->model.llm, &gr, on_complete, cp, &cp->stream, &err);
-        client_message_free(&msg);
-        if (r < 0) {
-                sd_bus_message_unref(cp->call);
-                free(cp);
-                return sd_bus_error_set(error, r == -EINVAL ? BUS_ERROR("InvalidParams") : r == -ESHUTDOWN ? BUS_ERROR("EngineDead")
-                                                                                                    : BUS_ERROR("Internal"),
-                                        err.message);
+        c->refs++;
+        commands_handle_line(c, line, strlen(line));
+        free(line);
+        if (!id_map_get(&c->requests, COMPLETE_ID)) {
+                /* refused: reply_completion answers with the error line it queued */
+                connection_close(c);
+                connection_unref(c);
+                return 1;
         }
-        cp->n_prompt = async_stream_prompt_tokens(cp->stream);
-        return 1; /* answered later */
+        if (sd_bus_track_new(sd_bus_message_get_bus(m), &cp->caller, on_caller_gone, cp) < 0 ||
+            sd_bus_track_add_sender(cp->caller, m) < 0)
+                log_warning("cannot watch a D-Bus caller: its Complete request runs on if it leaves");
+        connection_unref(c);
+        return 1; /* answered when the request ends */
 }
 
 static int method_abort(sd_bus_message *m, void *userdata, sd_bus_error *error) {
@@ -341,7 +400,7 @@ static int method_abort(sd_bus_message *m, void *userdata, sd_bus_error *error) 
 static void on_control_reply(int rc, const char *message, struct json_object *result, void *userdata) {
         sd_bus_message *call = userdata;
         if (rc < 0)
-                sd_bus_reply_method_errorf(call, rc == -ENOENT || rc == -EINVAL ? BUS_ERROR("InvalidParams")
+                sd_bus_reply_method_errorf(call, rc == -ENOENT ? BUS_ERROR("NotFound") : rc == -EINVAL ? BUS_ERROR("InvalidParams")
                                                  : rc == -EBUSY || rc == -EALREADY || rc == -ECANCELED ? BUS_ERROR("Busy")
                                                                                                      : BUS_ERROR("Internal"),
                                            "%s", message && *message ? message : strerror(-rc));
@@ -446,6 +505,43 @@ static int method_get_stats(sd_bus_message *m, void *userdata, sd_bus_error *err
                 "requests_in_flight", "u", s->requests.n);
 }
 
+static int method_list_requests(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        struct server *s = userdata;
+        struct connection creds;
+        sd_bus_message *reply = NULL;
+        int r;
+        if ((r = require(m, s, false, &creds, error)) < 0)
+                return r;
+        if ((r = sd_bus_message_new_method_return(m, &reply)) < 0 || (r = sd_bus_message_open_container(reply, 'a', "s")) < 0)
+                goto out;
+        /* admins see every request; others their own uid's */
+        for (struct connection *c = s->connections; c && r >= 0; c = c->next)
+                for (struct daemon_request *q = c->first_request; q && r >= 0; q = q->next)
+                        if (creds.is_admin || c->uid == creds.uid)
+                                r = sd_bus_message_append(reply, "s", q->daemon_id);
+        if (r >= 0 && (r = sd_bus_message_close_container(reply)) >= 0)
+                r = sd_bus_send(NULL, reply, NULL);
+out:
+        sd_bus_message_unref(reply);
+        return r;
+}
+
+static int method_get_metrics(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        struct server *s = userdata;
+        struct connection creds;
+        struct async_llm_stats st;
+        int r;
+        if ((r = require(m, s, false, &creds, error)) < 0)
+                return r;
+        async_llm_stats(s->model.llm, &st);
+        char *text = daemon_metrics_render(&s->metrics, &st, s->model.name);
+        if (!text)
+                return -ENOMEM;
+        r = sd_bus_reply_method_return(m, "s", text);
+        free(text);
+        return r;
+}
+
 static int property_get(sd_bus *bus, const char *path, const char *interface, const char *property,
                         sd_bus_message *reply, void *userdata, sd_bus_error *error) {
         struct server *s = userdata;
@@ -486,6 +582,10 @@ static const sd_bus_vtable vtable[] = {
         SD_BUS_METHOD_WITH_ARGS("CheckHealth", SD_BUS_NO_ARGS, SD_BUS_RESULT("b", healthy, "s", status, "s", message),
                                 method_check_health, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("GetStats", SD_BUS_NO_ARGS, SD_BUS_RESULT("a{sv}", stats), method_get_stats,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ListRequests", SD_BUS_NO_ARGS, SD_BUS_RESULT("as", request_ids), method_list_requests,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("GetMetrics", SD_BUS_NO_ARGS, SD_BUS_RESULT("s", text), method_get_metrics,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_PROPERTY("Model", "s", property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
         SD_BUS_PROPERTY("State", "s", property_get, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),

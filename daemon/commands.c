@@ -73,6 +73,10 @@ void commands_request_done(struct daemon_request *r) {
                 free(u->key);
                 free(u);
         }
+        if (!r->finished) { /* ended by its client leaving, or by the daemon stopping */
+                const struct request_metrics never = { 0 };
+                daemon_metrics_observe_finished(&s->metrics, &never, FINISH_ABORT, r->n_prompt, r->n_generated);
+        }
         id_map_remove(&c->requests, r);
         id_map_remove(&s->requests, r);
         if (r->prev)
@@ -121,6 +125,7 @@ void commands_send_output(struct daemon_request *r, const struct request_output 
         }
         send_line(r->conn, line, len);
         if (o->finished) {
+                r->finished = true;
                 enum finish_reason reason = FINISH_NONE;
                 for (uint32_t i = 0; i < o->n_outputs; i++)
                         if (o->outputs[i].finish_reason > reason)
@@ -265,7 +270,7 @@ struct pending_reply {
  * now (blocks held, a pause already draining, a drain cancelled by resume). */
 static const char *control_error_code(int rc) {
         switch (rc) {
-        case -ENOENT:
+        case -ENOENT: return PROTOCOL_NOT_FOUND; /* an unknown collective_rpc method */
         case -EINVAL: return PROTOCOL_INVALID_PARAMS;
         case -EBUSY:
         case -EALREADY:

@@ -71,7 +71,7 @@ static int on_stall(sd_event_source *source, uint64_t usec, void *userdata) {
 
 /* While output waits, the client must make progress within client-timeout. */
 static void arm_stall_timer(struct connection *c, bool progress) {
-        if (out_queued(c) == 0) {
+        if (out_queued(c) == 0 || c->fd < 0) {
                 if (c->stall_timer)
                         sd_event_source_set_enabled(c->stall_timer, SD_EVENT_OFF);
                 return;
@@ -111,7 +111,7 @@ static void flush(struct connection *c) {
         bool progress = false;
         if (c->closed)
                 return;
-        while (out_queued(c) > 0) {
+        while (out_queued(c) > 0 && c->fd >= 0) {
                 ssize_t n = send(c->fd, c->out + c->out_sent, out_queued(c), MSG_NOSIGNAL | MSG_DONTWAIT);
                 if (n < 0) {
                         if (errno == EINTR)
@@ -128,6 +128,8 @@ static void flush(struct connection *c) {
         }
         if (c->out_sent == c->out_len)
                 c->out_sent = c->out_len = 0;
+        else if (c->fd < 0)
+                ; /* a sink keeps everything for its reader */
         else if (c->out_sent > c->out_cap / 2) {
                 memmove(c->out, c->out + c->out_sent, out_queued(c));
                 c->out_len -= c->out_sent;
@@ -271,7 +273,7 @@ static int setup(struct server *s, int fd, const struct connection *creds, struc
         c->refs = 1;
         c->serial = ++s->next_connection;
         id_map_init(&c->requests, offsetof(struct daemon_request, client_id));
-        if (creds) { /* a stream handed out over D-Bus: nothing is read from it */
+        if (creds) { /* a stream handed out over D-Bus, or a sink: nothing is read from it */
                 c->uid = creds->uid;
                 c->pid = creds->pid;
                 c->may_generate = creds->may_generate;
@@ -281,13 +283,14 @@ static int setup(struct server *s, int fd, const struct connection *creds, struc
         } else
                 read_credentials(c);
         if ((r = ndjson_reader_new(s->settings->max_line_bytes, &c->reader)) < 0 ||
-            (r = sd_event_add_io(s->event, &c->io, fd, EPOLLIN, on_io, c)) < 0) {
+            (fd >= 0 && (r = sd_event_add_io(s->event, &c->io, fd, EPOLLIN, on_io, c)) < 0)) {
                 ndjson_reader_free(c->reader);
-                close(fd);
+                if (fd >= 0)
+                        close(fd);
                 free(c);
                 return error_set(err, -r, "cannot set up a connection: %s", strerror(-r));
         }
-        if (creds)
+        if (creds && c->io)
                 sd_event_source_set_io_events(c->io, 0); /* only hang-ups matter until output is queued */
         c->next = s->connections;
         if (s->connections)
@@ -311,7 +314,26 @@ int connection_new(struct server *s, int fd, struct error *err) {
 
 int connection_new_stream(struct server *s, int fd, const struct connection *creds, struct connection **ret,
                           struct error *err) {
-        return setup(s, fd, creds, ret, err);
+        int r = setup(s, fd, creds, ret, err);
+        if (r < 0)
+                return r;
+        /* the same stream as the socket's, so the same client reads it; not closing while
+         * the hello alone is queued, before the caller adds the request */
+        (*ret)->closing = false;
+        commands_send_hello(*ret);
+        (*ret)->closing = true;
+        return 0;
+}
+
+int connection_new_sink(struct server *s, const struct connection *creds,
+                        void (*closed)(struct connection *c, void *userdata), void *userdata, struct connection **ret,
+                        struct error *err) {
+        int r = setup(s, -1, creds, ret, err);
+        if (r < 0)
+                return r;
+        (*ret)->sink_closed = closed;
+        (*ret)->sink_userdata = userdata;
+        return 0;
 }
 
 void connection_refuse(int fd, const char *code, const char *message) {
@@ -337,7 +359,10 @@ void connection_close(struct connection *c) {
                 c->close_later = sd_event_source_disable_unref(c->close_later);
                 c->refs--;
         }
-        close(c->fd);
+        if (c->sink_closed)
+                c->sink_closed(c, c->sink_userdata);
+        if (c->fd >= 0)
+                close(c->fd);
         c->fd = -1;
         if (c->prev)
                 c->prev->next = c->next;

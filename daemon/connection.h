@@ -29,6 +29,7 @@ struct daemon_request {
         uint32_t n_generated;   /* summed over the completions, for usage */
         int32_t logprobs, prompt_logprobs; /* as asked: how many top entries to write */
         bool delta;             /* output kind delta: each output holds only new tokens */
+        bool finished;          /* its last output went out */
         double last_token_time; /* for the inter-token latency metric */
         struct daemon_request *prev, *next;
 };
@@ -60,6 +61,11 @@ struct connection {
         unsigned pending_replies;
         bool closed;
 
+        /* A connection without a socket (D-Bus Complete): what it would send collects in out,
+         * and sink_closed reads it when the connection closes. */
+        void (*sink_closed)(struct connection *c, void *userdata);
+        void *sink_userdata;
+
         struct id_map requests; /* by client id */
         char last_error_code[32]; /* of the last error line sent, for D-Bus callers */
         char last_error_message[ERROR_MESSAGE_MAX];
@@ -72,6 +78,12 @@ int connection_new(struct server *s, int fd, struct error *err);
  * credentials of creds (uid, pid, permissions); it closes once its requests are done. */
 int connection_new_stream(struct server *s, int fd, const struct connection *creds, struct connection **ret,
                           struct error *err);
+
+/* A connection with no socket, with the credentials of creds: its output collects in c->out
+ * and closed(c, userdata) gets it when it closes, once its requests are done (or aborted). */
+int connection_new_sink(struct server *s, const struct connection *creds,
+                        void (*closed)(struct connection *c, void *userdata), void *userdata, struct connection **ret,
+                        struct error *err);
 
 struct daemon_settings;
 /* Root and the daemon's own user may do everything; otherwise the admin group may control

@@ -198,8 +198,8 @@ static int get_number(struct parser *p, const char *path, struct json_object *v,
         return 0;
 }
 
-/* json-c saturates integers beyond 64 bits to INT64_MIN or UINT64_MAX; both are outside
- * every range asked for here but the seed's. */
+/* Literals beyond 64 bits never get here (check_integer_literals()); json-c keeps those
+ * above INT64_MAX as unsigned, which get_int64 reads as INT64_MAX. */
 static int get_integer(struct parser *p, const char *path, struct json_object *v, int64_t min, int64_t max,
                        int64_t *ret) {
         if (!json_object_is_type(v, json_type_int))
@@ -857,6 +857,46 @@ static int parse_json(const char *line, size_t len, struct json_object **ret, st
         return 0;
 }
 
+/* json-c saturates integer literals beyond 64 bits without saying so (a seed of 2^64 would
+ * read as 2^64 - 1): find them in the text. Integers only: a literal with a fraction or an
+ * exponent is a double, checked by check_numbers(). */
+static int check_integer_literals(struct parser *p, const char *line, size_t len) {
+        static const char max_positive[] = "18446744073709551615", max_negative[] = "9223372036854775808";
+        bool in_string = false;
+        for (size_t i = 0; i < len; i++) {
+                char ch = line[i];
+                if (in_string) {
+                        if (ch == '\\')
+                                i++;
+                        else if (ch == '"')
+                                in_string = false;
+                        continue;
+                }
+                if (ch == '"') {
+                        in_string = true;
+                        continue;
+                }
+                if (ch != '-' && (ch < '0' || ch > '9'))
+                        continue;
+                size_t start = i, digits = ch == '-' ? i + 1 : i, end = digits;
+                while (end < len && line[end] >= '0' && line[end] <= '9')
+                        end++;
+                i = end;
+                if (end < len && strchr(".eE", line[end])) {
+                        while (i + 1 < len && strchr("0123456789+-eE", line[i + 1]))
+                                i++;
+                        continue;
+                }
+                const char *max = ch == '-' ? max_negative : max_positive;
+                size_t n = end - digits, n_max = strlen(max);
+                if (n > n_max || (n == n_max && memcmp(line + digits, max, n) > 0))
+                        return invalid_params(p, "the integer %.*s%s does not fit in 64 bits (at offset %zu)",
+                                              (int) (end - start > 40 ? 40 : end - start), line + start,
+                                              end - start > 40 ? "..." : "", start);
+        }
+        return 0;
+}
+
 /* The id first, so that every later error can carry it. */
 static int parse_id(struct parser *p) {
         struct json_object *v;
@@ -922,7 +962,8 @@ int protocol_parse(const char *line, size_t len, struct client_message *ret, str
                                        type_label(m.root));
                 goto fail;
         }
-        if ((r = parse_id(&p)) < 0 || (r = check_numbers(&p, m.root, NULL)) < 0 || (r = parse_op(&p)) < 0)
+        if ((r = parse_id(&p)) < 0 || (r = check_integer_literals(&p, line, len)) < 0 ||
+            (r = check_numbers(&p, m.root, NULL)) < 0 || (r = parse_op(&p)) < 0)
                 goto fail;
 
         const struct op_parser *op = &op_parsers[m.op];

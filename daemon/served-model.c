@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cpu-runner.h"
@@ -37,7 +38,16 @@ int served_model_load(const char *path, const char *device, unsigned threads, co
         }
         if ((r = async_llm_new(&m->config, &m->backend, m->tk, m->n_kv_blocks, &m->llm, err)) < 0)
                 goto fail;
-        m->name = m->model->name && *m->model->name ? m->model->name : strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+        /* the file's name, as users name the model (vLLM serves the name it was given), not
+         * general.name, which is often a training run's label */
+        const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+        size_t len = strlen(base);
+        if (len > 5 && strcmp(base + len - 5, ".gguf") == 0)
+                len -= 5;
+        if (!(m->name = strndup(base, len))) {
+                r = error_set(err, ENOMEM, "out of memory");
+                goto fail;
+        }
         return 0;
 fail:
         served_model_unload(m);
@@ -50,5 +60,6 @@ void served_model_unload(struct served_model *m) {
         cpu_runner_free(m->runner);
         tokenizer_free(m->tk);
         model_free(m->model);
+        free(m->name);
         *m = (struct served_model) { 0 };
 }

@@ -22,7 +22,7 @@ struct served_model {
         struct async_llm *llm;
         struct engine_config config; /* finalized against the model */
         uint32_t n_kv_blocks;
-        const char *name; /* general.name, or the file's base name */
+        char *name; /* the file's base name without .gguf */
 };
 
 /* Loads path and starts the engine with config (finalized here: max_model_len resolves

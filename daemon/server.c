@@ -161,6 +161,18 @@ static int on_reload(sd_event_source *source, const struct signalfd_siginfo *si,
         return 0;
 }
 
+/* The loop's end: every client hears why its connection ends, and D-Bus callers waiting
+ * for Complete get their answer, before the bus connection closes (sd-bus closes it from
+ * its own exit source, which runs after this more important one). */
+static int on_loop_exit(sd_event_source *source, void *userdata) {
+        struct server *s = userdata;
+        (void) source;
+        if (s->shutting_down)
+                connections_flush_and_close_all(s, "shutting_down", "the daemon is stopping");
+        connections_free_all(s);
+        return 0;
+}
+
 /* SIGTERM, SIGINT and SIGHUP must be blocked in every thread already (see main()). */
 int server_start(struct server *s, struct daemon_settings *settings, int argc, char **argv, struct error *err) {
         int r;
@@ -193,6 +205,9 @@ int server_start(struct server *s, struct daemon_settings *settings, int argc, c
                                             on_status, s)) < 0)
                 return error_set(err, -r, "cannot set up the event loop: %s", strerror(-r));
         sd_event_source_set_enabled(s->status_timer, SD_EVENT_ON);
+        if ((r = sd_event_add_exit(s->event, &s->exit_source, on_loop_exit, s)) < 0 ||
+            (r = sd_event_source_set_priority(s->exit_source, SD_EVENT_PRIORITY_IMPORTANT)) < 0)
+                return error_set(err, -r, "cannot set up the event loop: %s", strerror(-r));
         if (sd_watchdog_enabled(0, &s->watchdog_usec) > 0) {
                 r = sd_event_add_time_relative(s->event, &s->watchdog_timer, CLOCK_MONOTONIC, s->watchdog_usec / 2, 0,
                                                on_watchdog, s);
@@ -212,8 +227,6 @@ int server_start(struct server *s, struct daemon_settings *settings, int argc, c
 
 int server_run(struct server *s) {
         int r = sd_event_loop(s->event);
-        if (s->shutting_down) /* every client hears why its connection ends */
-                connections_flush_and_close_all(s, "shutting_down", "the daemon is stopping");
         return r < 0 ? 1 : r;
 }
 
@@ -225,6 +238,7 @@ void server_done(struct server *s) {
         sd_event_source_disable_unref(s->status_timer);
         sd_event_source_disable_unref(s->watchdog_timer);
         sd_event_source_disable_unref(s->shutdown_timer);
+        sd_event_source_disable_unref(s->exit_source);
         if (s->listen_fd >= 0) {
                 close(s->listen_fd);
                 if (!s->socket_activated)

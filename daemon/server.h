@@ -31,6 +31,7 @@ struct server {
         sd_event_source *status_timer;
         sd_event_source *watchdog_timer;
         sd_event_source *shutdown_timer;
+        sd_event_source *exit_source;
         uint64_t watchdog_usec;
 
         struct connection *connections; /* every open connection */

@@ -450,6 +450,9 @@ START_TEST(test_abuse) {
                      "tempature");
         expect_error(&c, "{\"op\":\"generate\",\"id\":\"f\",\"prompt_token_ids\":[1,99999999]}\n", "invalid_params", "vocabulary");
         expect_error(&c, "{\"op\":\"stats\",\"id\":\"\xff\xfe\"}\n", "invalid_utf8", NULL);
+        expect_error(&c, "{\"op\":\"generate\",\"id\":\"s\",\"prompt\":\"x\",\"params\":{\"seed\":18446744073709551616}}\n",
+                     "invalid_params", "64 bits");
+        expect_error(&c, "{\"op\":\"collective_rpc\",\"id\":\"r\",\"method\":\"launch\"}\n", "not_found", "launch");
         char big[3000];
         memset(big, 'a', sizeof(big));
         memcpy(big, "{\"op\":\"generate\",\"id\":\"g\",\"prompt\":\"", 36);
@@ -536,6 +539,129 @@ START_TEST(test_reload_and_limits) {
         json_object_put(o);
         close(c.fd);
         free(conf);
+        daemon_stop(&d);
+}
+END_TEST
+
+/* The error line a refused line gets, by id (other lines skipped). */
+static void expect_refusal(struct client *c, const char *id, const char *code, const char *needle) {
+        for (int i = 0; i < 2000; i++) {
+                struct json_object *o = client_read(c, 60);
+                ck_assert_msg(o, "no refusal for %s", id);
+                const char *oid = str_at(o, "id"), *got = str_at(o, "error.code"), *msg = str_at(o, "error.message");
+                if (oid && strcmp(oid, id) == 0) {
+                        ck_assert_msg(got && strcmp(got, code) == 0, "%s: expected %s, got %s", id, code, json_object_to_json_string(o));
+                        ck_assert_msg(msg && strstr(msg, needle), "%s: '%s' does not name '%s'", id, msg, needle);
+                        json_object_put(o);
+                        return;
+                }
+                json_object_put(o);
+        }
+        ck_abort_msg("no refusal for %s", id);
+}
+
+static void wait_idle(struct client *watcher, long connections) {
+        double end = monotonic_seconds() + 30 * slowdown();
+        while (stat_value(watcher, "result.requests_in_flight") != 0 || stat_value(watcher, "result.kv_blocks_used") != 0 ||
+               stat_value(watcher, "result.connections") != connections) {
+                ck_assert_msg(monotonic_seconds() < end, "requests, KV blocks or connections still held");
+                usleep(100000);
+        }
+}
+
+/* max-connections refuses the next client with a reason; max-requests-per-uid counts a
+ * uid's requests over all its connections. */
+START_TEST(test_connection_and_uid_limits) {
+        struct daemon d = { 0 };
+        const char *const extra[] = { "--max-connections", "3", "--max-requests-per-uid", "3", NULL };
+        daemon_start(&d, extra);
+        struct client a, b, watcher, one_too_many;
+        client_hello(&a, d.socket);
+        client_hello(&b, d.socket);
+        client_hello(&watcher, d.socket);
+        client_connect(&one_too_many, d.socket);
+        struct json_object *o = client_read(&one_too_many, 30);
+        ck_assert_ptr_nonnull(o);
+        ck_assert_str_eq(str_at(o, "error.code"), "too_many_requests");
+        ck_assert_msg(strstr(str_at(o, "error.message"), "max-connections"), "%s", str_at(o, "error.message"));
+        json_object_put(o);
+        ck_assert_ptr_null(client_read(&one_too_many, 10)); /* and closed */
+        close(one_too_many.fd);
+
+        const char *long_request = "\",\"prompt\":\"Tell me a story\",\"params\":{\"max_tokens\":400,\"ignore_eos\":true}}\n";
+        char line[256];
+        const char *ids[] = { "a1", "a2", "b1" };
+        for (int i = 0; i < 3; i++) {
+                snprintf(line, sizeof(line), "{\"op\":\"generate\",\"id\":\"%s%s", ids[i], long_request);
+                client_send(i < 2 ? &a : &b, line);
+        }
+        snprintf(line, sizeof(line), "{\"op\":\"generate\",\"id\":\"b2%s", long_request);
+        client_send(&b, line);
+        expect_refusal(&b, "b2", "too_many_requests", "max-requests-per-uid");
+        ck_assert_int_eq(stat_value(&watcher, "result.requests_in_flight"), 3);
+        /* the uid's count goes down as its requests end */
+        close(a.fd);
+        wait_idle(&watcher, 2);
+        client_send(&b, line);
+        struct json_object *first = NULL;
+        while (!first) {
+                struct json_object *x = client_read(&b, 60);
+                ck_assert_ptr_nonnull(x);
+                const char *oid = str_at(x, "id");
+                if (oid && strcmp(oid, "b2") == 0)
+                        first = x;
+                else
+                        json_object_put(x);
+        }
+        ck_assert_msg(at(first, "outputs"), "b2 refused again: %s", json_object_to_json_string(first));
+        json_object_put(first);
+        close(b.fd);
+        wait_idle(&watcher, 1);
+        close(watcher.fd);
+        daemon_stop(&d);
+}
+END_TEST
+
+/* A client that stops reading: its outputs wait (bounded), and after client-timeout without
+ * progress it is disconnected and its requests aborted, while others are served. */
+START_TEST(test_slow_client) {
+        struct daemon d = { 0 };
+        const char *const extra[] = { "--client-timeout", "1", NULL };
+        daemon_start(&d, extra);
+        struct client slow, watcher;
+        client_hello(&slow, d.socket);
+        client_hello(&watcher, d.socket);
+        /* prompt logprobs make big lines: 4 x ~400 KB, far more than a socket buffer */
+        char *line = malloc(16384);
+        ck_assert_ptr_nonnull(line);
+        for (int i = 0; i < 4; i++) {
+                int n = snprintf(line, 16384, "{\"op\":\"generate\",\"id\":\"s%d\",\"prompt\":\"", i);
+                for (int k = 0; k < 60; k++)
+                        n += snprintf(line + n, 16384 - (size_t) n, "The quick brown fox %d jumps over the lazy dog. ", k * 7 + i);
+                snprintf(line + n, 16384 - (size_t) n,
+                         "\",\"params\":{\"max_tokens\":2000,\"ignore_eos\":true,\"logprobs\":20,\"prompt_logprobs\":20}}\n");
+                client_send(&slow, line);
+        }
+        free(line);
+        ck_assert(log_has(&d, "read nothing for", 60 * slowdown()));
+        /* the watcher was never held up, and nothing is left of the slow client */
+        struct json_object *o = call(&watcher, "{\"op\":\"health\",\"id\":\"h\"}\n", "h");
+        ck_assert_str_eq(str_at(o, "result.status"), "ok");
+        json_object_put(o);
+        wait_idle(&watcher, 1);
+        /* what the slow client finds: what was queued, then the end of the stream */
+        size_t bytes = 0;
+        for (;;) {
+                struct pollfd p = { slow.fd, POLLIN, 0 };
+                ck_assert_int_eq(poll(&p, 1, 10000), 1);
+                ssize_t n = read(slow.fd, slow.buf, sizeof(slow.buf));
+                if (n <= 0)
+                        break;
+                bytes += (size_t) n;
+        }
+        ck_assert_uint_gt(bytes, 0);
+        close(slow.fd);
+        close(watcher.fd);
         daemon_stop(&d);
 }
 END_TEST
@@ -849,13 +975,139 @@ static void bus_call_ok(sd_bus *bus, const char *member, const char *types, ...)
         sd_bus_message_unref(m);
 }
 
+/* busctl calling a method in the background, its output in out_path. */
+static pid_t busctl_spawn(const char *address, const char *call_args, const char *out_path) {
+        char cmd[2048];
+        snprintf(cmd, sizeof(cmd), "exec busctl --address=%s --timeout=600 call org.asyncllm.Engine1 /org/asyncllm/Engine1 "
+                 "org.asyncllm.Engine1 %s >%s 2>&1", address, call_args, out_path);
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                execl("/bin/sh", "sh", "-c", cmd, (char *) NULL);
+                _exit(127);
+        }
+        return pid;
+}
+
+/* busctl's exit status and what it printed. */
+static int busctl_wait(pid_t pid, const char *out_path, char *out, size_t size) {
+        int status;
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        uint8_t *buf;
+        size_t len;
+        out[0] = 0;
+        if (test_read_file(out_path, &buf, &len) == 0) {
+                snprintf(out, size, "%.*s", (int) len, (const char *) buf);
+                free(buf);
+        }
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void wait_in_flight(sd_bus *bus, uint32_t want) {
+        double end = monotonic_seconds() + 60 * slowdown();
+        while (bus_stat(bus, "requests_in_flight") != want) {
+                ck_assert_msg(monotonic_seconds() < end, "requests_in_flight never became %u", want);
+                usleep(50000);
+        }
+}
+
+static char **list_requests(sd_bus *bus) {
+        sd_bus_message *reply = NULL;
+        sd_bus_error error = SD_BUS_ERROR_NULL;
+        char **ids = NULL;
+        ck_assert_msg(sd_bus_call_method(bus, ENGINE, "ListRequests", &error, &reply, "") >= 0, "%s", error.message);
+        ck_assert_int_ge(sd_bus_message_read_strv(reply, &ids), 0);
+        sd_bus_message_unref(reply);
+        return ids;
+}
+
+static void strv_free(char **v) {
+        for (char **p = v; p && *p; p++)
+                free(*p);
+        free(v);
+}
+
+static void expect_bus_error(int r, sd_bus_error *error, const char *name, const char *needle) {
+        ck_assert_int_lt(r, 0);
+        ck_assert_msg(sd_bus_error_has_name(error, name), "expected %s, got %s: %s", name, error->name, error->message);
+        ck_assert_msg(strstr(error->message, needle), "'%s' does not name '%s'", error->message, needle);
+        sd_bus_error_free(error);
+}
+
+/* Complete is a request like any other: counted, listed, limited per uid, aborted by Abort
+ * or by its caller leaving the bus. Prompts as token ids or chat messages; metrics. */
+static void test_dbus_complete(sd_bus *bus, struct private_bus *b) {
+        char *out1 = test_path_join(b->dir, "c1.out"), *out2 = test_path_join(b->dir, "c2.out"), out[4096];
+        const char *long_call = "Complete 'sa{sv}' 'Tell me a story' 2 max_tokens i 3000 ignore_eos b true";
+        pid_t c1 = busctl_spawn(b->address, long_call, out1), c2 = busctl_spawn(b->address, long_call, out2);
+        wait_in_flight(bus, 2);
+        char **ids = list_requests(bus);
+        ck_assert_msg(ids && ids[0] && ids[1] && !ids[2], "ListRequests did not list the two requests");
+        ck_assert_msg(strstr(ids[0], "/complete") && strstr(ids[1], "/complete"), "%s %s", ids[0], ids[1]);
+        sd_bus_error error = SD_BUS_ERROR_NULL;
+        sd_bus_message *reply = NULL;
+        int r = sd_bus_call_method(bus, ENGINE, "Complete", &error, NULL, "sa{sv}", "x", 1, "max_tokens", "i", 1);
+        expect_bus_error(r, &error, "org.asyncllm.Engine1.Error.TooManyRequests", "max-requests-per-uid");
+        /* the first caller leaves the bus: its request is aborted */
+        kill(c1, SIGKILL);
+        busctl_wait(c1, out1, out, sizeof(out));
+        wait_in_flight(bus, 1);
+        /* Abort answers the second with what it had */
+        char **left = list_requests(bus);
+        ck_assert_msg(left && left[0] && !left[1], "one request should be left");
+        bus_call_ok(bus, "Abort", "s", left[0]);
+        ck_assert_msg(busctl_wait(c2, out2, out, sizeof(out)) == 0, "busctl: %s", out);
+        ck_assert_msg(strstr(out, "\"abort\""), "busctl printed: %s", out);
+        wait_in_flight(bus, 0);
+        strv_free(ids);
+        strv_free(left);
+
+        /* an empty prompt with prompt_token_ids, or with chat messages */
+        ck_assert_msg(sd_bus_call_method(bus, ENGINE, "Complete", &error, &reply, "sa{sv}", "", 3, "max_tokens", "i", 4,
+                                         "ignore_eos", "b", 1, "prompt_token_ids", "ai", 3, 504, 3458, 314) >= 0,
+                      "%s", error.message);
+        const char *text, *reason;
+        uint32_t prompt_tokens = 0, completion_tokens = 0;
+        ck_assert_int_ge(sd_bus_message_read(reply, "ss", &text, &reason), 0);
+        ck_assert_str_eq(reason, "length");
+        const char *k1, *k2;
+        ck_assert_int_ge(sd_bus_message_read(reply, "a{sv}", 2, &k1, "u", &prompt_tokens, &k2, "u", &completion_tokens), 0);
+        ck_assert_str_eq(k1, "prompt_tokens");
+        ck_assert_str_eq(k2, "completion_tokens");
+        ck_assert_uint_eq(prompt_tokens, 3);
+        ck_assert_uint_eq(completion_tokens, 4);
+        reply = sd_bus_message_unref(reply);
+        ck_assert_msg(sd_bus_call_method(bus, ENGINE, "Complete", &error, &reply, "sa{sv}", "", 3, "max_tokens", "i", 16,
+                                         "temperature", "d", 0.0, "messages", "aa{ss}", 1, 2, "role", "user", "content",
+                                         "What is the capital of France?") >= 0, "%s", error.message);
+        ck_assert_int_ge(sd_bus_message_read(reply, "ss", &text, &reason), 0);
+        ck_assert_int_ge(sd_bus_message_read(reply, "a{sv}", 2, &k1, "u", &prompt_tokens, &k2, "u", &completion_tokens), 0);
+        ck_assert_msg(*text && completion_tokens > 0, "no chat answer");
+        /* rendered by the chat template: its role markers and default system prompt */
+        ck_assert_msg(prompt_tokens > 20, "the messages were not rendered as a chat: %u prompt tokens", prompt_tokens);
+        reply = sd_bus_message_unref(reply);
+        r = sd_bus_call_method(bus, ENGINE, "Complete", &error, NULL, "sa{sv}", "x", 1, "n", "i", 2);
+        expect_bus_error(r, &error, "org.asyncllm.Engine1.Error.InvalidParams", "n must be 1");
+        r = sd_bus_call_method(bus, ENGINE, "CollectiveRpc", &error, NULL, "ss", "launch", "");
+        expect_bus_error(r, &error, "org.asyncllm.Engine1.Error.NotFound", "launch");
+
+        const char *metrics;
+        ck_assert_msg(sd_bus_call_method(bus, ENGINE, "GetMetrics", &error, &reply, "") >= 0, "%s", error.message);
+        ck_assert_int_ge(sd_bus_message_read(reply, "s", &metrics), 0);
+        ck_assert_msg(strstr(metrics, "vllm:request_success_total{") && strstr(metrics, "finished_reason=\"abort\"} 3"),
+                      "metrics: %s", metrics);
+        sd_bus_message_unref(reply);
+        free(out1);
+        free(out2);
+}
+
 START_TEST(test_dbus) {
         struct private_bus b = { 0 };
         private_bus_start(&b);
         char env_address[600];
         snprintf(env_address, sizeof(env_address), "DBUS_SESSION_BUS_ADDRESS=%s", b.address);
         const char *const env[] = { env_address, NULL };
-        const char *const extra[] = { "--bus", "user", NULL };
+        const char *const extra[] = { "--bus", "user", "--max-requests-per-uid", "2", "--shutdown-timeout", "60", NULL };
         struct daemon d = { 0 };
         daemon_start_with(&d, extra, env, false);
 
@@ -887,6 +1139,10 @@ START_TEST(test_dbus) {
         ck_assert_int_ge(sd_bus_message_read(reply, "sh", &request_id, &fd), 0);
         struct client stream = { .fd = fcntl(fd, F_DUPFD_CLOEXEC, 3) };
         sd_bus_message_unref(reply);
+        struct json_object *hello = client_read(&stream, 60); /* the same stream as the socket's */
+        ck_assert_ptr_nonnull(hello);
+        ck_assert_str_eq(str_at(hello, "hello.protocol"), "1");
+        json_object_put(hello);
         for (int i = 0; i < 3; i++) {
                 struct json_object *o = client_read(&stream, 60);
                 ck_assert_ptr_nonnull(o);
@@ -906,6 +1162,8 @@ START_TEST(test_dbus) {
         ck_assert_str_eq(error.name, "org.asyncllm.Engine1.Error.InvalidParams");
         ck_assert_msg(strstr(error.message, "top_p"), "%s", error.message);
         sd_bus_error_free(&error);
+
+        test_dbus_complete(bus, &b);
 
         /* properties change on pause and sleep */
         bus_call_ok(bus, "Pause", "sb", "keep", 0);
@@ -938,28 +1196,56 @@ START_TEST(test_dbus) {
                 ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "nobody was not refused Pause (status %d)", status);
         } else
                 printf("test_dbus: the refusal of a non-admin uid needs root to switch to nobody; not run\n");
+        /* SIGTERM lets a Complete in flight finish and answers it */
+        char *out_path = test_path_join(b.dir, "drain.out");
+        pid_t drained = busctl_spawn(b.address, "Complete 'sa{sv}' 'Tell me a story' 2 max_tokens i 48 ignore_eos b true", out_path);
+        wait_in_flight(bus, 1);
+        kill(d.pid, SIGTERM);
+        ck_assert_int_eq(daemon_wait(&d, 60 * slowdown()), 0);
+        ck_assert_msg(busctl_wait(drained, out_path, out, sizeof(out)) == 0, "busctl: %s", out);
+        ck_assert_msg(strstr(out, "\"length\"") && strstr(out, "\"completion_tokens\" u 48"), "busctl printed: %s", out);
+        free(out_path);
         sd_bus_flush_close_unref(bus);
         daemon_stop(&d);
         private_bus_stop(&b);
 }
 END_TEST
 
+/* ASYNCLLM_TEST_ONLY=name[,name...] runs only those tests (while working on one). */
+static bool wanted(const char *name) {
+        const char *only = getenv("ASYNCLLM_TEST_ONLY");
+        if (!only || !*only)
+                return true;
+        size_t n = strlen(name);
+        for (const char *p = only; (p = strstr(p, name)); p += n)
+                if ((p == only || p[-1] == ',') && (p[n] == 0 || p[n] == ','))
+                        return true;
+        return false;
+}
+#define add_test(tc, t) \
+        do { \
+                if (wanted(#t)) \
+                        tcase_add_test(tc, t); \
+        } while (0)
+
 int main(void) {
         Suite *s = suite_create("daemon");
         TCase *tc = tcase_create("real-daemon");
         tcase_set_timeout(tc, 900 * slowdown());
-        tcase_add_test(tc, test_streaming);
-        tcase_add_test(tc, test_many_clients);
-        tcase_add_test(tc, test_abuse);
-        tcase_add_test(tc, test_vanished_clients);
-        tcase_add_test(tc, test_reload_and_limits);
-        tcase_add_test(tc, test_sigterm_under_load);
-        tcase_add_test(tc, test_engine_death);
-        tcase_add_test(tc, test_hung_engine);
-        tcase_add_test(tc, test_socket_activation);
-        tcase_add_test(tc, test_dbus);
+        add_test(tc, test_streaming);
+        add_test(tc, test_many_clients);
+        add_test(tc, test_abuse);
+        add_test(tc, test_vanished_clients);
+        add_test(tc, test_reload_and_limits);
+        add_test(tc, test_connection_and_uid_limits);
+        add_test(tc, test_slow_client);
+        add_test(tc, test_sigterm_under_load);
+        add_test(tc, test_engine_death);
+        add_test(tc, test_hung_engine);
+        add_test(tc, test_socket_activation);
+        add_test(tc, test_dbus);
         if (geteuid() == 0)
-                tcase_add_test(tc, test_permissions);
+                add_test(tc, test_permissions);
         else
                 printf("test_permissions needs root (it connects as nobody); not run\n");
         suite_add_tcase(s, tc);

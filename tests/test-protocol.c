@@ -415,7 +415,12 @@ static const struct bad_line {
         { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"params\": {\"min_tokens\": -2147483649}}",
           PROTOCOL_INVALID_PARAMS, "x", "params.min_tokens must be an integer in" },
         { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"params\": {\"max_tokens\": 99999999999999999999999}}",
-          PROTOCOL_INVALID_PARAMS, "x", "params.max_tokens must be an integer in" },
+          PROTOCOL_INVALID_PARAMS, "x", "the integer 99999999999999999999999 does not fit in 64 bits (at offset" },
+        /* json-c would read these as 2^64 - 1 and -2^63 */
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"params\": {\"seed\": 18446744073709551616}}",
+          PROTOCOL_INVALID_PARAMS, "x", "the integer 18446744073709551616 does not fit in 64 bits" },
+        { "{\"op\": \"collective_rpc\", \"id\": \"x\", \"method\": \"ping\", \"args\": [-9223372036854775809]}",
+          PROTOCOL_INVALID_PARAMS, "x", "the integer -9223372036854775809 does not fit in 64 bits" },
         { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"params\": {\"max_tokens\": \"16\"}}",
           PROTOCOL_INVALID_PARAMS, "x", "params.max_tokens must be null or an integer, got string" },
         { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"params\": {\"logprobs\": true}}",
