@@ -149,16 +149,35 @@ static void rms_norm(const float *x, const float *weight, float *out, uint32_t n
 }
 
 /* out[t * out_stride + row] (+)= W[row] . x[t] for this thread's share of W's rows. Each
- * result depends only on its row and token, never on the split or the batch. */
+ * result depends only on its row and token, never on the split or the batch: the tiles give
+ * the bits of the single products. Rows go in tiles of four across the threads, and each
+ * tile of weights (in L1) meets every token before the next is loaded. */
 static void matmul(const struct cpu_runner *r, const struct weight *w, const float *x, const struct block_q8_1 *xq,
                    uint32_t n_tokens, float *out, uint32_t out_stride, bool accumulate, float *row_scratch, unsigned ith,
                    unsigned nth) {
         uint64_t begin, end;
         size_t n_blocks = w->n_cols / QUANT_BLOCK;
         dot_q_fn dot = dot_kernel_for(r->kernels, w->type);
+        dot_tile_fn tile = dot_tile_kernel_for(r->kernels, w->type);
+        uint64_t n_tiles = tile ? w->n_rows / DOT_TILE_ROWS : 0;
 
-        split(w->n_rows, ith, nth, &begin, &end);
-        for (uint64_t row = begin; row < end; row++) {
+        split(n_tiles, ith, nth, &begin, &end);
+        for (uint64_t g = begin; g < end; g++) {
+                uint64_t row0 = g * DOT_TILE_ROWS;
+                for (uint32_t t0 = 0; t0 < n_tokens; t0 += DOT_TILE_TOKENS) {
+                        unsigned n = n_tokens - t0 < DOT_TILE_TOKENS ? n_tokens - t0 : DOT_TILE_TOKENS;
+                        float v[DOT_TILE_TOKENS * DOT_TILE_ROWS];
+                        tile(w->data + row0 * w->row_bytes, w->row_bytes, xq + (size_t) t0 * n_blocks, n_blocks, n, n_blocks, v);
+                        for (unsigned t = 0; t < n; t++)
+                                for (unsigned k = 0; k < DOT_TILE_ROWS; k++) {
+                                        float *o = &out[(size_t) (t0 + t) * out_stride + row0 + k];
+                                        *o = accumulate ? *o + v[t * DOT_TILE_ROWS + k] : v[t * DOT_TILE_ROWS + k];
+                                }
+                }
+        }
+        /* rows left over from the tiles, and float weights, one product at a time */
+        split(w->n_rows - n_tiles * DOT_TILE_ROWS, ith, nth, &begin, &end);
+        for (uint64_t row = n_tiles * DOT_TILE_ROWS + begin; row < n_tiles * DOT_TILE_ROWS + end; row++) {
                 const uint8_t *wrow = w->data + row * w->row_bytes;
                 if (!dot)
                         tensor_row_to_float(w->type, wrow, row_scratch, w->n_cols);

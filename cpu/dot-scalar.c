@@ -45,6 +45,20 @@ static float dot_q8_0_scalar(const void *weight_row, const struct block_q8_1 *ac
         return sum;
 }
 
+/* The reference tiles: one product at a time. */
+#define SCALAR_TILE(type)                                                                                               \
+        static void tile_##type##_scalar(const void *weight_rows, size_t row_bytes, const struct block_q8_1 *act,      \
+                                         size_t act_stride, unsigned n_tokens, size_t n_blocks,                        \
+                                         float out[DOT_TILE_TOKENS * DOT_TILE_ROWS]) {                                 \
+                for (unsigned t = 0; t < n_tokens; t++)                                                                 \
+                        for (unsigned r = 0; r < DOT_TILE_ROWS; r++)                                                    \
+                                out[t * DOT_TILE_ROWS + r] = dot_##type##_scalar(                                      \
+                                        (const uint8_t *) weight_rows + r * row_bytes, act + t * act_stride, n_blocks); \
+        }
+SCALAR_TILE(q4_0)
+SCALAR_TILE(q4_1)
+SCALAR_TILE(q8_0)
+
 static float dot_f16_scalar(const f16_bits *k, const float *q, size_t n) {
         float lanes[16] = { 0 };
         for (size_t i = 0; i < n; i++)
@@ -83,6 +97,9 @@ const struct dot_kernels dot_kernels_scalar = {
         .q4_0 = dot_q4_0_scalar,
         .q4_1 = dot_q4_1_scalar,
         .q8_0 = dot_q8_0_scalar,
+        .tile_q4_0 = tile_q4_0_scalar,
+        .tile_q4_1 = tile_q4_1_scalar,
+        .tile_q8_0 = tile_q8_0_scalar,
         .dot_f16 = dot_f16_scalar,
         .dot_f16_wide = dot_f16_wide_scalar,
         .axpy_f16 = axpy_f16_scalar,

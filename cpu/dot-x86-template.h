@@ -60,7 +60,7 @@ __attribute__((target(DOT_TARGET))) static float DOT_FN(dot_q4_1)(const void *we
                 __m256i aq = _mm256_loadu_si256((const __m256i *) act[b].qs);
                 __m256 scale = _mm256_set1_ps(DOT_FN(half)(w[b].d) * DOT_FN(half)(act[b].d));
                 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8_s8(wq, aq)), scale, acc);
-                offset += DOT_FN(half)(w[b].m) * DOT_FN(half)(act[b].s);
+                offset = fmaf(DOT_FN(half)(w[b].m), DOT_FN(half)(act[b].s), offset); /* as the tile's lanes do */
         }
         return DOT_FN(hsum)(acc) + offset;
 }
@@ -77,6 +77,113 @@ __attribute__((target(DOT_TARGET))) static float DOT_FN(dot_q8_0)(const void *we
         }
         return DOT_FN(hsum)(acc);
 }
+
+/* The tiles: the single kernels' operations, per row and token in the same order, with the
+ * weight block unpacked once. T is a constant after inlining, so the accumulators stay in
+ * registers. */
+#define TILE_ATTRS __attribute__((target(DOT_TARGET), always_inline)) static inline
+
+/* The weight block of row r as signed bytes for dot_s8_s8 (q4_0, q8_0) or as unsigned
+ * nibbles for dot_u8_s8 (q4_1), and its scale. */
+TILE_ATTRS __m256i DOT_FN(tile_weights_q4_0)(const void *block, float *d) {
+        const struct block_q4_0 *w = block;
+        *d = DOT_FN(half)(w->d);
+        return _mm256_sub_epi8(DOT_FN(unpack_nibbles)(w->qs), _mm256_set1_epi8(8));
+}
+
+TILE_ATTRS __m256i DOT_FN(tile_weights_q8_0)(const void *block, float *d) {
+        const struct block_q8_0 *w = block;
+        *d = DOT_FN(half)(w->d);
+        return _mm256_loadu_si256((const __m256i *) w->qs);
+}
+
+#define DOT_TILE_SIGNED(name, block_type)                                                                              \
+        TILE_ATTRS void DOT_FN(tile_##name##_n)(const uint8_t *rows, size_t row_bytes, const struct block_q8_1 *act,         \
+                                         size_t act_stride, const unsigned T, size_t n_blocks, float *out) {          \
+                __m256 acc[DOT_TILE_ROWS][DOT_TILE_TOKENS];                                                            \
+                _Pragma("GCC unroll 16") for (unsigned i = 0; i < DOT_TILE_ROWS * DOT_TILE_TOKENS; i++)                \
+                        acc[i / DOT_TILE_TOKENS][i % DOT_TILE_TOKENS] = _mm256_setzero_ps();                            \
+                for (size_t b = 0; b < n_blocks; b++) {                                                                \
+                        __m256i aq[DOT_TILE_TOKENS];                                                                   \
+                        float ad[DOT_TILE_TOKENS];                                                                     \
+                        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {                                     \
+                                aq[t] = _mm256_loadu_si256((const __m256i *) act[t * act_stride + b].qs);               \
+                                ad[t] = DOT_FN(half)(act[t * act_stride + b].d);                                       \
+                        }                                                                                              \
+                        _Pragma("GCC unroll 4") for (unsigned r = 0; r < DOT_TILE_ROWS; r++) {                         \
+                                float wd;                                                                              \
+                                __m256i wq = DOT_FN(tile_weights_##name)(                                              \
+                                        (const block_type *) (rows + r * row_bytes) + b, &wd);                         \
+                                __m256i wabs = _mm256_sign_epi8(wq, wq);                                               \
+                                _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {                             \
+                                        __m256i p = dot_u8_s8(wabs, _mm256_sign_epi8(aq[t], wq));                      \
+                                        acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(wd * ad[t]), \
+                                                                    acc[r][t]);                                        \
+                                }                                                                                      \
+                        }                                                                                              \
+                }                                                                                                      \
+                _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)                                               \
+                        _Pragma("GCC unroll 4") for (unsigned r = 0; r < DOT_TILE_ROWS; r++)                           \
+                                out[t * DOT_TILE_ROWS + r] = DOT_FN(hsum)(acc[r][t]);                                  \
+        }
+
+DOT_TILE_SIGNED(q4_0, struct block_q4_0)
+DOT_TILE_SIGNED(q8_0, struct block_q8_0)
+
+TILE_ATTRS void DOT_FN(tile_q4_1_n)(const uint8_t *rows, size_t row_bytes, const struct block_q8_1 *act,
+                                    size_t act_stride, const unsigned T, size_t n_blocks, float *out) {
+        __m256 acc[DOT_TILE_ROWS][DOT_TILE_TOKENS];
+        __m128 offset[DOT_TILE_ROWS]; /* lane t: the offset sum of token t, by fused multiply-adds */
+        _Pragma("GCC unroll 4") for (unsigned r = 0; r < DOT_TILE_ROWS; r++) {
+                offset[r] = _mm_setzero_ps();
+                _Pragma("GCC unroll 4") for (unsigned t = 0; t < DOT_TILE_TOKENS; t++)
+                        acc[r][t] = _mm256_setzero_ps();
+        }
+        for (size_t b = 0; b < n_blocks; b++) {
+                __m256i aq[DOT_TILE_TOKENS];
+                float ad[DOT_TILE_TOKENS], as[DOT_TILE_TOKENS] = { 0 };
+                _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                        aq[t] = _mm256_loadu_si256((const __m256i *) act[t * act_stride + b].qs);
+                        ad[t] = DOT_FN(half)(act[t * act_stride + b].d);
+                        as[t] = DOT_FN(half)(act[t * act_stride + b].s);
+                }
+                __m128 as4 = _mm_loadu_ps(as);
+                _Pragma("GCC unroll 4") for (unsigned r = 0; r < DOT_TILE_ROWS; r++) {
+                        const struct block_q4_1 *w = (const struct block_q4_1 *) (rows + r * row_bytes) + b;
+                        __m256i wq = DOT_FN(unpack_nibbles)(w->qs);
+                        float wd = DOT_FN(half)(w->d);
+                        offset[r] = _mm_fmadd_ps(_mm_set1_ps(DOT_FN(half)(w->m)), as4, offset[r]);
+                        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
+                                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8_s8(wq, aq[t])), _mm256_set1_ps(wd * ad[t]),
+                                                            acc[r][t]);
+                }
+        }
+        _Pragma("GCC unroll 4") for (unsigned r = 0; r < DOT_TILE_ROWS; r++) {
+                float offsets[DOT_TILE_TOKENS];
+                _mm_storeu_ps(offsets, offset[r]);
+                _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
+                        out[t * DOT_TILE_ROWS + r] = DOT_FN(hsum)(acc[r][t]) + offsets[t];
+        }
+}
+
+/* One entry per weight type, dispatching to a tile specialised for the token count. */
+#define DOT_TILE_ENTRY(name)                                                                                           \
+        __attribute__((target(DOT_TARGET))) static void DOT_FN(name)(const void *weight_rows, size_t row_bytes,        \
+                                                                     const struct block_q8_1 *act, size_t act_stride,  \
+                                                                     unsigned n_tokens, size_t n_blocks,               \
+                                                                     float out[DOT_TILE_TOKENS * DOT_TILE_ROWS]) {     \
+                const uint8_t *rows = weight_rows;                                                                     \
+                switch (n_tokens) {                                                                                    \
+                case 1: DOT_FN(name##_n)(rows, row_bytes, act, act_stride, 1, n_blocks, out); break;                   \
+                case 2: DOT_FN(name##_n)(rows, row_bytes, act, act_stride, 2, n_blocks, out); break;                   \
+                case 3: DOT_FN(name##_n)(rows, row_bytes, act, act_stride, 3, n_blocks, out); break;                   \
+                default: DOT_FN(name##_n)(rows, row_bytes, act, act_stride, 4, n_blocks, out); break;                  \
+                }                                                                                                      \
+        }
+
+DOT_TILE_ENTRY(tile_q4_0)
+DOT_TILE_ENTRY(tile_q4_1)
+DOT_TILE_ENTRY(tile_q8_0)
 
 /* 16 lanes as two 8-wide halves: lanes 0-7 and 8-15, fused multiply-add, then the tree of
  * lanes_sum16(). */
@@ -184,6 +291,9 @@ const struct dot_kernels DOT_CONCAT(dot_kernels, DOT_SET) = {
         .q4_0 = DOT_FN(dot_q4_0),
         .q4_1 = DOT_FN(dot_q4_1),
         .q8_0 = DOT_FN(dot_q8_0),
+        .tile_q4_0 = DOT_FN(tile_q4_0),
+        .tile_q4_1 = DOT_FN(tile_q4_1),
+        .tile_q8_0 = DOT_FN(tile_q8_0),
         .dot_f16 = DOT_FN(dot_f16),
         .dot_f16_wide = DOT_FN(dot_f16_wide),
         .axpy_f16 = DOT_FN(axpy_f16),

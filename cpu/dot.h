@@ -14,11 +14,24 @@
 /* Sum over n_blocks blocks of weight_row (of the kernel's weight type) times act. */
 typedef float (*dot_q_fn)(const void *weight_row, const struct block_q8_1 *act, size_t n_blocks);
 
+/* A tile of those products: DOT_TILE_ROWS weight rows (row_bytes apart) by n_tokens
+ * (1..DOT_TILE_TOKENS) activation rows (act_stride blocks apart), into
+ * out[t * DOT_TILE_ROWS + r]. Each weight block is unpacked once for all the tokens, and the
+ * sixteen sums run side by side; each result has exactly the bits the set's dot_q_fn gives
+ * for that row and token, so batching never changes a sequence's numbers. */
+#define DOT_TILE_ROWS 4
+#define DOT_TILE_TOKENS 4
+typedef void (*dot_tile_fn)(const void *weight_rows, size_t row_bytes, const struct block_q8_1 *act, size_t act_stride,
+                            unsigned n_tokens, size_t n_blocks, float out[DOT_TILE_TOKENS * DOT_TILE_ROWS]);
+
 struct dot_kernels {
         const char *name;
         dot_q_fn q4_0;
         dot_q_fn q4_1;
         dot_q_fn q8_0;
+        dot_tile_fn tile_q4_0;
+        dot_tile_fn tile_q4_1;
+        dot_tile_fn tile_q8_0;
         /* Attention over the f16 KV cache. dot_f16 = sum(k[i] * q[i]) in 16-lane order: element
          * i goes to lane i % 16 by fused multiply-add, then the lanes are summed as
          * lanes_sum16() does; this is the order llama.cpp's f16 matrix products use on x86,
@@ -70,3 +83,4 @@ const struct dot_kernels *dot_kernels_by_name(const char *name);
 
 /* The kernel for a quantized weight type, NULL for float types. */
 dot_q_fn dot_kernel_for(const struct dot_kernels *k, enum tensor_type type);
+dot_tile_fn dot_tile_kernel_for(const struct dot_kernels *k, enum tensor_type type);

@@ -221,6 +221,57 @@ START_TEST(test_simd_sets_match_scalar) {
 }
 END_TEST
 
+/* A tile gives, for every row and token, the bits of the set's own single product. */
+static void compare_tiles(const struct dot_kernels *k) {
+        static const enum tensor_type types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q8_0 };
+        static uint8_t w[DOT_TILE_ROWS][N * 2];
+        static struct block_q8_1 xq[DOT_TILE_TOKENS + 1][N_BLOCKS];
+        float x[N];
+        for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++)
+                for (int rep = 0; rep < 100; rep++) {
+                        size_t n_blocks = 1 + (size_t) rep % N_BLOCKS, row_bytes = sizeof(w[0]);
+                        unsigned n_tokens = 1 + (unsigned) rep % DOT_TILE_TOKENS;
+                        for (int r = 0; r < DOT_TILE_ROWS; r++)
+                                random_weights(types[ti], w[r]);
+                        for (unsigned t = 0; t <= DOT_TILE_TOKENS; t++) {
+                                for (int i = 0; i < N; i++)
+                                        x[i] = next_float(4.0f);
+                                quantize_row_q8_1(x, xq[t], N);
+                        }
+                        float out[DOT_TILE_TOKENS * DOT_TILE_ROWS];
+                        /* tokens two rows apart: the stride is honoured */
+                        dot_tile_kernel_for(k, types[ti])(w, row_bytes, xq[0], 2 * N_BLOCKS, (n_tokens + 1) / 2, n_blocks, out);
+                        for (unsigned t = 0; t < (n_tokens + 1) / 2; t++)
+                                for (int r = 0; r < DOT_TILE_ROWS; r++) {
+                                        float want = dot_kernel_for(k, types[ti])(w[r], xq[2 * t], n_blocks);
+                                        float got = out[t * DOT_TILE_ROWS + (unsigned) r];
+                                        ck_assert_msg(memcmp(&got, &want, sizeof(got)) == 0, "%s %s tile row %d token %u: %a vs %a",
+                                                      k->name, tensor_type_info(types[ti])->name, r, t, got, want);
+                                }
+                        dot_tile_kernel_for(k, types[ti])(w, row_bytes, xq[0], N_BLOCKS, n_tokens, n_blocks, out);
+                        for (unsigned t = 0; t < n_tokens; t++)
+                                for (int r = 0; r < DOT_TILE_ROWS; r++) {
+                                        float want = dot_kernel_for(k, types[ti])(w[r], xq[t], n_blocks);
+                                        float got = out[t * DOT_TILE_ROWS + (unsigned) r];
+                                        ck_assert_msg(memcmp(&got, &want, sizeof(got)) == 0, "%s %s tile row %d token %u: %a vs %a",
+                                                      k->name, tensor_type_info(types[ti])->name, r, t, got, want);
+                                }
+                }
+}
+
+START_TEST(test_tiles_match_single_products) {
+        compare_tiles(&dot_kernels_scalar);
+        static const char *const names[] = { "avx2", "avx512vnni" };
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+                const struct dot_kernels *k = dot_kernels_by_name(names[i]);
+                if (k)
+                        compare_tiles(k);
+                else
+                        fprintf(stderr, "SKIP part: this CPU lacks %s; its tiles were not compared\n", names[i]);
+        }
+}
+END_TEST
+
 struct pool_check {
         struct thread_pool *pool;
         _Atomic unsigned phase_count[8];
@@ -271,6 +322,7 @@ int main(void) {
         tcase_add_test(tc, test_quantize_q8_1);
         tcase_add_test(tc, test_scalar_matches_float);
         tcase_add_test(tc, test_simd_sets_match_scalar);
+        tcase_add_test(tc, test_tiles_match_single_products);
         tcase_add_test(tc, test_exp_poly_accuracy);
         tcase_add_test(tc, test_thread_pool_barriers);
         suite_add_tcase(s, tc);
