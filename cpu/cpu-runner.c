@@ -207,7 +207,7 @@ static void norm_tokens(struct cpu_runner *r, const float *weight, const int32_t
                 uint32_t t = rows ? (uint32_t) rows[i] : (uint32_t) i;
                 float *xn = r->xn + i * hp->n_embd;
                 rms_norm(r->x + (size_t) t * hp->n_embd, weight, xn, hp->n_embd, hp->rms_eps);
-                quantize_row_q8_1(xn, r->xq + i * (hp->n_embd / QUANT_BLOCK), hp->n_embd);
+                r->kernels->quantize_q8_1(xn, r->xq + i * (hp->n_embd / QUANT_BLOCK), hp->n_embd);
         }
 }
 
@@ -216,7 +216,7 @@ static void quantize_tokens(struct cpu_runner *r, const float *x, uint32_t width
         uint64_t begin, end;
         split(n_tokens, ith, nth, &begin, &end);
         for (uint64_t t = begin; t < end; t++)
-                quantize_row_q8_1(x + t * width, r->xq + t * (width / QUANT_BLOCK), width);
+                r->kernels->quantize_q8_1(x + t * width, r->xq + t * (width / QUANT_BLOCK), width);
 }
 
 /* Rotates adjacent pairs (x[2i], x[2i+1]) of each head by position * theta^(-2i / rope_dim). */
@@ -331,7 +331,7 @@ static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
                         uint64_t slot = kv_pool_slot(r->kv, layer, (uint32_t) seq->block_table[j / bs], j % bs);
                         const f16_bits *k = r->kv->k + slot + head_offset;
                         scores[j] = (prompt ? kern->dot_f16(k, q16, hd) : kern->dot_f16_wide(k, q16, hd)) * scale;
-                        max = fmaxf(max, scores[j]);
+                        max = scores[j] > max ? scores[j] : max; /* inline, unlike fmaxf */
                 }
                 /* exp, summed per run of 16 positions in lane order, runs summed in double */
                 uint32_t padded = (n_ctx + 15) / 16 * 16;
@@ -369,7 +369,7 @@ static void swiglu(struct cpu_runner *r, unsigned ith, unsigned nth) {
         for (uint64_t t = begin; t < end; t++) {
                 float *h = r->xn + t * n_ff;
                 r->kernels->swiglu(h, r->gate + t * n_ff, r->up + t * n_ff, n_ff);
-                quantize_row_q8_1(h, r->xq + t * (n_ff / QUANT_BLOCK), n_ff);
+                r->kernels->quantize_q8_1(h, r->xq + t * (n_ff / QUANT_BLOCK), n_ff);
         }
 }
 

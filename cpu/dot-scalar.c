@@ -6,6 +6,7 @@
 #include "dot.h"
 #include "exp-poly.h"
 #include "float16.h"
+#include "quantize.h"
 
 static float dot_q4_0_scalar(const void *weight_row, const struct block_q8_1 *act, size_t n_blocks) {
         const struct block_q4_0 *w = weight_row;
@@ -104,5 +105,6 @@ const struct dot_kernels dot_kernels_scalar = {
         .dot_f16_wide = dot_f16_wide_scalar,
         .axpy_f16 = axpy_f16_scalar,
         .exp_shifted = exp_shifted_scalar,
+        .quantize_q8_1 = quantize_row_q8_1,
         .swiglu = swiglu_scalar,
 };

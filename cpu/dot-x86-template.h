@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include "exp-poly.h"
+#include "float16.h"
 
 #define DOT_CONCAT_(a, b) a##_##b
 #define DOT_CONCAT(a, b) DOT_CONCAT_(a, b)
@@ -147,7 +148,8 @@ TILE_ATTRS void DOT_FN(tile_q4_1_n)(const uint8_t *rows, size_t row_bytes, const
                         ad[t] = DOT_FN(half)(act[t * act_stride + b].d);
                         as[t] = DOT_FN(half)(act[t * act_stride + b].s);
                 }
-                __m128 as4 = _mm_loadu_ps(as);
+                /* in registers, not through memory: four narrow stores do not forward to one wide load */
+                __m128 as4 = _mm_setr_ps(as[0], as[1], as[2], as[3]);
                 _Pragma("GCC unroll 4") for (unsigned r = 0; r < DOT_TILE_ROWS; r++) {
                         const struct block_q4_1 *w = (const struct block_q4_1 *) (rows + r * row_bytes) + b;
                         __m256i wq = DOT_FN(unpack_nibbles)(w->qs);
@@ -166,6 +168,41 @@ TILE_ATTRS void DOT_FN(tile_q4_1_n)(const uint8_t *rows, size_t row_bytes, const
         }
 }
 
+/* quantize_row_q8_1() eight lanes at a time: the maximum is exact, the scale is computed
+ * by the same scalar operations, rounding is to nearest even as nearbyintf() does in the
+ * default mode, and the sum is of integers: the same bits. */
+__attribute__((target(DOT_TARGET))) static void DOT_FN(quantize_q8_1)(const float *x, struct block_q8_1 *out, size_t n) {
+        const __m256 sign = _mm256_set1_ps(-0.0f);
+        for (size_t b = 0; b < n / QUANT_BLOCK; b++, x += QUANT_BLOCK) {
+                __m256 v[4], m = _mm256_setzero_ps();
+                for (int i = 0; i < 4; i++) {
+                        v[i] = _mm256_loadu_ps(x + 8 * i);
+                        m = _mm256_max_ps(_mm256_andnot_ps(sign, v[i]), m); /* a NaN input is skipped, as by fmaxf */
+                }
+                __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+                h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+                h = _mm_max_ss(h, _mm_movehdup_ps(h));
+                float amax = _mm_cvtss_f32(h);
+                float d = amax / 127.0f;
+                __m256 inv_d = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+                __m256i q[4], sum = _mm256_setzero_si256();
+                for (int i = 0; i < 4; i++) {
+                        q[i] = _mm256_cvtps_epi32(
+                                _mm256_round_ps(_mm256_mul_ps(v[i], inv_d), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+                        sum = _mm256_add_epi32(sum, q[i]);
+                }
+                /* int32 to int8 in element order: the packs interleave 128-bit lanes, the permute undoes it */
+                __m256i q16a = _mm256_packs_epi32(q[0], q[1]), q16b = _mm256_packs_epi32(q[2], q[3]);
+                __m256i q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16a, q16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+                _mm256_storeu_si256((__m256i *) out[b].qs, q8);
+                __m128i s = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+                s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+                s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+                out[b].d = f32_to_f16(d);
+                out[b].s = f32_to_f16((float) _mm_cvtsi128_si32(s) * d);
+        }
+}
+
 /* One entry per weight type, dispatching to a tile specialised for the token count. */
 #define DOT_TILE_ENTRY(name)                                                                                           \
         __attribute__((target(DOT_TARGET))) static void DOT_FN(name)(const void *weight_rows, size_t row_bytes,        \
@@ -181,9 +218,13 @@ TILE_ATTRS void DOT_FN(tile_q4_1_n)(const uint8_t *rows, size_t row_bytes, const
                 }                                                                                                      \
         }
 
+/* A set with wider tiles of its own (dot-avx512-tiles.h) defines DOT_TILE_FN first. */
+#ifndef DOT_TILE_FN
 DOT_TILE_ENTRY(tile_q4_0)
 DOT_TILE_ENTRY(tile_q4_1)
 DOT_TILE_ENTRY(tile_q8_0)
+#define DOT_TILE_FN(name) DOT_FN(name)
+#endif
 
 /* 16 lanes as two 8-wide halves: lanes 0-7 and 8-15, fused multiply-add, then the tree of
  * lanes_sum16(). */
@@ -291,12 +332,13 @@ const struct dot_kernels DOT_CONCAT(dot_kernels, DOT_SET) = {
         .q4_0 = DOT_FN(dot_q4_0),
         .q4_1 = DOT_FN(dot_q4_1),
         .q8_0 = DOT_FN(dot_q8_0),
-        .tile_q4_0 = DOT_FN(tile_q4_0),
-        .tile_q4_1 = DOT_FN(tile_q4_1),
-        .tile_q8_0 = DOT_FN(tile_q8_0),
+        .tile_q4_0 = DOT_TILE_FN(tile_q4_0),
+        .tile_q4_1 = DOT_TILE_FN(tile_q4_1),
+        .tile_q8_0 = DOT_TILE_FN(tile_q8_0),
         .dot_f16 = DOT_FN(dot_f16),
         .dot_f16_wide = DOT_FN(dot_f16_wide),
         .axpy_f16 = DOT_FN(axpy_f16),
         .exp_shifted = DOT_FN(exp_shifted),
+        .quantize_q8_1 = DOT_FN(quantize_q8_1),
         .swiglu = DOT_FN(swiglu),
 };

@@ -45,6 +45,8 @@ struct dot_kernels {
         /* x[i] = exp(x[i] - shift) for the softmax, and h[i] = silu(g[i]) * u[i], both with
          * the exp of exp_poly.h so that every set, and the reference, round alike. */
         void (*exp_shifted)(float *x, float shift, size_t n);
+        /* quantize_row_q8_1() (the reference, quantize.c) with the same bits. */
+        void (*quantize_q8_1)(const float *x, struct block_q8_1 *out, size_t n);
         void (*swiglu)(float *h, const float *g, const float *u, size_t n);
 };
 

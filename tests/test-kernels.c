@@ -173,6 +173,26 @@ static void compare_sets(const struct dot_kernels *k) {
         }
 }
 
+/* The set's quantizer gives the reference's bits: random rows, a zero block, exact halves. */
+static void compare_quantize(const struct dot_kernels *k) {
+        float x[N];
+        struct block_q8_1 want[N_BLOCKS], got[N_BLOCKS];
+        for (int rep = 0; rep < 300; rep++) {
+                for (int i = 0; i < N; i++)
+                        x[i] = next_float(rep % 3 == 0 ? 100.0f : 2.0f);
+                for (int i = 0; i < QUANT_BLOCK; i++)
+                        x[i] = 0.0f;
+                /* amax 127: x * 127 / amax = x, so these sit exactly on rounding boundaries */
+                x[QUANT_BLOCK] = 127.0f;
+                for (int i = 1; i < QUANT_BLOCK; i++)
+                        x[QUANT_BLOCK + i] = (float) (i % 7) - 3.5f;
+                quantize_row_q8_1(x, want, N);
+                k->quantize_q8_1(x, got, N);
+                ck_assert_msg(memcmp(want, got, sizeof(want)) == 0, "%s quantize_q8_1 differs from the reference (rep %d)",
+                              k->name, rep);
+        }
+}
+
 static void compare_exp(const struct dot_kernels *k) {
         float x[203], ref[203], g[203], u[203], h_ref[203], h[203];
         for (int rep = 0; rep < 200; rep++) {
@@ -216,6 +236,7 @@ START_TEST(test_simd_sets_match_scalar) {
                 }
                 compare_sets(k);
                 compare_exp(k);
+                compare_quantize(k);
         }
         ck_assert_ptr_nonnull(dot_kernels_select());
 }
