@@ -118,7 +118,12 @@ static struct json_object *read_basic(sd_bus_message *m, char type, int *rr) {
         case 'x': return json_object_new_int64(v.x);
         case 't': return json_object_new_uint64(v.t);
         case 'd': return json_object_new_double(v.d);
-        default: return json_object_new_string(v.s);
+        case 's':
+        case 'o':
+        case 'g': return json_object_new_string(v.s);
+        default: /* a file descriptor has no JSON form */
+                *rr = -EINVAL;
+                return NULL;
         }
 }
 

@@ -1086,6 +1086,8 @@ static void test_dbus_complete(sd_bus *bus, struct private_bus *b) {
         /* rendered by the chat template: its role markers and default system prompt */
         ck_assert_msg(prompt_tokens > 20, "the messages were not rendered as a chat: %u prompt tokens", prompt_tokens);
         reply = sd_bus_message_unref(reply);
+        r = sd_bus_call_method(bus, ENGINE, "Complete", &error, NULL, "sa{sv}", "x", 1, "max_tokens", "h", 0);
+        expect_bus_error(r, &error, SD_BUS_ERROR_INVALID_ARGS, "params");
         r = sd_bus_call_method(bus, ENGINE, "Complete", &error, NULL, "sa{sv}", "x", 1, "n", "i", 2);
         expect_bus_error(r, &error, "org.asyncllm.Engine1.Error.InvalidParams", "n must be 1");
         r = sd_bus_call_method(bus, ENGINE, "CollectiveRpc", &error, NULL, "ss", "launch", "");
