@@ -62,6 +62,10 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
         if (hp->n_embd % QUANT_BLOCK != 0 || hp->n_ff % QUANT_BLOCK != 0 || (hp->n_head * hp->head_dim) % QUANT_BLOCK != 0)
                 return error_set(err, EOPNOTSUPP, "the CPU runner needs embedding, feed-forward and attention widths that are multiples of %d",
                                  QUANT_BLOCK);
+        if (hp->head_dim > DOT_F16_MAX_DIM || hp->n_head % hp->n_head_kv != 0 || hp->n_head / hp->n_head_kv > DOT_GROUP_MAX)
+                return error_set(err, EOPNOTSUPP,
+                                 "the CPU runner handles heads of up to %d dimensions and up to %d query heads per key-value head",
+                                 DOT_F16_MAX_DIM, DOT_GROUP_MAX);
         r = calloc(1, sizeof(*r));
         if (!r)
                 return error_set(err, ENOMEM, "out of memory");
@@ -83,8 +87,11 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
         }
 
         size_t T = config->max_batch_tokens;
-        /* scores (padded to 16), then the query or a dequantized row, then 64 lanes of a head */
-        r->thread_scratch_stride = (size_t) config->max_model_len + 16 + r->max_dim + (size_t) 64 * hp->head_dim;
+        /* per head of a group: scores (padded to 16); then the group's queries or a dequantized
+         * row; then per head of a group 64 lanes of a head */
+        uint32_t group = hp->n_head / hp->n_head_kv;
+        r->thread_scratch_stride = group * ((size_t) config->max_model_len + 16) + r->max_dim +
+                                   (size_t) group * 64 * hp->head_dim;
         r->x = alloc_floats(r, T * hp->n_embd);
         r->xn = alloc_floats(r, T * r->max_dim);
         r->xq = alloc_scratch(r, T * (r->max_dim / QUANT_BLOCK), sizeof(struct block_q8_1));
@@ -280,85 +287,98 @@ static void store_kv(struct cpu_runner *r, uint32_t layer, unsigned ith, unsigne
  * thread's share is cut by cost, not by count, so that a mixed step's long-context prompt
  * tokens do not all land on one thread. Returns the first item whose cost so far reaches
  * target. */
-static uint64_t item_at_cost(const struct batch *b, uint32_t n_head, uint64_t target) {
+/* The first item (token t, key-value head) at which the running cost, (position + 1) per
+ * head of each item, reaches target. */
+static uint64_t item_at_cost(const struct batch *b, uint32_t n_items_per_token, uint32_t heads_per_item, uint64_t target) {
         uint64_t before = 0;
         for (uint32_t t = 0; t < b->n_tokens; t++) {
-                uint64_t cost = (uint64_t) b->positions[t] + 1;
-                if (before + cost * n_head > target)
-                        return (uint64_t) t * n_head + (target - before + cost - 1) / cost;
-                before += cost * n_head;
+                uint64_t cost = ((uint64_t) b->positions[t] + 1) * heads_per_item;
+                if (before + cost * n_items_per_token > target)
+                        return (uint64_t) t * n_items_per_token + (target - before + cost - 1) / cost;
+                before += cost * n_items_per_token;
         }
-        return (uint64_t) b->n_tokens * n_head;
+        return (uint64_t) b->n_tokens * n_items_per_token;
 }
 
-/* Causal grouped-query attention of each (token, head) in this thread's share over the
- * token's sequence, positions 0..pos in order, read through the block table. Sums follow the
- * lane order of llama.cpp's f16 matrix products, so that rounding matches the reference: its
- * tiled product (16 lanes) for prompt positions, its vector dot product (64 lanes) for
- * generated ones; position j feeds lane j % lanes. The order depends only on the sequence. */
+/* Causal grouped-query attention of each (token, key-value head) in this thread's share over
+ * the token's sequence, positions 0..pos in order, read through the block table; the query
+ * heads of the group go together, so that each key and value is converted once for them all.
+ * Sums follow the lane order of llama.cpp's f16 matrix products, so that rounding matches the
+ * reference: its tiled product (16 lanes) for prompt positions, its vector dot product (64
+ * lanes) for generated ones; position j feeds lane j % lanes. The order depends only on the
+ * sequence, and each head's numbers are what it would get alone. */
 static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsigned nth) {
         const struct model_hparams *hp = &r->model->hp;
         const struct batch *b = r->batch;
         const struct dot_kernels *kern = r->kernels;
         uint32_t group = hp->n_head / hp->n_head_kv, hd = hp->head_dim, bs = r->kv->block_size;
+        size_t scores_stride = (size_t) r->config.max_model_len + 16;
         float scale = 1.0f / sqrtf((float) hd);
-        float *scores = r->thread_scratch + ith * r->thread_scratch_stride;
-        float *q16 = scores + r->config.max_model_len + 16;
-        float *lanes = q16 + hd; /* (64, hd) */
+        float *scores = r->thread_scratch + ith * r->thread_scratch_stride; /* (group, scores_stride) */
+        float *q16 = scores + group * scores_stride;                        /* (group, hd) */
+        float *lanes = q16 + r->max_dim;                                    /* (group, 64, hd) */
+        float dots[DOT_GROUP_MAX], weights[DOT_GROUP_MAX], max[DOT_GROUP_MAX];
         uint64_t begin, end;
 
         uint64_t total = 0;
         for (uint32_t t = 0; t < b->n_tokens; t++)
                 total += ((uint64_t) b->positions[t] + 1) * hp->n_head;
-        begin = item_at_cost(b, hp->n_head, total * ith / nth);
-        end = ith + 1 == nth ? (uint64_t) b->n_tokens * hp->n_head : item_at_cost(b, hp->n_head, total * (ith + 1) / nth);
+        begin = item_at_cost(b, hp->n_head_kv, group, total * ith / nth);
+        end = ith + 1 == nth ? (uint64_t) b->n_tokens * hp->n_head_kv
+                             : item_at_cost(b, hp->n_head_kv, group, total * (ith + 1) / nth);
         for (uint64_t item = begin; item < end; item++) {
-                uint32_t t = (uint32_t) (item / hp->n_head), h = (uint32_t) (item % hp->n_head);
+                uint32_t t = (uint32_t) (item / hp->n_head_kv), kv_head = (uint32_t) (item % hp->n_head_kv);
                 const struct batch_seq *seq = &b->seqs[b->seq_ids[t]];
                 uint32_t n_ctx = (uint32_t) b->positions[t] + 1;
                 bool prompt = (uint32_t) b->positions[t] < seq->n_prompt;
                 uint32_t n_lanes = prompt ? 16 : 64;
-                size_t head_offset = (size_t) (h / group) * hd;
-                const float *q = r->q + (size_t) t * r->q_dim + (size_t) h * hd;
-                float *out = r->xn + (size_t) t * r->q_dim + (size_t) h * hd;
+                size_t head_offset = (size_t) kv_head * hd, lanes_stride = (size_t) 64 * hd;
+                const float *q = r->q + (size_t) t * r->q_dim + (size_t) kv_head * group * hd;
+                float *out = r->xn + (size_t) t * r->q_dim + (size_t) kv_head * group * hd;
 
-                /* The query meets the f16 keys at f16 precision, as in the reference. */
-                for (uint32_t i = 0; i < hd; i++)
-                        q16[i] = f16_to_f32(f32_to_f16(q[i]));
+                /* The queries meet the f16 keys at f16 precision, as in the reference. */
+                memcpy(q16, q, (size_t) group * hd * sizeof(float));
+                kern->round_f16(q16, (size_t) group * hd);
 
-                float max = -INFINITY;
+                for (uint32_t g = 0; g < group; g++)
+                        max[g] = -INFINITY;
                 for (uint32_t j = 0; j < n_ctx; j++) {
                         uint64_t slot = kv_pool_slot(r->kv, layer, (uint32_t) seq->block_table[j / bs], j % bs);
                         const f16_bits *k = r->kv->k + slot + head_offset;
-                        scores[j] = (prompt ? kern->dot_f16(k, q16, hd) : kern->dot_f16_wide(k, q16, hd)) * scale;
-                        max = scores[j] > max ? scores[j] : max; /* inline, unlike fmaxf */
+                        (prompt ? kern->dot_f16 : kern->dot_f16_wide)(k, q16, hd, group, hd, dots);
+                        for (uint32_t g = 0; g < group; g++) {
+                                float v = dots[g] * scale;
+                                scores[g * scores_stride + j] = v;
+                                max[g] = v > max[g] ? v : max[g]; /* inline, unlike fmaxf */
+                        }
                 }
                 /* exp, summed per run of 16 positions in lane order, runs summed in double */
                 uint32_t padded = (n_ctx + 15) / 16 * 16;
-                kern->exp_shifted(scores, max, n_ctx);
-                for (uint32_t j = n_ctx; j < padded; j++)
-                        scores[j] = 0.0f;
-                double sum = 0.0;
-                for (uint32_t j = 0; j < padded; j += 16)
-                        sum += lanes_sum16(scores + j);
-                /* The normalized weights meet the f16 values at f16 precision, as in the
-                 * reference's attention without flash attention. */
-                float inv = (float) (1.0 / sum);
-                memset(lanes, 0, (size_t) n_lanes * hd * sizeof(float));
+                for (uint32_t g = 0; g < group; g++) {
+                        float *sg = scores + g * scores_stride;
+                        kern->exp_shifted(sg, max[g], n_ctx);
+                        for (uint32_t j = n_ctx; j < padded; j++)
+                                sg[j] = 0.0f;
+                        double sum = 0.0;
+                        for (uint32_t j = 0; j < padded; j += 16)
+                                sum += lanes_sum16(sg + j);
+                        /* The normalized weights meet the f16 values at f16 precision, as in
+                         * the reference's attention without flash attention. */
+                        float inv = (float) (1.0 / sum);
+                        for (uint32_t j = 0; j < n_ctx; j++)
+                                sg[j] *= inv;
+                        kern->round_f16(sg, n_ctx);
+                        memset(lanes + g * lanes_stride, 0, (size_t) (n_ctx < n_lanes ? n_ctx : n_lanes) * hd * sizeof(float));
+                }
                 for (uint32_t j = 0; j < n_ctx; j++) {
                         uint64_t slot = kv_pool_slot(r->kv, layer, (uint32_t) seq->block_table[j / bs], j % bs);
-                        float p = f16_to_f32(f32_to_f16(scores[j] * inv));
-                        kern->axpy_f16(lanes + (size_t) (j % n_lanes) * hd, r->kv->v + slot + head_offset, p, hd);
+                        for (uint32_t g = 0; g < group; g++)
+                                weights[g] = scores[g * scores_stride + j];
+                        kern->axpy_f16(lanes + (size_t) (j % n_lanes) * hd, lanes_stride, r->kv->v + slot + head_offset, weights,
+                                       group, hd);
                 }
-                for (uint32_t i = 0; i < hd; i++) {
-                        if (prompt) {
-                                float l[16];
-                                for (int e = 0; e < 16; e++)
-                                        l[e] = lanes[(size_t) e * hd + i];
-                                out[i] = lanes_sum16(l);
-                        } else
-                                out[i] = lanes_sum64(lanes + i, hd);
-                }
+                for (uint32_t g = 0; g < group; g++)
+                        kern->sum_lanes(lanes + g * lanes_stride, hd, n_lanes, n_ctx < n_lanes ? n_ctx : n_lanes, hd, out + g * hd);
         }
 }
 
@@ -390,7 +410,8 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
         const struct model_hparams *hp = &m->hp;
         const struct batch *b = r->batch;
         uint32_t T = b->n_tokens;
-        float *row_scratch = r->thread_scratch + ith * r->thread_scratch_stride + r->config.max_model_len + 16;
+        float *row_scratch = r->thread_scratch + ith * r->thread_scratch_stride +
+                             (size_t) (hp->n_head / hp->n_head_kv) * (r->config.max_model_len + 16);
 
         embed(r, ith, nth);
         rope_tables(r, ith, nth);

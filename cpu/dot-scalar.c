@@ -60,27 +60,47 @@ SCALAR_TILE(q4_0)
 SCALAR_TILE(q4_1)
 SCALAR_TILE(q8_0)
 
-static float dot_f16_scalar(const f16_bits *k, const float *q, size_t n) {
-        float lanes[16] = { 0 };
-        for (size_t i = 0; i < n; i++)
-                lanes[i % 16] = fmaf(f16_to_f32(k[i]), q[i], lanes[i % 16]);
-        return lanes_sum16(lanes);
+static void dot_f16_scalar(const f16_bits *k, const float *q, size_t q_stride, unsigned n_q, size_t n, float *out) {
+        for (unsigned g = 0; g < n_q; g++) {
+                float lanes[16] = { 0 };
+                for (size_t i = 0; i < n; i++)
+                        lanes[i % 16] = fmaf(f16_to_f32(k[i]), q[g * q_stride + i], lanes[i % 16]);
+                out[g] = lanes_sum16(lanes);
+        }
 }
 
-static float dot_f16_wide_scalar(const f16_bits *k, const float *q, size_t n) {
-        float lanes[64] = { 0 };
+static void dot_f16_wide_scalar(const f16_bits *k, const float *q, size_t q_stride, unsigned n_q, size_t n, float *out) {
         size_t whole = n / 64 * 64;
-        for (size_t i = 0; i < whole; i++)
-                lanes[i % 64] = fmaf(f16_to_f32(k[i]), q[i], lanes[i % 64]);
-        double sum = lanes_sum64(lanes, 1);
-        for (size_t i = whole; i < n; i++)
-                sum += (double) (f16_to_f32(k[i]) * q[i]);
-        return (float) sum;
+        for (unsigned g = 0; g < n_q; g++) {
+                const float *qg = q + g * q_stride;
+                float lanes[64] = { 0 };
+                for (size_t i = 0; i < whole; i++)
+                        lanes[i % 64] = fmaf(f16_to_f32(k[i]), qg[i], lanes[i % 64]);
+                double sum = lanes_sum64(lanes, 1);
+                for (size_t i = whole; i < n; i++)
+                        sum += (double) (f16_to_f32(k[i]) * qg[i]);
+                out[g] = (float) sum;
+        }
 }
 
-static void axpy_f16_scalar(float *acc, const f16_bits *v, float w, size_t n) {
+static void axpy_f16_scalar(float *acc, size_t acc_stride, const f16_bits *v, const float *w, unsigned n_q, size_t n) {
+        for (unsigned g = 0; g < n_q; g++)
+                for (size_t i = 0; i < n; i++)
+                        acc[g * acc_stride + i] = fmaf(f16_to_f32(v[i]), w[g], acc[g * acc_stride + i]);
+}
+
+static void round_f16_scalar(float *x, size_t n) {
         for (size_t i = 0; i < n; i++)
-                acc[i] = fmaf(f16_to_f32(v[i]), w, acc[i]);
+                x[i] = f16_to_f32(f32_to_f16(x[i]));
+}
+
+static void sum_lanes_scalar(const float *lanes, size_t stride, unsigned n_lanes, unsigned n_valid, size_t n, float *out) {
+        for (size_t i = 0; i < n; i++) {
+                float l[64];
+                for (unsigned e = 0; e < n_lanes; e++)
+                        l[e] = e < n_valid ? lanes[e * stride + i] : 0.0f;
+                out[i] = n_lanes == 16 ? lanes_sum16(l) : lanes_sum64(l, 1);
+        }
 }
 
 static void exp_shifted_scalar(float *x, float shift, size_t n) {
@@ -104,6 +124,8 @@ const struct dot_kernels dot_kernels_scalar = {
         .dot_f16 = dot_f16_scalar,
         .dot_f16_wide = dot_f16_wide_scalar,
         .axpy_f16 = axpy_f16_scalar,
+        .round_f16 = round_f16_scalar,
+        .sum_lanes = sum_lanes_scalar,
         .exp_shifted = exp_shifted_scalar,
         .quantize_q8_1 = quantize_row_q8_1,
         .swiglu = swiglu_scalar,

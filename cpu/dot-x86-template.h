@@ -226,59 +226,123 @@ DOT_TILE_ENTRY(tile_q8_0)
 #define DOT_TILE_FN(name) DOT_FN(name)
 #endif
 
+/* The key or value in floats, converted once for the whole group (the conversion is exact,
+ * so the products below are those of the f16 values). */
+__attribute__((target(DOT_TARGET))) static inline void DOT_FN(f16_to_floats)(const f16_bits *k, size_t n, float *out) {
+        size_t i = 0;
+        for (; i + 8 <= n; i += 8)
+                _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (k + i))));
+        for (; i < n; i++)
+                out[i] = DOT_FN(half)(k[i]);
+}
+
 /* 16 lanes as two 8-wide halves: lanes 0-7 and 8-15, fused multiply-add, then the tree of
  * lanes_sum16(). */
-__attribute__((target(DOT_TARGET))) static float DOT_FN(dot_f16)(const f16_bits *k, const float *q, size_t n) {
-        __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
-        size_t i = 0;
-        for (; i + 16 <= n; i += 16) {
-                lo = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (k + i))), _mm256_loadu_ps(q + i), lo);
-                hi = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (k + i + 8))),
-                                     _mm256_loadu_ps(q + i + 8), hi);
+__attribute__((target(DOT_TARGET))) static void DOT_FN(dot_f16)(const f16_bits *k, const float *q, size_t q_stride,
+                                                                unsigned n_q, size_t n, float *out) {
+        float kf[DOT_F16_MAX_DIM];
+        DOT_FN(f16_to_floats)(k, n, kf);
+        for (unsigned g = 0; g < n_q; g++) {
+                const float *qg = q + g * q_stride;
+                __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+                size_t i = 0;
+                for (; i + 16 <= n; i += 16) {
+                        lo = _mm256_fmadd_ps(_mm256_loadu_ps(kf + i), _mm256_loadu_ps(qg + i), lo);
+                        hi = _mm256_fmadd_ps(_mm256_loadu_ps(kf + i + 8), _mm256_loadu_ps(qg + i + 8), hi);
+                }
+                if (i < n) {
+                        float lanes[16];
+                        _mm256_storeu_ps(lanes, lo);
+                        _mm256_storeu_ps(lanes + 8, hi);
+                        for (; i < n; i++)
+                                lanes[i % 16] = fmaf(kf[i], qg[i], lanes[i % 16]);
+                        lo = _mm256_loadu_ps(lanes);
+                        hi = _mm256_loadu_ps(lanes + 8);
+                }
+                /* (hi + lo), then + 4 apart, + 2 apart, + 1 apart: lanes_sum16() in registers */
+                __m256 a = _mm256_add_ps(hi, lo);
+                __m128 b = _mm_add_ps(_mm256_extractf128_ps(a, 1), _mm256_castps256_ps128(a));
+                __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
+                out[g] = _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
         }
-        float lanes[16];
-        _mm256_storeu_ps(lanes, lo);
-        _mm256_storeu_ps(lanes + 8, hi);
-        if (i < n) {
-                for (; i < n; i++)
-                        lanes[i % 16] = fmaf(DOT_FN(half)(k[i]), q[i], lanes[i % 16]);
-                lo = _mm256_loadu_ps(lanes);
-                hi = _mm256_loadu_ps(lanes + 8);
-        }
-        /* (hi + lo), then + 4 apart, + 2 apart, + 1 apart: lanes_sum16() in registers */
-        __m256 a = _mm256_add_ps(hi, lo);
-        __m128 b = _mm_add_ps(_mm256_extractf128_ps(a, 1), _mm256_castps256_ps128(a));
-        __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));
-        return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
 }
 
-__attribute__((target(DOT_TARGET))) static float DOT_FN(dot_f16_wide)(const f16_bits *k, const float *q, size_t n) {
-        __m256 acc[8];
-        for (int a = 0; a < 8; a++)
-                acc[a] = _mm256_setzero_ps();
+__attribute__((target(DOT_TARGET))) static void DOT_FN(dot_f16_wide)(const f16_bits *k, const float *q, size_t q_stride,
+                                                                     unsigned n_q, size_t n, float *out) {
+        float kf[DOT_F16_MAX_DIM];
+        DOT_FN(f16_to_floats)(k, n, kf);
         size_t whole = n / 64 * 64;
-        for (size_t i = 0; i < whole; i += 64)
+        for (unsigned g = 0; g < n_q; g++) {
+                const float *qg = q + g * q_stride;
+                __m256 acc[8];
                 for (int a = 0; a < 8; a++)
-                        acc[a] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (k + i + 8 * a))),
-                                                 _mm256_loadu_ps(q + i + 8 * a), acc[a]);
-        float lanes[64];
-        for (int a = 0; a < 8; a++)
-                _mm256_storeu_ps(lanes + 8 * a, acc[a]);
-        double sum = lanes_sum64(lanes, 1);
-        for (size_t i = whole; i < n; i++)
-                sum += (double) (DOT_FN(half)(k[i]) * q[i]);
-        return (float) sum;
+                        acc[a] = _mm256_setzero_ps();
+                for (size_t i = 0; i < whole; i += 64)
+                        for (int a = 0; a < 8; a++)
+                                acc[a] = _mm256_fmadd_ps(_mm256_loadu_ps(kf + i + 8 * a), _mm256_loadu_ps(qg + i + 8 * a), acc[a]);
+                float lanes[64];
+                for (int a = 0; a < 8; a++)
+                        _mm256_storeu_ps(lanes + 8 * a, acc[a]);
+                double sum = lanes_sum64(lanes, 1);
+                for (size_t i = whole; i < n; i++)
+                        sum += (double) (kf[i] * qg[i]);
+                out[g] = (float) sum;
+        }
 }
 
-__attribute__((target(DOT_TARGET))) static void DOT_FN(axpy_f16)(float *acc, const f16_bits *v, float w, size_t n) {
-        __m256 wv = _mm256_set1_ps(w);
+__attribute__((target(DOT_TARGET))) static void DOT_FN(axpy_f16)(float *acc, size_t acc_stride, const f16_bits *v,
+                                                                 const float *w, unsigned n_q, size_t n) {
+        float vf[DOT_F16_MAX_DIM];
+        DOT_FN(f16_to_floats)(v, n, vf);
+        for (unsigned g = 0; g < n_q; g++) {
+                float *ag = acc + g * acc_stride;
+                __m256 wv = _mm256_set1_ps(w[g]);
+                size_t i = 0;
+                for (; i + 8 <= n; i += 8)
+                        _mm256_storeu_ps(ag + i, _mm256_fmadd_ps(_mm256_loadu_ps(vf + i), wv, _mm256_loadu_ps(ag + i)));
+                for (; i < n; i++)
+                        ag[i] = fmaf(vf[i], w[g], ag[i]);
+        }
+}
+
+__attribute__((target(DOT_TARGET))) static void DOT_FN(round_f16)(float *x, size_t n) {
+        size_t i = 0;
+        for (; i + 8 <= n; i += 8)
+                _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i),
+                                                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+        for (; i < n; i++)
+                x[i] = f16_to_f32(f32_to_f16(x[i]));
+}
+
+/* lanes_sum16() and lanes_sum64() down the rows, eight columns at a time. */
+__attribute__((target(DOT_TARGET))) static void DOT_FN(sum_lanes)(const float *lanes, size_t stride, unsigned n_lanes,
+                                                                  unsigned n_valid, size_t n, float *out) {
         size_t i = 0;
         for (; i + 8 <= n; i += 8) {
-                __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (v + i)));
-                _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(x, wv, _mm256_loadu_ps(acc + i)));
+                __m256 l[16];
+                if (n_lanes == 16) {
+                        for (unsigned e = 0; e < 16; e++)
+                                l[e] = e < n_valid ? _mm256_loadu_ps(lanes + e * stride + i) : _mm256_setzero_ps();
+                } else {
+                        __m256 row[64];
+                        for (unsigned e = 0; e < 64; e++)
+                                row[e] = e < n_valid ? _mm256_loadu_ps(lanes + e * stride + i) : _mm256_setzero_ps();
+                        for (unsigned e = 0; e < 16; e++)
+                                l[e] = _mm256_add_ps(_mm256_add_ps(row[e], row[32 + e]), _mm256_add_ps(row[16 + e], row[48 + e]));
+                }
+                __m256 a[8], b[4];
+                for (int e = 0; e < 8; e++)
+                        a[e] = _mm256_add_ps(l[e + 8], l[e]);
+                for (int e = 0; e < 4; e++)
+                        b[e] = _mm256_add_ps(a[e + 4], a[e]);
+                _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_add_ps(b[0], b[2]), _mm256_add_ps(b[1], b[3])));
         }
-        for (; i < n; i++)
-                acc[i] += w * DOT_FN(half)(v[i]);
+        for (; i < n; i++) {
+                float l[64];
+                for (unsigned e = 0; e < n_lanes; e++)
+                        l[e] = e < n_valid ? lanes[e * stride + i] : 0.0f;
+                out[i] = n_lanes == 16 ? lanes_sum16(l) : lanes_sum64(l, 1);
+        }
 }
 
 /* exp_poly() eight at a time, the same operations in the same order. */
@@ -338,6 +402,8 @@ const struct dot_kernels DOT_CONCAT(dot_kernels, DOT_SET) = {
         .dot_f16 = DOT_FN(dot_f16),
         .dot_f16_wide = DOT_FN(dot_f16_wide),
         .axpy_f16 = DOT_FN(axpy_f16),
+        .round_f16 = DOT_FN(round_f16),
+        .sum_lanes = DOT_FN(sum_lanes),
         .exp_shifted = DOT_FN(exp_shifted),
         .quantize_q8_1 = DOT_FN(quantize_q8_1),
         .swiglu = DOT_FN(swiglu),

@@ -19,6 +19,9 @@ typedef float (*dot_q_fn)(const void *weight_row, const struct block_q8_1 *act, 
  * out[t * DOT_TILE_ROWS + r]. Each weight block is unpacked once for all the tokens, and the
  * sixteen sums run side by side; each result has exactly the bits the set's dot_q_fn gives
  * for that row and token, so batching never changes a sequence's numbers. */
+#define DOT_GROUP_MAX 8
+#define DOT_F16_MAX_DIM 256
+
 #define DOT_TILE_ROWS 4
 #define DOT_TILE_TOKENS 4
 typedef void (*dot_tile_fn)(const void *weight_rows, size_t row_bytes, const struct block_q8_1 *act, size_t act_stride,
@@ -32,16 +35,24 @@ struct dot_kernels {
         dot_tile_fn tile_q4_0;
         dot_tile_fn tile_q4_1;
         dot_tile_fn tile_q8_0;
-        /* Attention over the f16 KV cache. dot_f16 = sum(k[i] * q[i]) in 16-lane order: element
-         * i goes to lane i % 16 by fused multiply-add, then the lanes are summed as
-         * lanes_sum16() does; this is the order llama.cpp's f16 matrix products use on x86,
-         * and every set gives the same bits. axpy_f16: acc[i] = fma(v[i], w, acc[i]). */
-        float (*dot_f16)(const f16_bits *k, const float *q, size_t n);
-        /* The same product in 64-lane order (lanes_sum64), whole runs of 64 only, the rest
-         * added in double: the order of llama.cpp's f16 vector dot product, which it uses
-         * for a single query token. */
-        float (*dot_f16_wide)(const f16_bits *k, const float *q, size_t n);
-        void (*axpy_f16)(float *acc, const f16_bits *v, float w, size_t n);
+        /* Attention over the f16 KV cache, for a group of n_q queries (the heads that share a
+         * key-value head; n_q <= DOT_GROUP_MAX, n <= DOT_F16_MAX_DIM): each key or value is
+         * converted once for the whole group, and each query's result is what it alone
+         * would get. dot_f16: out[g] = sum(k[i] * q_g[i]) with q_g = q + g * q_stride, in
+         * 16-lane order: element i goes to lane i % 16 by fused multiply-add, then the lanes
+         * are summed as lanes_sum16() does; this is the order llama.cpp's f16 matrix products
+         * use on x86, and every set gives the same bits. dot_f16_wide: the same product in
+         * 64-lane order (lanes_sum64), whole runs of 64 only, the rest added in double: the
+         * order of llama.cpp's f16 vector dot product, which it uses for a single query token.
+         * axpy_f16: acc_g[i] = fma(v[i], w[g], acc_g[i]) with acc_g = acc + g * acc_stride. */
+        void (*dot_f16)(const f16_bits *k, const float *q, size_t q_stride, unsigned n_q, size_t n, float *out);
+        void (*dot_f16_wide)(const f16_bits *k, const float *q, size_t q_stride, unsigned n_q, size_t n, float *out);
+        void (*axpy_f16)(float *acc, size_t acc_stride, const f16_bits *v, const float *w, unsigned n_q, size_t n);
+        /* x[i] rounded to f16 and back: f16_to_f32(f32_to_f16(x[i])), NaNs aside. */
+        void (*round_f16)(float *x, size_t n);
+        /* out[i] = the sum of lanes[e * stride + i] over e < n_lanes (16 or 64) by the tree of
+         * lanes_sum16() or lanes_sum64(); rows from n_valid on count as +0.0 and are not read. */
+        void (*sum_lanes)(const float *lanes, size_t stride, unsigned n_lanes, unsigned n_valid, size_t n, float *out);
         /* x[i] = exp(x[i] - shift) for the softmax, and h[i] = silu(g[i]) * u[i], both with
          * the exp of exp_poly.h so that every set, and the reference, round alike. */
         void (*exp_shifted)(float *x, float shift, size_t n);

@@ -158,22 +158,31 @@ static void compare_sets(const struct dot_kernels *k) {
                 }
         for (int rep = 0; rep < 200; rep++) {
                 size_t n = 1 + (size_t) rep % 130; /* tails included */
-                float acc_ref[130], acc[130];
+                unsigned n_q = 1 + (unsigned) rep % 4;
+                static float q[4][130], acc_ref[4][130], acc[4][130];
+                float w4[4], ref[4], got[4];
                 for (size_t i = 0; i < n; i++) {
                         h[i] = f32_to_f16(next_float(3.0f));
-                        x[i] = next_float(3.0f);
-                        acc_ref[i] = acc[i] = next_float(1.0f);
+                        for (unsigned g = 0; g < 4; g++) {
+                                q[g][i] = next_float(3.0f);
+                                acc_ref[g][i] = acc[g][i] = next_float(1.0f);
+                        }
                 }
-                /* same lanes, same fused operations, same tree: the same bits */
-                float ref = dot_kernels_scalar.dot_f16(h, x, n), got = k->dot_f16(h, x, n);
-                ck_assert_msg(memcmp(&got, &ref, sizeof(got)) == 0, "%s dot_f16 n %zu: %a vs %a", k->name, n, got, ref);
-                dot_kernels_scalar.axpy_f16(acc_ref, h, 0.37f, n);
-                k->axpy_f16(acc, h, 0.37f, n);
-                ck_assert_msg(memcmp(acc, acc_ref, n * sizeof(float)) == 0, "%s axpy_f16 n %zu", k->name, n);
+                for (unsigned g = 0; g < 4; g++)
+                        w4[g] = next_float(1.0f);
+                /* same lanes, same fused operations, same tree: the same bits, for each query */
+                dot_kernels_scalar.dot_f16(h, q[0], 130, n_q, n, ref);
+                k->dot_f16(h, q[0], 130, n_q, n, got);
+                ck_assert_msg(memcmp(got, ref, n_q * sizeof(float)) == 0, "%s dot_f16 n %zu", k->name, n);
+                dot_kernels_scalar.dot_f16_wide(h, q[0], 130, n_q, n, ref);
+                k->dot_f16_wide(h, q[0], 130, n_q, n, got);
+                ck_assert_msg(memcmp(got, ref, n_q * sizeof(float)) == 0, "%s dot_f16_wide n %zu", k->name, n);
+                dot_kernels_scalar.axpy_f16(acc_ref[0], 130, h, w4, n_q, n);
+                k->axpy_f16(acc[0], 130, h, w4, n_q, n);
+                ck_assert_msg(memcmp(acc, acc_ref, sizeof(acc)) == 0, "%s axpy_f16 n %zu", k->name, n);
         }
 }
 
-/* The set's quantizer gives the reference's bits: random rows, a zero block, exact halves. */
 static void compare_quantize(const struct dot_kernels *k) {
         float x[N];
         struct block_q8_1 want[N_BLOCKS], got[N_BLOCKS];
@@ -190,6 +199,26 @@ static void compare_quantize(const struct dot_kernels *k) {
                 k->quantize_q8_1(x, got, N);
                 ck_assert_msg(memcmp(want, got, sizeof(want)) == 0, "%s quantize_q8_1 differs from the reference (rep %d)",
                               k->name, rep);
+        }
+}
+
+/* f16 rounding and the lane trees give the reference's bits, zero rows included. */
+static void compare_attention_helpers(const struct dot_kernels *k) {
+        static float lanes[64 * 70], want[70], got[70], x[300], y[300];
+        for (int rep = 0; rep < 100; rep++) {
+                size_t n = 1 + (size_t) rep % 70;
+                unsigned n_lanes = rep % 2 ? 64 : 16, n_valid = 1 + (unsigned) rep % n_lanes;
+                for (size_t i = 0; i < 64 * 70; i++)
+                        lanes[i] = next_float(rep % 3 ? 2.0f : 1e-6f);
+                dot_kernels_scalar.sum_lanes(lanes, 70, n_lanes, n_valid, n, want);
+                k->sum_lanes(lanes, 70, n_lanes, n_valid, n, got);
+                ck_assert_msg(memcmp(want, got, n * sizeof(float)) == 0, "%s sum_lanes %u/%u n %zu", k->name, n_valid, n_lanes, n);
+                size_t m = 1 + (size_t) rep * 3 % 300;
+                for (size_t i = 0; i < m; i++) /* normals, subnormals of f16, overflow */
+                        x[i] = y[i] = next_float(rep % 4 == 0 ? 1e-5f : rep % 4 == 1 ? 70000.0f : 3.0f);
+                dot_kernels_scalar.round_f16(x, m);
+                k->round_f16(y, m);
+                ck_assert_msg(memcmp(x, y, m * sizeof(float)) == 0, "%s round_f16 n %zu", k->name, m);
         }
 }
 
@@ -237,6 +266,7 @@ START_TEST(test_simd_sets_match_scalar) {
                 compare_sets(k);
                 compare_exp(k);
                 compare_quantize(k);
+                compare_attention_helpers(k);
         }
         ck_assert_ptr_nonnull(dot_kernels_select());
 }
