@@ -26,6 +26,7 @@ struct cpu_runner {
         float *x;                /* (T, n_embd) the residual stream */
         float *xn;               /* (T, max_dim) normed input or attention output */
         struct block_q8_1 *xq;   /* (T, max_dim / 32) xn quantized */
+        float *xq_ds;            /* (T, max_dim / 32, 2) their d and s as floats */
         float *q;                /* (T, q_dim) */
         float *k;                /* (T, kv_dim) */
         float *v;                /* (T, kv_dim) */
@@ -95,6 +96,7 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
         r->x = alloc_floats(r, T * hp->n_embd);
         r->xn = alloc_floats(r, T * r->max_dim);
         r->xq = alloc_scratch(r, T * (r->max_dim / QUANT_BLOCK), sizeof(struct block_q8_1));
+        r->xq_ds = alloc_floats(r, T * (r->max_dim / QUANT_BLOCK) * 2);
         r->q = alloc_floats(r, T * r->q_dim);
         r->k = alloc_floats(r, T * r->kv_dim);
         r->v = alloc_floats(r, T * r->kv_dim);
@@ -103,7 +105,7 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
         r->rope_cos = alloc_floats(r, T * (hp->rope_dim / 2));
         r->rope_sin = alloc_floats(r, T * (hp->rope_dim / 2));
         r->thread_scratch = alloc_floats(r, config->n_threads * r->thread_scratch_stride);
-        if (!r->x || !r->xn || !r->xq || !r->q || !r->k || !r->v || !r->gate || !r->up || !r->rope_cos ||
+        if (!r->x || !r->xn || !r->xq || !r->xq_ds || !r->q || !r->k || !r->v || !r->gate || !r->up || !r->rope_cos ||
             !r->rope_sin || !r->thread_scratch) {
                 cpu_runner_free(r);
                 return error_set(err, ENOMEM, "cannot allocate scratch for %zu tokens per step", T);
@@ -120,6 +122,7 @@ void cpu_runner_free(struct cpu_runner *r) {
         free(r->x);
         free(r->xn);
         free(r->xq);
+        free(r->xq_ds);
         free(r->q);
         free(r->k);
         free(r->v);
@@ -174,7 +177,8 @@ static void matmul(const struct cpu_runner *r, const struct weight *w, const flo
                 for (uint32_t t0 = 0; t0 < n_tokens; t0 += DOT_TILE_TOKENS) {
                         unsigned n = n_tokens - t0 < DOT_TILE_TOKENS ? n_tokens - t0 : DOT_TILE_TOKENS;
                         float v[DOT_TILE_TOKENS * DOT_TILE_ROWS];
-                        tile(w->data + row0 * w->row_bytes, w->row_bytes, xq + (size_t) t0 * n_blocks, n_blocks, n, n_blocks, v);
+                        tile(w->data + row0 * w->row_bytes, w->row_bytes, xq + (size_t) t0 * n_blocks,
+                             r->xq_ds + (size_t) t0 * n_blocks * 2, n_blocks, n, n_blocks, v);
                         for (unsigned t = 0; t < n; t++)
                                 for (unsigned k = 0; k < DOT_TILE_ROWS; k++) {
                                         float *o = &out[(size_t) (t0 + t) * out_stride + row0 + k];
@@ -214,7 +218,8 @@ static void norm_tokens(struct cpu_runner *r, const float *weight, const int32_t
                 uint32_t t = rows ? (uint32_t) rows[i] : (uint32_t) i;
                 float *xn = r->xn + i * hp->n_embd;
                 rms_norm(r->x + (size_t) t * hp->n_embd, weight, xn, hp->n_embd, hp->rms_eps);
-                r->kernels->quantize_q8_1(xn, r->xq + i * (hp->n_embd / QUANT_BLOCK), hp->n_embd);
+                r->kernels->quantize_q8_1(xn, r->xq + i * (hp->n_embd / QUANT_BLOCK), r->xq_ds + i * (hp->n_embd / QUANT_BLOCK) * 2,
+                                          hp->n_embd);
         }
 }
 
@@ -223,7 +228,8 @@ static void quantize_tokens(struct cpu_runner *r, const float *x, uint32_t width
         uint64_t begin, end;
         split(n_tokens, ith, nth, &begin, &end);
         for (uint64_t t = begin; t < end; t++)
-                r->kernels->quantize_q8_1(x + t * width, r->xq + t * (width / QUANT_BLOCK), width);
+                r->kernels->quantize_q8_1(x + t * width, r->xq + t * (width / QUANT_BLOCK), r->xq_ds + t * (width / QUANT_BLOCK) * 2,
+                                          width);
 }
 
 /* Rotates adjacent pairs (x[2i], x[2i+1]) of each head by position * theta^(-2i / rope_dim). */
@@ -389,7 +395,7 @@ static void swiglu(struct cpu_runner *r, unsigned ith, unsigned nth) {
         for (uint64_t t = begin; t < end; t++) {
                 float *h = r->xn + t * n_ff;
                 r->kernels->swiglu(h, r->gate + t * n_ff, r->up + t * n_ff, n_ff);
-                r->kernels->quantize_q8_1(h, r->xq + t * (n_ff / QUANT_BLOCK), n_ff);
+                r->kernels->quantize_q8_1(h, r->xq + t * (n_ff / QUANT_BLOCK), r->xq_ds + t * (n_ff / QUANT_BLOCK) * 2, n_ff);
         }
 }
 

@@ -8,11 +8,19 @@
  * Included by dot-avx512vnni.c before dot-x86-template.h, which fills the table. */
 
 #include <immintrin.h>
+#include <string.h>
 
 #define WIDE_ATTRS __attribute__((target(DOT_TARGET), always_inline)) static inline
 
 WIDE_ATTRS float wide_half(uint16_t h) {
         return _cvtsh_ss(h);
+}
+
+/* The two halves at p (a block's d and m), as floats in lanes 0 and 1. */
+WIDE_ATTRS __m128 wide_half_pair(const void *p) {
+        int32_t bits;
+        memcpy(&bits, p, sizeof(bits));
+        return _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
 }
 
 WIDE_ATTRS float wide_hsum(__m256 v) {
@@ -44,8 +52,8 @@ WIDE_ATTRS __m512 wide_pair_ps(float lo, float hi) {
 }
 
 /* kind 0: q4_0 (nibbles, offset 8), 1: q4_1 (nibbles, plus m * s), 2: q8_0 (bytes, offset 128). */
-WIDE_ATTRS void wide_tile(const uint8_t *rows, size_t row_bytes, const struct block_q8_1 *act, size_t act_stride,
-                          const unsigned T, size_t n_blocks, float *out, const int kind) {
+WIDE_ATTRS void wide_tile(const uint8_t *rows, size_t row_bytes, const struct block_q8_1 *act, const float *ds,
+                          size_t act_stride, const unsigned T, size_t n_blocks, float *out, const int kind) {
         const size_t block_bytes = kind == 0 ? sizeof(struct block_q4_0)
                                  : kind == 1 ? sizeof(struct block_q4_1)
                                              : sizeof(struct block_q8_0);
@@ -64,9 +72,9 @@ WIDE_ATTRS void wide_tile(const uint8_t *rows, size_t row_bytes, const struct bl
                 _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
                         const struct block_q8_1 *a = act + t * act_stride + b;
                         aq[t] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *) a->qs));
-                        ad[t] = _mm512_set1_ps(wide_half(a->d));
+                        ad[t] = _mm512_set1_ps(ds[2 * (t * act_stride + b)]);
                         if (kind == 1)
-                                as[t] = wide_half(a->s);
+                                as[t] = ds[2 * (t * act_stride + b) + 1];
                         else /* -c * (sum of each lane's four activations) */
                                 correction[t] = _mm512_sub_epi32(
                                         _mm512_setzero_si512(),
@@ -89,10 +97,11 @@ WIDE_ATTRS void wide_tile(const uint8_t *rows, size_t row_bytes, const struct bl
                         } else if (kind == 1) {
                                 const struct block_q4_1 *w0 = (const void *) b0, *w1 = (const void *) b1;
                                 w = wide_nibbles(w0->qs, w1->qs);
-                                d0 = wide_half(w0->d);
-                                d1 = wide_half(w1->d);
-                                offset[2 * p] = _mm_fmadd_ps(_mm_set1_ps(wide_half(w0->m)), as4, offset[2 * p]);
-                                offset[2 * p + 1] = _mm_fmadd_ps(_mm_set1_ps(wide_half(w1->m)), as4, offset[2 * p + 1]);
+                                __m128 dm0 = wide_half_pair(w0), dm1 = wide_half_pair(w1); /* d and m, adjacent */
+                                d0 = _mm_cvtss_f32(dm0);
+                                d1 = _mm_cvtss_f32(dm1);
+                                offset[2 * p] = _mm_fmadd_ps(_mm_permute_ps(dm0, 0x55), as4, offset[2 * p]);
+                                offset[2 * p + 1] = _mm_fmadd_ps(_mm_permute_ps(dm1, 0x55), as4, offset[2 * p + 1]);
                         } else {
                                 const struct block_q4_0 *w0 = (const void *) b0, *w1 = (const void *) b1;
                                 w = wide_nibbles(w0->qs, w1->qs);
@@ -122,16 +131,15 @@ WIDE_ATTRS void wide_tile(const uint8_t *rows, size_t row_bytes, const struct bl
 }
 
 #define WIDE_TILE_ENTRY(name, kind)                                                                                    \
-        __attribute__((target(DOT_TARGET))) static void wide_##name(const void *weight_rows, size_t row_bytes,         \
-                                                                    const struct block_q8_1 *act, size_t act_stride,   \
-                                                                    unsigned n_tokens, size_t n_blocks,                \
-                                                                    float out[DOT_TILE_TOKENS * DOT_TILE_ROWS]) {      \
+        __attribute__((target(DOT_TARGET))) static void wide_##name(                                                  \
+                const void *weight_rows, size_t row_bytes, const struct block_q8_1 *act, const float *ds,              \
+                size_t act_stride, unsigned n_tokens, size_t n_blocks, float out[DOT_TILE_TOKENS * DOT_TILE_ROWS]) {   \
                 const uint8_t *rows = weight_rows;                                                                     \
                 switch (n_tokens) {                                                                                    \
-                case 1: wide_tile(rows, row_bytes, act, act_stride, 1, n_blocks, out, kind); break;                    \
-                case 2: wide_tile(rows, row_bytes, act, act_stride, 2, n_blocks, out, kind); break;                    \
-                case 3: wide_tile(rows, row_bytes, act, act_stride, 3, n_blocks, out, kind); break;                    \
-                default: wide_tile(rows, row_bytes, act, act_stride, 4, n_blocks, out, kind); break;                   \
+                case 1: wide_tile(rows, row_bytes, act, ds, act_stride, 1, n_blocks, out, kind); break;                \
+                case 2: wide_tile(rows, row_bytes, act, ds, act_stride, 2, n_blocks, out, kind); break;                \
+                case 3: wide_tile(rows, row_bytes, act, ds, act_stride, 3, n_blocks, out, kind); break;                \
+                default: wide_tile(rows, row_bytes, act, ds, act_stride, 4, n_blocks, out, kind); break;               \
                 }                                                                                                      \
         }
 

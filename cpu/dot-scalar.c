@@ -49,8 +49,9 @@ static float dot_q8_0_scalar(const void *weight_row, const struct block_q8_1 *ac
 /* The reference tiles: one product at a time. */
 #define SCALAR_TILE(type)                                                                                               \
         static void tile_##type##_scalar(const void *weight_rows, size_t row_bytes, const struct block_q8_1 *act,      \
-                                         size_t act_stride, unsigned n_tokens, size_t n_blocks,                        \
+                                         const float *act_ds, size_t act_stride, unsigned n_tokens, size_t n_blocks,   \
                                          float out[DOT_TILE_TOKENS * DOT_TILE_ROWS]) {                                 \
+                (void) act_ds; /* the reference converts its own */                                                     \
                 for (unsigned t = 0; t < n_tokens; t++)                                                                 \
                         for (unsigned r = 0; r < DOT_TILE_ROWS; r++)                                                    \
                                 out[t * DOT_TILE_ROWS + r] = dot_##type##_scalar(                                      \
@@ -87,6 +88,14 @@ static void axpy_f16_scalar(float *acc, size_t acc_stride, const f16_bits *v, co
         for (unsigned g = 0; g < n_q; g++)
                 for (size_t i = 0; i < n; i++)
                         acc[g * acc_stride + i] = fmaf(f16_to_f32(v[i]), w[g], acc[g * acc_stride + i]);
+}
+
+static void quantize_q8_1_scalar(const float *x, struct block_q8_1 *out, float *ds, size_t n) {
+        quantize_row_q8_1(x, out, n);
+        for (size_t b = 0; ds && b < n / QUANT_BLOCK; b++) {
+                ds[2 * b] = f16_to_f32(out[b].d);
+                ds[2 * b + 1] = f16_to_f32(out[b].s);
+        }
 }
 
 static void round_f16_scalar(float *x, size_t n) {
@@ -127,6 +136,6 @@ const struct dot_kernels dot_kernels_scalar = {
         .round_f16 = round_f16_scalar,
         .sum_lanes = sum_lanes_scalar,
         .exp_shifted = exp_shifted_scalar,
-        .quantize_q8_1 = quantize_row_q8_1,
+        .quantize_q8_1 = quantize_q8_1_scalar,
         .swiglu = swiglu_scalar,
 };

@@ -6,6 +6,7 @@
  * meant to be included once per instruction set. */
 
 #include <immintrin.h>
+#include <string.h>
 
 #include "exp-poly.h"
 #include "float16.h"
@@ -86,6 +87,13 @@ __attribute__((target(DOT_TARGET))) static float DOT_FN(dot_q8_0)(const void *we
 
 /* The weight block of row r as signed bytes for dot_s8_s8 (q4_0, q8_0) or as unsigned
  * nibbles for dot_u8_s8 (q4_1), and its scale. */
+/* The two halves at p, as floats in lanes 0 and 1. */
+TILE_ATTRS __m128 DOT_FN(half_pair)(const void *p) {
+        int32_t bits;
+        memcpy(&bits, p, sizeof(bits));
+        return _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
+}
+
 TILE_ATTRS __m256i DOT_FN(tile_weights_q4_0)(const void *block, float *d) {
         const struct block_q4_0 *w = block;
         *d = DOT_FN(half)(w->d);
@@ -99,8 +107,9 @@ TILE_ATTRS __m256i DOT_FN(tile_weights_q8_0)(const void *block, float *d) {
 }
 
 #define DOT_TILE_SIGNED(name, block_type)                                                                              \
-        TILE_ATTRS void DOT_FN(tile_##name##_n)(const uint8_t *rows, size_t row_bytes, const struct block_q8_1 *act,         \
-                                         size_t act_stride, const unsigned T, size_t n_blocks, float *out) {          \
+        TILE_ATTRS void DOT_FN(tile_##name##_n)(const uint8_t *rows, size_t row_bytes, const struct block_q8_1 *act,  \
+                                                const float *ds, size_t act_stride, const unsigned T, size_t n_blocks, \
+                                                float *out) {                                                          \
                 __m256 acc[DOT_TILE_ROWS][DOT_TILE_TOKENS];                                                            \
                 _Pragma("GCC unroll 16") for (unsigned i = 0; i < DOT_TILE_ROWS * DOT_TILE_TOKENS; i++)                \
                         acc[i / DOT_TILE_TOKENS][i % DOT_TILE_TOKENS] = _mm256_setzero_ps();                            \
@@ -109,7 +118,7 @@ TILE_ATTRS __m256i DOT_FN(tile_weights_q8_0)(const void *block, float *d) {
                         float ad[DOT_TILE_TOKENS];                                                                     \
                         _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {                                     \
                                 aq[t] = _mm256_loadu_si256((const __m256i *) act[t * act_stride + b].qs);               \
-                                ad[t] = DOT_FN(half)(act[t * act_stride + b].d);                                       \
+                                ad[t] = ds[2 * (t * act_stride + b)];                                                  \
                         }                                                                                              \
                         _Pragma("GCC unroll 4") for (unsigned r = 0; r < DOT_TILE_ROWS; r++) {                         \
                                 float wd;                                                                              \
@@ -131,7 +140,7 @@ TILE_ATTRS __m256i DOT_FN(tile_weights_q8_0)(const void *block, float *d) {
 DOT_TILE_SIGNED(q4_0, struct block_q4_0)
 DOT_TILE_SIGNED(q8_0, struct block_q8_0)
 
-TILE_ATTRS void DOT_FN(tile_q4_1_n)(const uint8_t *rows, size_t row_bytes, const struct block_q8_1 *act,
+TILE_ATTRS void DOT_FN(tile_q4_1_n)(const uint8_t *rows, size_t row_bytes, const struct block_q8_1 *act, const float *ds,
                                     size_t act_stride, const unsigned T, size_t n_blocks, float *out) {
         __m256 acc[DOT_TILE_ROWS][DOT_TILE_TOKENS];
         __m128 offset[DOT_TILE_ROWS]; /* lane t: the offset sum of token t, by fused multiply-adds */
@@ -145,16 +154,17 @@ TILE_ATTRS void DOT_FN(tile_q4_1_n)(const uint8_t *rows, size_t row_bytes, const
                 float ad[DOT_TILE_TOKENS], as[DOT_TILE_TOKENS] = { 0 };
                 _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
                         aq[t] = _mm256_loadu_si256((const __m256i *) act[t * act_stride + b].qs);
-                        ad[t] = DOT_FN(half)(act[t * act_stride + b].d);
-                        as[t] = DOT_FN(half)(act[t * act_stride + b].s);
+                        ad[t] = ds[2 * (t * act_stride + b)];
+                        as[t] = ds[2 * (t * act_stride + b) + 1];
                 }
                 /* in registers, not through memory: four narrow stores do not forward to one wide load */
                 __m128 as4 = _mm_setr_ps(as[0], as[1], as[2], as[3]);
                 _Pragma("GCC unroll 4") for (unsigned r = 0; r < DOT_TILE_ROWS; r++) {
                         const struct block_q4_1 *w = (const struct block_q4_1 *) (rows + r * row_bytes) + b;
                         __m256i wq = DOT_FN(unpack_nibbles)(w->qs);
-                        float wd = DOT_FN(half)(w->d);
-                        offset[r] = _mm_fmadd_ps(_mm_set1_ps(DOT_FN(half)(w->m)), as4, offset[r]);
+                        __m128 dm = DOT_FN(half_pair)(w); /* d and m, adjacent */
+                        float wd = _mm_cvtss_f32(dm);
+                        offset[r] = _mm_fmadd_ps(_mm_permute_ps(dm, 0x55), as4, offset[r]);
                         _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
                                 acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8_s8(wq, aq[t])), _mm256_set1_ps(wd * ad[t]),
                                                             acc[r][t]);
@@ -171,7 +181,8 @@ TILE_ATTRS void DOT_FN(tile_q4_1_n)(const uint8_t *rows, size_t row_bytes, const
 /* quantize_row_q8_1() eight lanes at a time: the maximum is exact, the scale is computed
  * by the same scalar operations, rounding is to nearest even as nearbyintf() does in the
  * default mode, and the sum is of integers: the same bits. */
-__attribute__((target(DOT_TARGET))) static void DOT_FN(quantize_q8_1)(const float *x, struct block_q8_1 *out, size_t n) {
+__attribute__((target(DOT_TARGET))) static void DOT_FN(quantize_q8_1)(const float *x, struct block_q8_1 *out, float *ds,
+                                                                      size_t n) {
         const __m256 sign = _mm256_set1_ps(-0.0f);
         for (size_t b = 0; b < n / QUANT_BLOCK; b++, x += QUANT_BLOCK) {
                 __m256 v[4], m = _mm256_setzero_ps();
@@ -200,21 +211,24 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(quantize_q8_1)(const floa
                 s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
                 out[b].d = f32_to_f16(d);
                 out[b].s = f32_to_f16((float) _mm_cvtsi128_si32(s) * d);
+                if (ds) {
+                        ds[2 * b] = f16_to_f32(out[b].d);
+                        ds[2 * b + 1] = f16_to_f32(out[b].s);
+                }
         }
 }
 
 /* One entry per weight type, dispatching to a tile specialised for the token count. */
 #define DOT_TILE_ENTRY(name)                                                                                           \
-        __attribute__((target(DOT_TARGET))) static void DOT_FN(name)(const void *weight_rows, size_t row_bytes,        \
-                                                                     const struct block_q8_1 *act, size_t act_stride,  \
-                                                                     unsigned n_tokens, size_t n_blocks,               \
-                                                                     float out[DOT_TILE_TOKENS * DOT_TILE_ROWS]) {     \
+        __attribute__((target(DOT_TARGET))) static void DOT_FN(name)(                                                 \
+                const void *weight_rows, size_t row_bytes, const struct block_q8_1 *act, const float *ds,              \
+                size_t act_stride, unsigned n_tokens, size_t n_blocks, float out[DOT_TILE_TOKENS * DOT_TILE_ROWS]) {   \
                 const uint8_t *rows = weight_rows;                                                                     \
                 switch (n_tokens) {                                                                                    \
-                case 1: DOT_FN(name##_n)(rows, row_bytes, act, act_stride, 1, n_blocks, out); break;                   \
-                case 2: DOT_FN(name##_n)(rows, row_bytes, act, act_stride, 2, n_blocks, out); break;                   \
-                case 3: DOT_FN(name##_n)(rows, row_bytes, act, act_stride, 3, n_blocks, out); break;                   \
-                default: DOT_FN(name##_n)(rows, row_bytes, act, act_stride, 4, n_blocks, out); break;                  \
+                case 1: DOT_FN(name##_n)(rows, row_bytes, act, ds, act_stride, 1, n_blocks, out); break;               \
+                case 2: DOT_FN(name##_n)(rows, row_bytes, act, ds, act_stride, 2, n_blocks, out); break;               \
+                case 3: DOT_FN(name##_n)(rows, row_bytes, act, ds, act_stride, 3, n_blocks, out); break;               \
+                default: DOT_FN(name##_n)(rows, row_bytes, act, ds, act_stride, 4, n_blocks, out); break;              \
                 }                                                                                                      \
         }
 

@@ -15,7 +15,8 @@
 typedef float (*dot_q_fn)(const void *weight_row, const struct block_q8_1 *act, size_t n_blocks);
 
 /* A tile of those products: DOT_TILE_ROWS weight rows (row_bytes apart) by n_tokens
- * (1..DOT_TILE_TOKENS) activation rows (act_stride blocks apart), into
+ * (1..DOT_TILE_TOKENS) activation rows (act_stride blocks apart; act_ds holds each block's
+ * d and s as floats, two per block, as quantize_q8_1 leaves them), into
  * out[t * DOT_TILE_ROWS + r]. Each weight block is unpacked once for all the tokens, and the
  * sixteen sums run side by side; each result has exactly the bits the set's dot_q_fn gives
  * for that row and token, so batching never changes a sequence's numbers. */
@@ -24,8 +25,8 @@ typedef float (*dot_q_fn)(const void *weight_row, const struct block_q8_1 *act, 
 
 #define DOT_TILE_ROWS 4
 #define DOT_TILE_TOKENS 4
-typedef void (*dot_tile_fn)(const void *weight_rows, size_t row_bytes, const struct block_q8_1 *act, size_t act_stride,
-                            unsigned n_tokens, size_t n_blocks, float out[DOT_TILE_TOKENS * DOT_TILE_ROWS]);
+typedef void (*dot_tile_fn)(const void *weight_rows, size_t row_bytes, const struct block_q8_1 *act, const float *act_ds,
+                            size_t act_stride, unsigned n_tokens, size_t n_blocks, float out[DOT_TILE_TOKENS * DOT_TILE_ROWS]);
 
 struct dot_kernels {
         const char *name;
@@ -56,8 +57,9 @@ struct dot_kernels {
         /* x[i] = exp(x[i] - shift) for the softmax, and h[i] = silu(g[i]) * u[i], both with
          * the exp of exp_poly.h so that every set, and the reference, round alike. */
         void (*exp_shifted)(float *x, float shift, size_t n);
-        /* quantize_row_q8_1() (the reference, quantize.c) with the same bits. */
-        void (*quantize_q8_1)(const float *x, struct block_q8_1 *out, size_t n);
+        /* quantize_row_q8_1() (the reference, quantize.c) with the same bits; ds (if not NULL)
+         * gets each block's d and s as floats, converted once here rather than in every tile. */
+        void (*quantize_q8_1)(const float *x, struct block_q8_1 *out, float *ds, size_t n);
         void (*swiglu)(float *h, const float *g, const float *u, size_t n);
 };
 

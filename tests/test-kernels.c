@@ -195,10 +195,13 @@ static void compare_quantize(const struct dot_kernels *k) {
                 x[QUANT_BLOCK] = 127.0f;
                 for (int i = 1; i < QUANT_BLOCK; i++)
                         x[QUANT_BLOCK + i] = (float) (i % 7) - 3.5f;
+                static float ds[N_BLOCKS * 2];
                 quantize_row_q8_1(x, want, N);
-                k->quantize_q8_1(x, got, N);
+                k->quantize_q8_1(x, got, ds, N);
                 ck_assert_msg(memcmp(want, got, sizeof(want)) == 0, "%s quantize_q8_1 differs from the reference (rep %d)",
                               k->name, rep);
+                for (int b = 0; b < N_BLOCKS; b++)
+                        ck_assert(ds[2 * b] == f16_to_f32(want[b].d) && ds[2 * b + 1] == f16_to_f32(want[b].s));
         }
 }
 
@@ -277,6 +280,7 @@ static void compare_tiles(const struct dot_kernels *k) {
         static const enum tensor_type types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q8_0 };
         static uint8_t w[DOT_TILE_ROWS][N * 2];
         static struct block_q8_1 xq[DOT_TILE_TOKENS + 1][N_BLOCKS];
+        static float ds[DOT_TILE_TOKENS + 1][N_BLOCKS * 2];
         float x[N];
         for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++)
                 for (int rep = 0; rep < 100; rep++) {
@@ -287,11 +291,11 @@ static void compare_tiles(const struct dot_kernels *k) {
                         for (unsigned t = 0; t <= DOT_TILE_TOKENS; t++) {
                                 for (int i = 0; i < N; i++)
                                         x[i] = next_float(4.0f);
-                                quantize_row_q8_1(x, xq[t], N);
+                                k->quantize_q8_1(x, xq[t], ds[t], N);
                         }
                         float out[DOT_TILE_TOKENS * DOT_TILE_ROWS];
                         /* tokens two rows apart: the stride is honoured */
-                        dot_tile_kernel_for(k, types[ti])(w, row_bytes, xq[0], 2 * N_BLOCKS, (n_tokens + 1) / 2, n_blocks, out);
+                        dot_tile_kernel_for(k, types[ti])(w, row_bytes, xq[0], ds[0], 2 * N_BLOCKS, (n_tokens + 1) / 2, n_blocks, out);
                         for (unsigned t = 0; t < (n_tokens + 1) / 2; t++)
                                 for (int r = 0; r < DOT_TILE_ROWS; r++) {
                                         float want = dot_kernel_for(k, types[ti])(w[r], xq[2 * t], n_blocks);
@@ -299,7 +303,7 @@ static void compare_tiles(const struct dot_kernels *k) {
                                         ck_assert_msg(memcmp(&got, &want, sizeof(got)) == 0, "%s %s tile row %d token %u: %a vs %a",
                                                       k->name, tensor_type_info(types[ti])->name, r, t, got, want);
                                 }
-                        dot_tile_kernel_for(k, types[ti])(w, row_bytes, xq[0], N_BLOCKS, n_tokens, n_blocks, out);
+                        dot_tile_kernel_for(k, types[ti])(w, row_bytes, xq[0], ds[0], N_BLOCKS, n_tokens, n_blocks, out);
                         for (unsigned t = 0; t < n_tokens; t++)
                                 for (int r = 0; r < DOT_TILE_ROWS; r++) {
                                         float want = dot_kernel_for(k, types[ti])(w[r], xq[t], n_blocks);
