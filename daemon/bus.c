@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "bus.h"
+#include "bus-json.h"
 #include "commands.h"
 #include "connection.h"
 #include "log.h"
@@ -93,40 +94,6 @@ static int require(sd_bus_message *m, struct server *s, bool admin, struct conne
 
 static struct json_object *read_variant_value(sd_bus_message *m, int *rr);
 
-static struct json_object *read_basic(sd_bus_message *m, char type, int *rr) {
-        union {
-                uint8_t y;
-                int b;
-                int16_t n;
-                uint16_t q;
-                int32_t i;
-                uint32_t u;
-                int64_t x;
-                uint64_t t;
-                double d;
-                const char *s;
-        } v;
-        if ((*rr = sd_bus_message_read_basic(m, type, &v)) <= 0)
-                return NULL;
-        switch (type) {
-        case 'y': return json_object_new_int(v.y);
-        case 'b': return json_object_new_boolean(v.b);
-        case 'n': return json_object_new_int(v.n);
-        case 'q': return json_object_new_int(v.q);
-        case 'i': return json_object_new_int(v.i);
-        case 'u': return json_object_new_int64(v.u);
-        case 'x': return json_object_new_int64(v.x);
-        case 't': return json_object_new_uint64(v.t);
-        case 'd': return json_object_new_double(v.d);
-        case 's':
-        case 'o':
-        case 'g': return json_object_new_string(v.s);
-        default: /* a file descriptor has no JSON form */
-                *rr = -EINVAL;
-                return NULL;
-        }
-}
-
 /* Reads the container or basic value the message is at, of the given signature. */
 static struct json_object *read_value(sd_bus_message *m, const char *sig, int *rr) {
         if (sig[0] == 'v')
@@ -138,7 +105,7 @@ static struct json_object *read_value(sd_bus_message *m, const char *sig, int *r
                 if ((*rr = sd_bus_message_enter_container(m, 'a', sig + 1)) <= 0)
                         return o;
                 while ((*rr = sd_bus_message_enter_container(m, 'e', entry)) > 0) {
-                        struct json_object *k = read_basic(m, entry[0], rr);
+                        struct json_object *k = bus_basic_to_json(m, entry[0], rr);
                         struct json_object *v = *rr > 0 ? read_value(m, entry + 1, rr) : NULL;
                         if (k && v)
                                 json_object_object_add(o, json_object_get_string(k), v);
@@ -168,7 +135,7 @@ static struct json_object *read_value(sd_bus_message *m, const char *sig, int *r
                         *rr = sd_bus_message_exit_container(m);
                 return a;
         }
-        return read_basic(m, sig[0], rr);
+        return bus_basic_to_json(m, sig[0], rr);
 }
 
 static struct json_object *read_variant_value(sd_bus_message *m, int *rr) {
@@ -503,11 +470,13 @@ static int method_get_stats(sd_bus_message *m, void *userdata, sd_bus_error *err
         async_llm_stats(s->model.llm, &st);
         const struct engine_stats *e = &st.engine.stats;
         return sd_bus_reply_method_return(
-                m, "a{sv}", 10, "state", "s", engine_state(s), "num_requests_running", "u", e->n_running,
+                m, "a{sv}", 12, "state", "s", engine_state(s), "num_requests_running", "u", e->n_running,
                 "num_requests_waiting", "u", e->n_waiting + st.engine.n_deferred, "kv_blocks_used", "u", e->kv_blocks_used,
                 "kv_blocks_total", "u", e->kv_blocks_total, "prompt_tokens", "t", e->prompt_tokens, "generation_tokens", "t",
                 e->generation_tokens, "preemptions", "t", e->preemptions, "prefix_cache_hits", "t", e->prefix_hit_tokens,
-                "requests_in_flight", "u", s->requests.n);
+                "prefix_cache_queries", "t", e->prefix_query_tokens, "kv_cache_usage", "d",
+                e->kv_blocks_total ? (double) e->kv_blocks_used / e->kv_blocks_total : 0.0, "requests_in_flight", "u",
+                s->requests.n);
 }
 
 static int method_list_requests(sd_bus_message *m, void *userdata, sd_bus_error *error) {

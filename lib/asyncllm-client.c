@@ -719,6 +719,11 @@ int asyncllm_client_connect_fd(asyncllm_client *c, int fd) {
         q = client_run_until(c, handshake_over, NULL);
         if (q == 0 && c->state == CLIENT_READY)
                 return 0;
+        /* The handshake went through and the connection ended behind it (a short stream of
+         * an attached request, read whole): connected, and process() reports the end after
+         * the outputs that came. */
+        if (q == 0 && c->state == CLIENT_DEAD && c->protocol == ASYNCLLM_PROTOCOL_VERSION)
+                return 0;
         if (q == 0)
                 q = c->dead_error;
         disconnect(c);
@@ -850,6 +855,23 @@ int client_submit_generate(asyncllm_client *c, const asyncllm_request *r, asyncl
 int asyncllm_client_submit_generate(asyncllm_client *c, const asyncllm_request *r, asyncllm_output_fn cb,
                                     void *userdata, char **ret_id) {
         return client_submit_generate(c, r, cb, userdata, ret_id);
+}
+
+int asyncllm_client_attach_generate(asyncllm_client *c, const char *request_id, asyncllm_output_fn cb,
+                                    void *userdata) {
+        struct pending *p;
+
+        if (!client_id_valid(request_id))
+                return client_set_error(c, -EINVAL, NULL, "not a request id");
+        if (c->state == CLIENT_DEAD)
+                return check_ready(c);
+        if (client_id_table_get(&c->by_id, request_id))
+                return client_set_error(c, -EEXIST, NULL, "a request with id \"%s\" is in flight already", request_id);
+        if (!(p = pending_add(c, PENDING_GENERATE, request_id)))
+                return client_set_error(c, -ENOMEM, NULL, "out of memory");
+        p->output_cb = cb;
+        p->userdata = userdata;
+        return 0;
 }
 
 /* {"op": op, ...args}, args a JSON object as text or NULL. */

@@ -258,6 +258,17 @@ size_t asyncllm_client_pending(const asyncllm_client *c);
  * much is submitted ahead is the caller's choice (asyncllm_client_pending()). */
 int asyncllm_client_submit_generate(asyncllm_client *c, const asyncllm_request *r, asyncllm_output_fn cb,
                                     void *userdata, char **ret_id);
+/* Expects the outputs of a generate request that was started some other way and whose
+ * lines come on this connection under request_id, such as the stream that the D-Bus method
+ * Generate hands out: cb gets them as if asyncllm_client_submit_generate() had sent it.
+ * Nothing is sent. Call it before asyncllm_client_connect_fd(), so that outputs right behind
+ * the hello are not missed (cb may then run from inside the connect, and a stream that ended
+ * with them still connects); a failed connect drops it. A callback that gives the request up
+ * sends an abort for it on this connection, which a stream that is not read ignores: abort
+ * such a request where it was started (D-Bus Abort) or close the connection. -EINVAL (not
+ * an id), -EEXIST (in flight already), -ENOTCONN (the connection failed), -ENOMEM. */
+int asyncllm_client_attach_generate(asyncllm_client *c, const char *request_id, asyncllm_output_fn cb,
+                                    void *userdata);
 /* Queues a control op, as asyncllm_client_call(); cb (may be NULL) gets the reply. */
 int asyncllm_client_submit_call(asyncllm_client *c, const char *op, const char *args_json, asyncllm_reply_fn cb,
                                 void *userdata, char **ret_id);

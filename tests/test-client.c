@@ -1119,6 +1119,47 @@ START_TEST(test_request_on_the_wire) {
 }
 END_TEST
 
+/* A request started elsewhere (the D-Bus Generate stream): its lines, right behind the hello,
+ * reach the attached callback; lines for other ids are ignored. */
+START_TEST(test_attach_generate) {
+        asyncllm_client *c = NULL;
+        struct seen s = { 0 };
+        int fds[2];
+        static const char lines[] =
+                HELLO_V1 "\n"
+                "{\"id\": \"other\", \"outputs\": [{\"index\": 0, \"text\": \"x\"}], \"finished\": false}\n"
+                "{\"id\": \"bus7\", \"outputs\": [{\"index\": 0, \"text\": \" tok1\", \"token_ids\": [1], "
+                "\"finish_reason\": null}], \"finished\": false}\n"
+                "{\"id\": \"bus7\", \"outputs\": [{\"index\": 0, \"text\": \" tok2\", \"token_ids\": [2], "
+                "\"finish_reason\": \"length\"}], \"finished\": true, "
+                "\"usage\": {\"prompt_tokens\": 2, \"completion_tokens\": 2}}\n";
+
+        ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+        ck_assert_int_eq(write(fds[1], lines, strlen(lines)), (ssize_t) strlen(lines));
+        close(fds[1]); /* the daemon's end closes after the last output */
+        ck_assert_int_eq(asyncllm_client_new(&c), 0);
+        ck_assert_int_eq(asyncllm_client_attach_generate(c, "", record, &s), -EINVAL);
+        ck_assert_int_eq(asyncllm_client_attach_generate(c, "bus7", record, &s), 0);
+        ck_assert_int_eq(asyncllm_client_attach_generate(c, "bus7", record, &s), -EEXIST);
+        ck_assert_uint_eq(asyncllm_client_pending(c), 1);
+        ck_assert_int_eq(asyncllm_client_connect_fd(c, fds[0]), 0);
+        while (asyncllm_client_pending(c) > 0)
+                if (asyncllm_client_wait(c, 20 * 1000000ull) < 0)
+                        break;
+        ck_assert_uint_eq(s.n, 2);
+        ck_assert_str_eq(s.id[0], "bus7");
+        ck_assert_str_eq(s.texts[0], " tok1");
+        ck_assert_str_eq(s.texts[1], " tok2");
+        ck_assert(s.done[1]);
+        ck_assert_str_eq(s.finish[1], "length");
+        ck_assert_int_eq(s.completion_tokens, 2);
+        /* the connection is over now: nothing more can be attached */
+        (void) asyncllm_client_process(c);
+        ck_assert_int_eq(asyncllm_client_attach_generate(c, "bus8", record, &s), -ENOTCONN);
+        asyncllm_client_free(c);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("client");
         TCase *tc = tcase_create("core");
@@ -1137,6 +1178,7 @@ int main(void) {
         tcase_add_test(tc, test_blocking_and_nonblocking_mixed);
         tcase_add_test(tc, test_request_json);
         tcase_add_test(tc, test_request_on_the_wire);
+        tcase_add_test(tc, test_attach_generate);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
