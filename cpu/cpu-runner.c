@@ -13,6 +13,16 @@
 #include "quantize.h"
 #include "thread-pool.h"
 
+/* A matmul's input: the floats (normed input, attention output or the feed-forward's h),
+ * their q8_1 blocks and the blocks' d and s as floats. */
+struct activations {
+        float *xn;             /* (tokens, max_dim) */
+        struct block_q8_1 *xq; /* (tokens, max_dim / 32) */
+        float *ds;             /* (tokens, max_dim / 32, 2) */
+};
+
+#define SMALL_BATCH 4
+
 struct cpu_runner {
         const struct model *model;
         struct cpu_runner_config config;
@@ -24,9 +34,12 @@ struct cpu_runner {
 
         /* Scratch for one step, T = max_batch_tokens, reused across steps. */
         float *x;                /* (T, n_embd) the residual stream */
-        float *xn;               /* (T, max_dim) normed input or attention output */
-        struct block_q8_1 *xq;   /* (T, max_dim / 32) xn quantized */
-        float *xq_ds;            /* (T, max_dim / 32, 2) their d and s as floats */
+        struct activations shared; /* (T, ...) written by the threads together */
+        /* Per thread, for batches of at most SMALL_BATCH tokens: each thread normalizes and
+         * quantizes the whole (small) batch itself, which saves the barrier after each such
+         * phase; the values are the same on every thread. NULL when some weight has no tile
+         * kernel (the float path reads the shared xn). */
+        struct activations *own;
         float *q;                /* (T, q_dim) */
         float *k;                /* (T, kv_dim) */
         float *v;                /* (T, kv_dim) */
@@ -50,6 +63,33 @@ static void *alloc_scratch(struct cpu_runner *r, size_t n, size_t size) {
 
 static void *alloc_floats(struct cpu_runner *r, size_t n) {
         return alloc_scratch(r, n, sizeof(float));
+}
+
+static bool activations_alloc(struct cpu_runner *r, size_t tokens, struct activations *a) {
+        a->xn = alloc_floats(r, tokens * r->max_dim);
+        a->xq = alloc_scratch(r, tokens * (r->max_dim / QUANT_BLOCK), sizeof(struct block_q8_1));
+        a->ds = alloc_floats(r, tokens * (r->max_dim / QUANT_BLOCK) * 2);
+        return a->xn && a->xq && a->ds;
+}
+
+static void activations_free(struct activations *a) {
+        free(a->xn);
+        free(a->xq);
+        free(a->ds);
+}
+
+static bool all_weights_tiled(const struct cpu_runner *r) {
+        const struct model *m = r->model;
+        if (!dot_tile_kernel_for(r->kernels, m->output.type))
+                return false;
+        for (uint32_t i = 0; i < m->hp.n_layer; i++) {
+                const struct model_layer *l = &m->layers[i];
+                const struct weight *w[] = { &l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down };
+                for (size_t k = 0; k < sizeof(w) / sizeof(*w); k++)
+                        if (!dot_tile_kernel_for(r->kernels, w[k]->type))
+                                return false;
+        }
+        return true;
 }
 
 int cpu_runner_new(const struct model *model, const struct cpu_runner_config *config, struct cpu_runner **ret,
@@ -94,9 +134,13 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
         r->thread_scratch_stride = group * ((size_t) config->max_model_len + 16) + r->max_dim +
                                    (size_t) group * 64 * hp->head_dim;
         r->x = alloc_floats(r, T * hp->n_embd);
-        r->xn = alloc_floats(r, T * r->max_dim);
-        r->xq = alloc_scratch(r, T * (r->max_dim / QUANT_BLOCK), sizeof(struct block_q8_1));
-        r->xq_ds = alloc_floats(r, T * (r->max_dim / QUANT_BLOCK) * 2);
+        bool ok = activations_alloc(r, T, &r->shared);
+        if (ok && all_weights_tiled(r)) {
+                r->own = calloc(config->n_threads, sizeof(*r->own));
+                for (unsigned i = 0; r->own && i < config->n_threads; i++)
+                        ok = ok && activations_alloc(r, SMALL_BATCH, &r->own[i]);
+                ok = ok && r->own;
+        }
         r->q = alloc_floats(r, T * r->q_dim);
         r->k = alloc_floats(r, T * r->kv_dim);
         r->v = alloc_floats(r, T * r->kv_dim);
@@ -105,7 +149,7 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
         r->rope_cos = alloc_floats(r, T * (hp->rope_dim / 2));
         r->rope_sin = alloc_floats(r, T * (hp->rope_dim / 2));
         r->thread_scratch = alloc_floats(r, config->n_threads * r->thread_scratch_stride);
-        if (!r->x || !r->xn || !r->xq || !r->xq_ds || !r->q || !r->k || !r->v || !r->gate || !r->up || !r->rope_cos ||
+        if (!ok || !r->x || !r->q || !r->k || !r->v || !r->gate || !r->up || !r->rope_cos ||
             !r->rope_sin || !r->thread_scratch) {
                 cpu_runner_free(r);
                 return error_set(err, ENOMEM, "cannot allocate scratch for %zu tokens per step", T);
@@ -120,9 +164,10 @@ void cpu_runner_free(struct cpu_runner *r) {
         thread_pool_free(r->pool);
         kv_pool_free(r->kv);
         free(r->x);
-        free(r->xn);
-        free(r->xq);
-        free(r->xq_ds);
+        activations_free(&r->shared);
+        for (unsigned i = 0; r->own && i < r->config.n_threads; i++)
+                activations_free(&r->own[i]);
+        free(r->own);
         free(r->q);
         free(r->k);
         free(r->v);
@@ -162,9 +207,10 @@ static void rms_norm(const float *x, const float *weight, float *out, uint32_t n
  * result depends only on its row and token, never on the split or the batch: the tiles give
  * the bits of the single products. Rows go in tiles of four across the threads, and each
  * tile of weights (in L1) meets every token before the next is loaded. */
-static void matmul(const struct cpu_runner *r, const struct weight *w, const float *x, const struct block_q8_1 *xq,
-                   uint32_t n_tokens, float *out, uint32_t out_stride, bool accumulate, float *row_scratch, unsigned ith,
-                   unsigned nth) {
+static void matmul(const struct cpu_runner *r, const struct weight *w, const struct activations *a, uint32_t n_tokens,
+                   float *out, uint32_t out_stride, bool accumulate, float *row_scratch, unsigned ith, unsigned nth) {
+        const float *x = a->xn;
+        const struct block_q8_1 *xq = a->xq;
         uint64_t begin, end;
         size_t n_blocks = w->n_cols / QUANT_BLOCK;
         dot_q_fn dot = dot_kernel_for(r->kernels, w->type);
@@ -178,7 +224,7 @@ static void matmul(const struct cpu_runner *r, const struct weight *w, const flo
                         unsigned n = n_tokens - t0 < DOT_TILE_TOKENS ? n_tokens - t0 : DOT_TILE_TOKENS;
                         float v[DOT_TILE_TOKENS * DOT_TILE_ROWS];
                         tile(w->data + row0 * w->row_bytes, w->row_bytes, xq + (size_t) t0 * n_blocks,
-                             r->xq_ds + (size_t) t0 * n_blocks * 2, n_blocks, n, n_blocks, v);
+                             a->ds + (size_t) t0 * n_blocks * 2, n_blocks, n, n_blocks, v);
                         for (unsigned t = 0; t < n; t++)
                                 for (unsigned k = 0; k < DOT_TILE_ROWS; k++) {
                                         float *o = &out[(size_t) (t0 + t) * out_stride + row0 + k];
@@ -209,26 +255,26 @@ static void matmul(const struct cpu_runner *r, const struct weight *w, const flo
 }
 
 /* Normalizes and quantizes this thread's share of tokens: xn = norm(x) * weight, xq = q8(xn). */
-static void norm_tokens(struct cpu_runner *r, const float *weight, const int32_t *rows, uint32_t n_rows, unsigned ith,
-                        unsigned nth) {
+static void norm_tokens(struct cpu_runner *r, const struct activations *a, const float *weight, const int32_t *rows,
+                        uint32_t n_rows, unsigned ith, unsigned nth) {
         const struct model_hparams *hp = &r->model->hp;
         uint64_t begin, end;
         split(n_rows, ith, nth, &begin, &end);
         for (uint64_t i = begin; i < end; i++) {
                 uint32_t t = rows ? (uint32_t) rows[i] : (uint32_t) i;
-                float *xn = r->xn + i * hp->n_embd;
+                float *xn = a->xn + i * hp->n_embd;
                 rms_norm(r->x + (size_t) t * hp->n_embd, weight, xn, hp->n_embd, hp->rms_eps);
-                r->kernels->quantize_q8_1(xn, r->xq + i * (hp->n_embd / QUANT_BLOCK), r->xq_ds + i * (hp->n_embd / QUANT_BLOCK) * 2,
+                r->kernels->quantize_q8_1(xn, a->xq + i * (hp->n_embd / QUANT_BLOCK), a->ds + i * (hp->n_embd / QUANT_BLOCK) * 2,
                                           hp->n_embd);
         }
 }
 
-static void quantize_tokens(struct cpu_runner *r, const float *x, uint32_t width, uint32_t n_tokens, unsigned ith,
-                            unsigned nth) {
+static void quantize_tokens(struct cpu_runner *r, const struct activations *a, const float *x, uint32_t width,
+                            uint32_t n_tokens, unsigned ith, unsigned nth) {
         uint64_t begin, end;
         split(n_tokens, ith, nth, &begin, &end);
         for (uint64_t t = begin; t < end; t++)
-                r->kernels->quantize_q8_1(x + t * width, r->xq + t * (width / QUANT_BLOCK), r->xq_ds + t * (width / QUANT_BLOCK) * 2,
+                r->kernels->quantize_q8_1(x + t * width, a->xq + t * (width / QUANT_BLOCK), a->ds + t * (width / QUANT_BLOCK) * 2,
                                           width);
 }
 
@@ -340,7 +386,7 @@ static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
                 uint32_t n_lanes = prompt ? 16 : 64;
                 size_t head_offset = (size_t) kv_head * hd, lanes_stride = (size_t) 64 * hd;
                 const float *q = r->q + (size_t) t * r->q_dim + (size_t) kv_head * group * hd;
-                float *out = r->xn + (size_t) t * r->q_dim + (size_t) kv_head * group * hd;
+                float *out = r->shared.xn + (size_t) t * r->q_dim + (size_t) kv_head * group * hd;
 
                 /* The queries meet the f16 keys at f16 precision, as in the reference. */
                 memcpy(q16, q, (size_t) group * hd * sizeof(float));
@@ -388,14 +434,14 @@ static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
         }
 }
 
-static void swiglu(struct cpu_runner *r, unsigned ith, unsigned nth) {
+static void swiglu(struct cpu_runner *r, const struct activations *a, unsigned ith, unsigned nth) {
         uint32_t n_ff = r->model->hp.n_ff;
         uint64_t begin, end;
         split(r->batch->n_tokens, ith, nth, &begin, &end);
         for (uint64_t t = begin; t < end; t++) {
-                float *h = r->xn + t * n_ff;
+                float *h = a->xn + t * n_ff;
                 r->kernels->swiglu(h, r->gate + t * n_ff, r->up + t * n_ff, n_ff);
-                r->kernels->quantize_q8_1(h, r->xq + t * (n_ff / QUANT_BLOCK), r->xq_ds + t * (n_ff / QUANT_BLOCK) * 2, n_ff);
+                r->kernels->quantize_q8_1(h, a->xq + t * (n_ff / QUANT_BLOCK), a->ds + t * (n_ff / QUANT_BLOCK) * 2, n_ff);
         }
 }
 
@@ -418,6 +464,12 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
         uint32_t T = b->n_tokens;
         float *row_scratch = r->thread_scratch + ith * r->thread_scratch_stride +
                              (size_t) (hp->n_head / hp->n_head_kv) * (r->config.max_model_len + 16);
+        /* The phases that feed a matmul (norm, quantization, swiglu) run on every thread for
+         * the whole batch when it is small, on the thread's own activations: no barrier
+         * before the matmul. Otherwise the threads share them out. */
+        bool small = r->own && T <= SMALL_BATCH;
+        const struct activations *a = small ? &r->own[ith] : &r->shared;
+        unsigned feed_ith = small ? 0 : ith, feed_nth = small ? 1 : nth;
 
         embed(r, ith, nth);
         rope_tables(r, ith, nth);
@@ -426,35 +478,40 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
         for (uint32_t layer = 0; layer < hp->n_layer; layer++) {
                 const struct model_layer *l = &m->layers[layer];
 
-                norm_tokens(r, l->attn_norm, NULL, T, ith, nth);
-                thread_pool_barrier(pool);
-                matmul(r, &l->wq, r->xn, r->xq, T, r->q, r->q_dim, false, row_scratch, ith, nth);
-                matmul(r, &l->wk, r->xn, r->xq, T, r->k, r->kv_dim, false, row_scratch, ith, nth);
-                matmul(r, &l->wv, r->xn, r->xq, T, r->v, r->kv_dim, false, row_scratch, ith, nth);
+                norm_tokens(r, a, l->attn_norm, NULL, T, feed_ith, feed_nth);
+                if (!small)
+                        thread_pool_barrier(pool);
+                matmul(r, &l->wq, a, T, r->q, r->q_dim, false, row_scratch, ith, nth);
+                matmul(r, &l->wk, a, T, r->k, r->kv_dim, false, row_scratch, ith, nth);
+                matmul(r, &l->wv, a, T, r->v, r->kv_dim, false, row_scratch, ith, nth);
                 thread_pool_barrier(pool);
                 store_kv(r, layer, ith, nth);
                 thread_pool_barrier(pool);
-                attention(r, layer, ith, nth);
+                attention(r, layer, ith, nth); /* into shared.xn */
                 thread_pool_barrier(pool);
-                quantize_tokens(r, r->xn, r->q_dim, T, ith, nth);
-                thread_pool_barrier(pool);
-                matmul(r, &l->wo, r->xn, r->xq, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
+                quantize_tokens(r, a, r->shared.xn, r->q_dim, T, feed_ith, feed_nth);
+                if (!small)
+                        thread_pool_barrier(pool);
+                matmul(r, &l->wo, a, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
                 thread_pool_barrier(pool);
 
-                norm_tokens(r, l->ffn_norm, NULL, T, ith, nth);
+                norm_tokens(r, a, l->ffn_norm, NULL, T, feed_ith, feed_nth);
+                if (!small)
+                        thread_pool_barrier(pool);
+                matmul(r, &l->w_gate, a, T, r->gate, hp->n_ff, false, row_scratch, ith, nth);
+                matmul(r, &l->w_up, a, T, r->up, hp->n_ff, false, row_scratch, ith, nth);
                 thread_pool_barrier(pool);
-                matmul(r, &l->w_gate, r->xn, r->xq, T, r->gate, hp->n_ff, false, row_scratch, ith, nth);
-                matmul(r, &l->w_up, r->xn, r->xq, T, r->up, hp->n_ff, false, row_scratch, ith, nth);
-                thread_pool_barrier(pool);
-                swiglu(r, ith, nth);
-                thread_pool_barrier(pool);
-                matmul(r, &l->w_down, r->xn, r->xq, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
+                swiglu(r, a, feed_ith, feed_nth);
+                if (!small)
+                        thread_pool_barrier(pool);
+                matmul(r, &l->w_down, a, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
                 thread_pool_barrier(pool);
         }
 
-        norm_tokens(r, m->output_norm, b->output_tokens, b->n_outputs, ith, nth);
-        thread_pool_barrier(pool);
-        matmul(r, &m->output, r->xn, r->xq, b->n_outputs, r->logits, hp->n_vocab, false, row_scratch, ith, nth);
+        norm_tokens(r, a, m->output_norm, b->output_tokens, b->n_outputs, feed_ith, feed_nth);
+        if (!small)
+                thread_pool_barrier(pool);
+        matmul(r, &m->output, a, b->n_outputs, r->logits, hp->n_vocab, false, row_scratch, ith, nth);
 }
 
 static int validate_batch(const struct cpu_runner *r, const struct batch *b, struct error *err) {
