@@ -34,6 +34,7 @@
 #include <json-c/json.h>
 
 #include "async-llm.h"
+#include "bench-util.h"
 #include "clock.h"
 #include "cpu-runner.h"
 #include "model.h"
@@ -115,11 +116,6 @@ static int samples_push(struct samples *s, double v, unsigned count) {
         return 0;
 }
 
-static int compare_double(const void *a, const void *b) {
-        double x = *(const double *) a, y = *(const double *) b;
-        return (x > y) - (x < y);
-}
-
 struct summary {
         size_t n;
         double median, p90, max, mean;
@@ -146,7 +142,7 @@ static struct summary summarize(const struct samples *s, bool *oom) {
                 return r;
         }
         memcpy(v, s->v, s->n * sizeof(double));
-        qsort(v, s->n, sizeof(double), compare_double);
+        qsort(v, s->n, sizeof(double), bench_compare_double);
         double sum = 0;
         for (size_t i = 0; i < s->n; i++)
                 sum += v[i];
@@ -370,16 +366,6 @@ static void usage(FILE *f) {
                 "  --check                       exit 1 when the 2x check (interpolated baseline) fails\n");
 }
 
-static int parse_uint(const char *s, unsigned *ret) {
-        char *end;
-        errno = 0;
-        unsigned long v = strtoul(s, &end, 10);
-        if (errno || end == s || *end || v > UINT32_MAX || *s == '-')
-                return -EINVAL;
-        *ret = (unsigned) v;
-        return 0;
-}
-
 int main(int argc, char **argv) {
         enum {
                 ARG_BUDGET = 0x100,
@@ -448,7 +434,7 @@ int main(int argc, char **argv) {
                 case 'h': usage(stdout); return 0;
                 default: usage(stderr); return 2;
                 }
-                if (target && parse_uint(optarg, target) < 0) {
+                if (target && bench_parse_uint(optarg, target) < 0) {
                         fprintf(stderr, "bench-decode-stall: invalid number '%s' for --%s\n", optarg,
                                 c == 't' ? "threads" : options[c - ARG_BUDGET + 2].name);
                         return 2;
