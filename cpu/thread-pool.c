@@ -12,12 +12,7 @@
 
 #include "thread-pool.h"
 
-/* How long a thread spins at a barrier before it sleeps adapts: waits that end while spinning
- * (a quiet machine, balanced work) let it grow; waits that end asleep (other processes hold
- * the cores, so the partner is not running) shrink it, since spinning then only takes CPU
- * from the thread being waited for. */
-#define BARRIER_SPINS_MIN 64
-#define BARRIER_SPINS_MAX 20000
+#define BARRIER_SPINS 20000
 
 struct thread_pool {
         unsigned n_threads;
@@ -34,7 +29,6 @@ struct thread_pool {
         _Atomic unsigned barrier_arrived;
         _Atomic unsigned barrier_generation;
         _Atomic unsigned barrier_sleepers;
-        _Atomic unsigned barrier_spins;
 };
 
 struct worker_arg {
@@ -67,17 +61,11 @@ void thread_pool_barrier(struct thread_pool *pool) {
                         futex_wake_all(&pool->barrier_generation);
                 return;
         }
-        unsigned spins = atomic_load_explicit(&pool->barrier_spins, memory_order_relaxed);
-        for (unsigned i = 0; i < spins; i++) {
-                if (atomic_load_explicit(&pool->barrier_generation, memory_order_acquire) != generation) {
-                        if (spins < BARRIER_SPINS_MAX)
-                                atomic_store_explicit(&pool->barrier_spins, spins + spins / 4 + 1, memory_order_relaxed);
+        for (unsigned i = 0; i < BARRIER_SPINS; i++) {
+                if (atomic_load_explicit(&pool->barrier_generation, memory_order_acquire) != generation)
                         return;
-                }
                 cpu_relax();
         }
-        if (spins / 2 >= BARRIER_SPINS_MIN)
-                atomic_store_explicit(&pool->barrier_spins, spins / 2, memory_order_relaxed);
         atomic_fetch_add_explicit(&pool->barrier_sleepers, 1, memory_order_acq_rel);
         while (atomic_load_explicit(&pool->barrier_generation, memory_order_acquire) == generation)
                 futex_wait(&pool->barrier_generation, generation);
@@ -140,7 +128,6 @@ int thread_pool_new(unsigned n_threads, struct thread_pool **ret, struct error *
         if (!pool)
                 return error_set(err, ENOMEM, "out of memory");
         pool->n_threads = n_threads;
-        pool->barrier_spins = BARRIER_SPINS_MAX;
         pool->threads = calloc(n_threads, sizeof(*pool->threads));
         if (!pool->threads) {
                 free(pool);
