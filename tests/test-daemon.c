@@ -254,7 +254,7 @@ static void client_hello(struct client *c, const char *path) {
 static struct json_object *call(struct client *c, const char *line, const char *id) {
         client_send(c, line);
         for (;;) {
-                struct json_object *o = client_read(c, 60);
+                struct json_object *o = client_read(c, 60 * slowdown());
                 ck_assert_msg(o, "no answer to %s", line);
                 const char *oid = str_at(o, "id");
                 if (oid && strcmp(oid, id) == 0) {
@@ -638,7 +638,7 @@ START_TEST(test_slow_client) {
         struct client slow, watcher;
         client_hello(&slow, d.socket);
         client_hello(&watcher, d.socket);
-        /* prompt logprobs make big lines: 4 x ~400 KB, far more than a socket buffer */
+        /* prompt logprobs make big first lines: 4 x ~400 KB, far more than a socket buffer */
         char *line = malloc(16384);
         ck_assert_ptr_nonnull(line);
         for (int i = 0; i < 4; i++) {
@@ -646,7 +646,7 @@ START_TEST(test_slow_client) {
                 for (int k = 0; k < 60; k++)
                         n += snprintf(line + n, 16384 - (size_t) n, "The quick brown fox %d jumps over the lazy dog. ", k * 7 + i);
                 snprintf(line + n, 16384 - (size_t) n,
-                         "\",\"params\":{\"max_tokens\":2000,\"ignore_eos\":true,\"logprobs\":20,\"prompt_logprobs\":20}}\n");
+                         "\",\"params\":{\"max_tokens\":32,\"ignore_eos\":true,\"prompt_logprobs\":20}}\n");
                 client_send(&slow, line);
         }
         free(line);
