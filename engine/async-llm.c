@@ -62,6 +62,8 @@ struct async_stream {
         uint32_t num_cached_tokens;
         struct request_metrics metrics;
         char *error;
+        int error_code;     /* the engine's -errno with error, when it gave one */
+        double retry_after; /* with -EAGAIN */
 
         struct async_child *children;
         uint32_t n_children, n_finished;
@@ -307,8 +309,13 @@ static void on_update(struct engine_update *u, void *userdata) {
                                 check_stop_strings(c, c->text_len - len);
                         if (!c->finished) {
                                 c->stop_reason_token = u->stop_token;
-                                if (u->finish_reason == FINISH_ERROR || u->error)
+                                if (u->finish_reason == FINISH_ERROR || u->error) {
+                                        if (!s->error) {
+                                                s->error_code = u->error;
+                                                s->retry_after = u->retry_after;
+                                        }
                                         fail_stream(s, u->message ? u->message : "the engine failed the request");
+                                }
                                 finish_child(c, u->error ? FINISH_ERROR : u->finish_reason);
                         }
                 }
@@ -417,6 +424,7 @@ static int submit_children(struct async_llm *llm, struct async_stream *s, const 
                 struct request_spec spec = {
                         .id = c->engine_id, .prompt = prompt, .n_prompt = n_prompt, .params = &child,
                         .priority = req->priority, .latency_sensitive = req->latency_sensitive, .slo = req->slo,
+                        .ttft_slo = req->ttft_slo,
                         .arrival_time = s->metrics.arrival_time, .owner = c,
                 };
                 int r = engine_thread_add(llm->engine, &spec, err);
@@ -604,6 +612,8 @@ static struct request_output *build_output(struct async_stream *s) {
         }
         if (s->error && !(o->error = strdup(s->error)))
                 goto fail;
+        o->error_code = s->error ? s->error_code : 0;
+        o->retry_after = s->retry_after;
         return o;
 fail:
         request_output_free(o);

@@ -47,7 +47,8 @@ struct generate_request {
         const struct sampling_params *params;
         int32_t priority;
         bool latency_sensitive;
-        double slo;              /* seconds per output token; 0 = none */
+        double slo;              /* seconds per output token; 0 = the engine's default */
+        double ttft_slo;         /* seconds to the first token; 0 = the engine's default */
 };
 
 /* config must be finalized (engine_config_finalize); tk and backend outlive the engine. */

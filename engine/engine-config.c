@@ -19,6 +19,10 @@ void engine_config_init_default(struct engine_config *c) {
                 .seed = 0,
                 .max_logprobs = SAMPLING_DEFAULT_MAX_LOGPROBS,
                 .decode_stall_limit = 2.0,
+                .slo_admission = SLO_ADMISSION_REJECT,
+                .default_slo = 0.05,
+                .default_ttft_slo = 1.0,
+                .slo_kv_reserve = 0.1,
         };
 }
 
@@ -42,13 +46,19 @@ int engine_config_finalize(struct engine_config *c, uint32_t model_context_len, 
         if (!(c->decode_stall_limit == 0 || (c->decode_stall_limit > 1 && c->decode_stall_limit <= 1000)))
                 return error_set(err, EINVAL, "decode_stall_limit must be 0 (no limit) or in (1, 1000], got %g",
                                  c->decode_stall_limit);
+        if (!(c->default_slo > 0 && c->default_slo <= 3600))
+                return error_set(err, EINVAL, "default_slo must be in (0, 3600] seconds per token, got %g", c->default_slo);
+        if (!(c->default_ttft_slo > 0 && c->default_ttft_slo <= 3600))
+                return error_set(err, EINVAL, "default_ttft_slo must be in (0, 3600] seconds, got %g", c->default_ttft_slo);
+        if (!(c->slo_kv_reserve >= 0 && c->slo_kv_reserve < 1))
+                return error_set(err, EINVAL, "slo_kv_reserve must be a fraction in [0, 1), got %g", c->slo_kv_reserve);
         if (c->max_logprobs < 0)
                 return error_set(err, EINVAL, "max_logprobs must be >= 0, got %d", c->max_logprobs);
         return 0;
 }
 
 const char *scheduling_policy_name(enum scheduling_policy p) {
-        return p == SCHEDULING_PRIORITY ? "priority" : "fcfs";
+        return p == SCHEDULING_PRIORITY ? "priority" : p == SCHEDULING_SLO ? "slo" : "fcfs";
 }
 
 int scheduling_policy_from_string(const char *s, enum scheduling_policy *ret) {
@@ -56,6 +66,22 @@ int scheduling_policy_from_string(const char *s, enum scheduling_policy *ret) {
                 *ret = SCHEDULING_FCFS;
         else if (strcmp(s, "priority") == 0)
                 *ret = SCHEDULING_PRIORITY;
+        else if (strcmp(s, "slo") == 0)
+                *ret = SCHEDULING_SLO;
+        else
+                return -EINVAL;
+        return 0;
+}
+
+const char *slo_admission_name(enum slo_admission a) {
+        return a == SLO_ADMISSION_DEMOTE ? "demote" : "reject";
+}
+
+int slo_admission_from_string(const char *s, enum slo_admission *ret) {
+        if (strcmp(s, "reject") == 0)
+                *ret = SLO_ADMISSION_REJECT;
+        else if (strcmp(s, "demote") == 0)
+                *ret = SLO_ADMISSION_DEMOTE;
         else
                 return -EINVAL;
         return 0;

@@ -11,6 +11,13 @@
 enum scheduling_policy {
         SCHEDULING_FCFS,
         SCHEDULING_PRIORITY,
+        SCHEDULING_SLO, /* latency-sensitive requests meet their deadlines; best-effort fills the rest */
+};
+
+/* What the slo policy does with a latency-sensitive request whose SLO it cannot meet. */
+enum slo_admission {
+        SLO_ADMISSION_REJECT, /* refuse it at once (-EAGAIN) with a retry hint */
+        SLO_ADMISSION_DEMOTE, /* serve it as best-effort */
 };
 
 struct engine_config {
@@ -28,6 +35,11 @@ struct engine_config {
         /* With decodes running, a step's prompt tokens are limited so that it takes at most
          * this many times a decode-only step (engine/stall-guard.h); 0 = no limit. */
         double decode_stall_limit;
+        /* The slo policy (engine/slo-scheduler.h). */
+        enum slo_admission slo_admission;
+        double default_slo;      /* seconds per output token for latency-sensitive requests without one */
+        double default_ttft_slo; /* seconds to the first token for latency-sensitive requests without one */
+        double slo_kv_reserve;   /* fraction of the KV blocks best-effort work may not take */
 };
 
 void engine_config_init_default(struct engine_config *c);
@@ -37,3 +49,5 @@ int engine_config_finalize(struct engine_config *c, uint32_t model_context_len, 
 
 const char *scheduling_policy_name(enum scheduling_policy p);
 int scheduling_policy_from_string(const char *s, enum scheduling_policy *ret);
+const char *slo_admission_name(enum slo_admission a);
+int slo_admission_from_string(const char *s, enum slo_admission *ret);

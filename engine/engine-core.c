@@ -167,6 +167,11 @@ static int validate(const struct engine_core *ec, const struct request_spec *spe
         if (spec->n_prompt >= ec->config.max_model_len)
                 return error_set(err, EINVAL, "prompt has %u tokens; it must be shorter than max_model_len (%u)",
                                  spec->n_prompt, ec->config.max_model_len);
+        if (!(spec->slo >= 0 && spec->slo <= 3600))
+                return error_set(err, EINVAL, "slo must be in (0, 3600] seconds per output token (0 = the default), got %g",
+                                 spec->slo);
+        if (!(spec->ttft_slo >= 0 && spec->ttft_slo <= 3600))
+                return error_set(err, EINVAL, "ttft_slo must be in (0, 3600] seconds (0 = the default), got %g", spec->ttft_slo);
         for (uint32_t i = 0; i < spec->n_prompt; i++)
                 if (spec->prompt[i] < 0 || (uint32_t) spec->prompt[i] >= ec->n_vocab)
                         return error_set(err, EINVAL, "prompt token id %d at position %u is outside the vocabulary [0, %u)",
@@ -174,7 +179,9 @@ static int validate(const struct engine_core *ec, const struct request_spec *spe
         return sampling_params_validate(spec->params, (int32_t) ec->n_vocab, ec->config.max_logprobs, err);
 }
 
-int engine_core_add_request(struct engine_core *ec, const struct request_spec *spec, struct error *err) {
+int engine_core_add_request(struct engine_core *ec, const struct request_spec *spec, double *retry_after,
+                            struct error *err) {
+        (void) retry_after;
         struct request *r;
         int rc;
         if (ec->dead)
@@ -186,6 +193,10 @@ int engine_core_add_request(struct engine_core *ec, const struct request_spec *s
         uint64_t order = ec->next_arrival++;
         if ((rc = request_new(spec, order, (int32_t) ec->n_vocab, ec->config.seed + order, &r, err)) < 0)
                 return rc;
+        if (!r->slo)
+                r->slo = ec->config.default_slo;
+        if (!r->ttft_slo)
+                r->ttft_slo = ec->config.default_ttft_slo;
         if ((rc = id_map_put(&ec->requests, r)) < 0 || (rc = scheduler_add(&ec->sched, r)) < 0) {
                 id_map_remove(&ec->requests, r);
                 request_free(r);

@@ -34,6 +34,13 @@ struct engine_stats {
         uint64_t steps;
         uint64_t scheduled_tokens;  /* summed over steps: tokens per step = scheduled_tokens / steps */
         uint64_t finished[FINISH_ERROR + 1]; /* by finish reason */
+        /* slo policy: admission control, and the step-time model's relative error
+         * |predicted - measured| / measured over its recent steps (0 before any). */
+        uint64_t slo_rejected;
+        uint64_t slo_demoted;
+        uint64_t step_model_samples;
+        double step_model_error_p50;
+        double step_model_error_p99;
 };
 
 /* Called after the batch ran and before its results are recorded: the place to apply
@@ -47,8 +54,11 @@ void engine_core_free(struct engine_core *ec);
 void engine_core_set_hook(struct engine_core *ec, engine_core_hook hook, void *userdata);
 
 /* Validates and queues a request; a bad one fails alone with a message naming the
- * parameter. -EEXIST for an id in flight, -EINVAL, -ENOMEM, -ESHUTDOWN once dead. */
-int engine_core_add_request(struct engine_core *ec, const struct request_spec *spec, struct error *err);
+ * parameter. -EEXIST for an id in flight, -EINVAL, -ENOMEM, -ESHUTDOWN once dead; -EAGAIN
+ * when the slo policy refuses a latency-sensitive request whose SLO it cannot meet now,
+ * with *retry_after (may be NULL) set to the seconds after which a retry may succeed. */
+int engine_core_add_request(struct engine_core *ec, const struct request_spec *spec, double *retry_after,
+                            struct error *err);
 
 /* Finishes the request with "abort" and frees its blocks now. Unknown or finished ids are
  * ignored (false). */

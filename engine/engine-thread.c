@@ -349,14 +349,14 @@ static void reply(struct engine_thread *et, struct command *c, int rc, const cha
 
 /* The final update of a request the engine never took (refused or aborted while held back). */
 static void emit_refusal(struct engine_thread *et, void *owner, enum finish_reason reason, int error,
-                         const char *message) {
+                         const char *message, double retry_after) {
         struct event *e = calloc(1, sizeof(*e));
         if (!e)
                 return;
         e->type = EVENT_UPDATE;
         e->update = (struct engine_update) {
                 .owner = owner, .finished = true, .finish_reason = reason, .stop_token = -1, .error = error,
-                .message = message ? strdup(message) : NULL,
+                .retry_after = retry_after, .message = message ? strdup(message) : NULL,
         };
         emit(et, e);
 }
@@ -438,9 +438,11 @@ static void collect_outputs(struct engine_thread *et) {
 
 static void add_to_core(struct engine_thread *et, struct command *c) {
         struct error err = { 0 };
-        int r = engine_core_add_request(et->core, &c->spec, &err);
+        double retry_after = 0;
+        int r = engine_core_add_request(et->core, &c->spec, &retry_after, &err);
         if (r < 0)
-                emit_refusal(et, c->spec.owner, FINISH_ERROR, r, r == -ESHUTDOWN ? et->dead_message : err.message);
+                emit_refusal(et, c->spec.owner, FINISH_ERROR, r, r == -ESHUTDOWN ? et->dead_message : err.message,
+                             retry_after);
         command_free(c);
 }
 
@@ -464,7 +466,7 @@ static bool abort_deferred(struct engine_thread *et, const char *id) {
                         if (!*p)
                                 et->deferred_tail = p;
                         et->n_deferred--;
-                        emit_refusal(et, c->spec.owner, FINISH_ABORT, 0, NULL);
+                        emit_refusal(et, c->spec.owner, FINISH_ABORT, 0, NULL, 0);
                         command_free(c);
                         return true;
                 }

@@ -36,6 +36,7 @@ struct engine_update {
         int32_t stop_token;           /* the stop_token_ids entry that ended it, else -1 */
         double scheduled_time, first_token_time, last_token_time; /* monotonic seconds; 0 = not yet */
         int error;                    /* -errno when the engine refused or failed it */
+        double retry_after;           /* with -EAGAIN (overloaded): seconds until a retry may succeed */
         char *message;                /* why, when error != 0 or finish_reason is error */
 };
 

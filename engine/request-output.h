@@ -43,6 +43,8 @@ struct request_output {
         struct sample_result *prompt_logprobs; /* (n_prompt), entry 0 empty; NULL when not asked for or already sent */
         struct request_metrics metrics;
         char *error;                       /* why the request failed, when it did */
+        int error_code;                    /* -errno with error: -EAGAIN = refused as overloaded */
+        double retry_after;                /* with -EAGAIN: seconds until a retry may succeed */
 };
 
 void request_output_free(struct request_output *o);

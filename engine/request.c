@@ -39,6 +39,7 @@ int request_new(const struct request_spec *spec, uint64_t arrival_order, int32_t
         r->priority = spec->priority;
         r->latency_sensitive = spec->latency_sensitive;
         r->slo = spec->slo;
+        r->ttft_slo = spec->ttft_slo;
         r->params = *p;
         r->params.logit_bias = copy_array(p->logit_bias, p->n_logit_bias, sizeof(*p->logit_bias));
         r->params.allowed_token_ids = copy_array(p->allowed_token_ids, p->n_allowed_token_ids, sizeof(int32_t));

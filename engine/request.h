@@ -35,8 +35,12 @@ struct request_spec {
         uint32_t n_prompt;
         const struct sampling_params *params;
         int32_t priority;       /* lower is served first under the priority policy */
-        bool latency_sensitive; /* carried for the SLO-aware policy */
-        double slo;             /* seconds per output token; 0 = none */
+        /* Scheduling class, used by the slo policy: latency-sensitive requests get their
+         * tokens by deadlines (slo seconds per output token after the first, ttft_slo
+         * seconds to the first; 0 = the engine's default); best-effort ones get the rest. */
+        bool latency_sensitive;
+        double slo;
+        double ttft_slo;
         double arrival_time;    /* CLOCK_MONOTONIC seconds; 0 = now */
         void *owner;            /* the caller's, handed back with every output */
 };
@@ -46,8 +50,8 @@ struct request {
         void *owner;
         uint64_t arrival_order;
         int32_t priority;
-        bool latency_sensitive;
-        double slo;
+        bool latency_sensitive; /* false once demoted by admission control */
+        double slo, ttft_slo;   /* defaults resolved */
 
         struct sampling_params params; /* its arrays point into the request's own copies */
         struct sampler_seq sampler;
