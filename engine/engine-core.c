@@ -181,7 +181,6 @@ static int validate(const struct engine_core *ec, const struct request_spec *spe
 
 int engine_core_add_request(struct engine_core *ec, const struct request_spec *spec, double *retry_after,
                             struct error *err) {
-        (void) retry_after;
         struct request *r;
         int rc;
         if (ec->dead)
@@ -197,6 +196,11 @@ int engine_core_add_request(struct engine_core *ec, const struct request_spec *s
                 r->slo = ec->config.default_slo;
         if (!r->ttft_slo)
                 r->ttft_slo = ec->config.default_ttft_slo;
+        if (ec->config.scheduling_policy == SCHEDULING_SLO && r->latency_sensitive &&
+            (rc = slo_policy_admit(&ec->sched, r, monotonic_seconds(), retry_after, err)) < 0) {
+                request_free(r);
+                return rc;
+        }
         if ((rc = id_map_put(&ec->requests, r)) < 0 || (rc = scheduler_add(&ec->sched, r)) < 0) {
                 id_map_remove(&ec->requests, r);
                 request_free(r);
@@ -378,7 +382,7 @@ int engine_core_step(struct engine_core *ec, struct error *err) {
                 return error_set(err, ESHUTDOWN, "the engine is dead");
         if (!scheduler_has_work(&ec->sched))
                 return 0;
-        if ((rc = scheduler_schedule(&ec->sched)) < 0)
+        if ((rc = scheduler_schedule(&ec->sched, monotonic_seconds())) < 0)
                 return error_set(err, -rc, "out of memory while scheduling");
         if (ec->sched.n_plan == 0)
                 return 0;
@@ -395,8 +399,7 @@ int engine_core_step(struct engine_core *ec, struct error *err) {
                 die(ec);
                 return rc;
         }
-        stall_guard_record(&ec->sched.guard, ec->sched.n_plan_decode_tokens, b.n_tokens - ec->sched.n_plan_decode_tokens,
-                           monotonic_seconds() - started);
+        scheduler_record_step(&ec->sched, monotonic_seconds() - started);
         ec->steps++;
         ec->scheduled_tokens += b.n_tokens;
 
@@ -446,6 +449,11 @@ void engine_core_stats(const struct engine_core *ec, struct engine_stats *ret) {
                 .preemptions = ec->sched.n_preemptions,
                 .steps = ec->steps,
                 .scheduled_tokens = ec->scheduled_tokens,
+                .slo_rejected = ec->sched.slo_rejected,
+                .slo_demoted = ec->sched.slo_demoted,
+                .step_model_samples = ec->sched.model.n_samples,
+                .step_model_error_p50 = step_time_model_error(&ec->sched.model, 0.5),
+                .step_model_error_p99 = step_time_model_error(&ec->sched.model, 0.99),
         };
         memcpy(ret->finished, ec->finished, sizeof(ret->finished));
 }

@@ -52,6 +52,7 @@ struct request {
         int32_t priority;
         bool latency_sensitive; /* false once demoted by admission control */
         double slo, ttft_slo;   /* defaults resolved */
+        double sort_key;        /* the slo policy's order within its class, for the current step */
 
         struct sampling_params params; /* its arrays point into the request's own copies */
         struct sampler_seq sampler;

@@ -3,12 +3,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "scheduler.h"
+#include "scheduler-internal.h"
 
 int scheduler_init(struct scheduler *s, const struct engine_config *config, struct kv_blocks *kv, struct error *err) {
         *s = (struct scheduler) { .config = config, .kv = kv };
         /* without chunked prefill a prompt runs whole: nothing to limit */
         stall_guard_init(&s->guard, config->enable_chunked_prefill ? config->decode_stall_limit : 0);
+        step_time_model_init(&s->model);
+        struct kv_blocks_stats kv_stats;
+        kv_blocks_stats(kv, &kv_stats);
+        s->reserve_blocks = (uint32_t) (config->slo_kv_reserve * kv_stats.n_blocks);
         s->running = calloc(config->max_num_seqs, sizeof(*s->running));
         s->plan = calloc(config->max_num_seqs, sizeof(*s->plan));
         if (!s->running || !s->plan) {
@@ -20,6 +24,7 @@ int scheduler_init(struct scheduler *s, const struct engine_config *config, stru
 
 void scheduler_done(struct scheduler *s) {
         free(s->waiting);
+        free(s->candidates);
         free(s->running);
         free(s->plan);
         *s = (struct scheduler) { 0 };
@@ -43,6 +48,10 @@ static int waiting_reserve(struct scheduler *s, uint32_t n) {
         if (!w)
                 return -ENOMEM;
         s->waiting = w;
+        struct request **c = realloc(s->candidates, cap * sizeof(*c));
+        if (!c)
+                return -ENOMEM;
+        s->candidates = c;
         s->cap_waiting = cap;
         return 0;
 }
@@ -103,9 +112,7 @@ static uint32_t pick_victim(const struct scheduler *s) {
         return victim;
 }
 
-/* Sends a running request back to waiting, its KV to be recomputed; tokens it was already
- * planned for this step go back to the budget. */
-static void preempt(struct scheduler *s, uint32_t index, uint32_t *budget) {
+void scheduler_preempt(struct scheduler *s, uint32_t index, uint32_t *budget) {
         struct request *r = s->running[index];
         remove_at(s->running, &s->n_running, index);
         for (uint32_t i = 0; i < s->n_plan; i++)
@@ -120,12 +127,6 @@ static void preempt(struct scheduler *s, uint32_t index, uint32_t *budget) {
         r->n_preemptions++;
         s->n_preemptions++;
         waiting_insert(s, r, true);
-}
-
-/* A decode computes the one token sampled last; anything more is prompt work (a prompt, or
- * a preempted request's recomputation). */
-static bool is_decode(const struct request *r) {
-        return r->n_tokens - r->num_computed_tokens == 1 && r->num_computed_tokens >= r->n_prompt;
 }
 
 static uint32_t chunk_size(const struct scheduler *s, const struct request *r, uint32_t budget, uint32_t prefill_left) {
@@ -149,21 +150,21 @@ static void take_seats(struct scheduler *s) {
                 if (!priority_before(s->waiting[n_free], s->running[victim]))
                         return;
                 uint32_t unused = 0;
-                preempt(s, victim, &unused);
+                scheduler_preempt(s, victim, &unused);
         }
 }
 
-/* Offers to the prefix cache the blocks this chunk fills. Their KV is written by this
- * step's forward pass, before any attention of the same layer reads it, so a request
- * admitted later in the same step (an n > 1 sibling) may already share them. Called only
- * once the chunk can no longer be preempted in this step. */
-static void commit_chunk(struct scheduler *s, const struct scheduled_chunk *c) {
+/* The blocks' KV is written by this step's forward pass, before any attention of the same
+ * layer reads it, so a request admitted later in the same step (an n > 1 sibling) may
+ * already share them. */
+void scheduler_commit_chunk(struct scheduler *s, const struct scheduled_chunk *c) {
         struct request *req = c->req;
         if (req->params.prompt_logprobs < 0)
                 kv_blocks_commit(s->kv, &req->blocks, req->tokens, req->num_computed_tokens + c->n_tokens);
 }
 
-int scheduler_schedule(struct scheduler *s) {
+/* fcfs and priority: vLLM's order. */
+static int schedule_in_order(struct scheduler *s) {
         uint32_t budget = s->config->max_num_batched_tokens;
         bool preempted = false;
 
@@ -173,12 +174,12 @@ int scheduler_schedule(struct scheduler *s) {
 
         uint32_t n_decode = 0;
         for (uint32_t i = 0; i < s->n_running; i++)
-                n_decode += is_decode(s->running[i]);
+                n_decode += request_is_decode(s->running[i]);
         uint32_t prefill_left = stall_guard_allowance(&s->guard, n_decode, budget);
 
         for (uint32_t i = 0; i < s->n_running && budget > 0;) {
                 struct request *req = s->running[i];
-                if (!is_decode(req) && prefill_left == 0) {
+                if (!request_is_decode(req) && prefill_left == 0) {
                         i++;
                         continue;
                 }
@@ -187,7 +188,7 @@ int scheduler_schedule(struct scheduler *s) {
                 while (kv_blocks_allocate(s->kv, &req->blocks, req->num_computed_tokens + n) == -ENOSPC) {
                         uint32_t victim = pick_victim(s);
                         preempted = true;
-                        preempt(s, victim, &budget);
+                        scheduler_preempt(s, victim, &budget);
                         if (victim == i) {
                                 fits = false;
                                 break;
@@ -199,26 +200,20 @@ int scheduler_schedule(struct scheduler *s) {
                         continue; /* running[i] now holds the next request */
                 s->plan[s->n_plan++] = (struct scheduled_chunk) { req, n };
                 budget -= n;
-                if (!is_decode(req))
+                if (!request_is_decode(req))
                         prefill_left -= n;
                 i++;
         }
         for (uint32_t i = 0; i < s->n_plan; i++)
-                commit_chunk(s, &s->plan[i]);
+                scheduler_commit_chunk(s, &s->plan[i]);
 
         /* Admit waiting requests only when nothing had to be preempted this step; admission
          * never preempts, so every chunk committed above is computed. */
         while (!preempted && s->n_waiting > 0 && budget > 0 && prefill_left > 0 && s->n_running < s->config->max_num_seqs) {
                 struct request *req = s->waiting[0];
-                /* a request that wants prompt logprobs needs every prompt position's logits */
-                if (req->num_computed_tokens == 0 && req->blocks.n == 0 && req->params.prompt_logprobs < 0) {
-                        int hit = kv_blocks_match_prefix(s->kv, &req->blocks, req->tokens, req->n_tokens);
-                        if (hit < 0)
-                                return hit;
-                        req->num_computed_tokens = (uint32_t) hit;
-                        if (!req->admitted_once)
-                                req->num_cached_tokens = (uint32_t) hit;
-                }
+                int rc = scheduler_match_prefix(s, req);
+                if (rc < 0)
+                        return rc;
                 uint32_t n = chunk_size(s, req, budget, prefill_left);
                 if (!s->config->enable_chunked_prefill && n < req->n_tokens - req->num_computed_tokens)
                         break; /* the whole prompt must fit in this step */
@@ -227,24 +222,65 @@ int scheduler_schedule(struct scheduler *s) {
                         req->num_computed_tokens = 0;
                         break;
                 }
-                remove_at(s->waiting, &s->n_waiting, 0);
-                req->state = REQUEST_RUNNING;
-                req->admitted_once = true;
-                s->running[s->n_running++] = req;
-                s->plan[s->n_plan] = (struct scheduled_chunk) { req, n };
-                commit_chunk(s, &s->plan[s->n_plan++]);
+                scheduler_admit(s, 0, n);
+                scheduler_commit_chunk(s, &s->plan[s->n_plan - 1]);
                 budget -= n;
                 prefill_left -= n;
         }
-        s->n_plan_decode_tokens = 0;
-        for (uint32_t i = 0; i < s->n_plan; i++)
-                s->n_plan_decode_tokens += is_decode(s->plan[i].req);
         return 0;
+}
+
+int scheduler_schedule(struct scheduler *s, double now) {
+        int rc = s->config->scheduling_policy == SCHEDULING_SLO ? slo_policy_schedule(s, now) : schedule_in_order(s);
+        if (rc >= 0)
+                scheduler_summarize_plan(s);
+        return rc;
+}
+
+int scheduler_match_prefix(struct scheduler *s, struct request *req) {
+        /* a request that wants prompt logprobs needs every prompt position's logits */
+        if (req->num_computed_tokens == 0 && req->blocks.n == 0 && req->params.prompt_logprobs < 0) {
+                int hit = kv_blocks_match_prefix(s->kv, &req->blocks, req->tokens, req->n_tokens);
+                if (hit < 0)
+                        return hit;
+                req->num_computed_tokens = (uint32_t) hit;
+                if (!req->admitted_once)
+                        req->num_cached_tokens = (uint32_t) hit;
+        }
+        return 0;
+}
+
+void scheduler_admit(struct scheduler *s, uint32_t index, uint32_t n) {
+        struct request *req = s->waiting[index];
+        remove_at(s->waiting, &s->n_waiting, index);
+        req->state = REQUEST_RUNNING;
+        req->admitted_once = true;
+        s->running[s->n_running++] = req;
+        s->plan[s->n_plan++] = (struct scheduled_chunk) { req, n };
+}
+
+void scheduler_summarize_plan(struct scheduler *s) {
+        s->n_plan_decode_tokens = 0;
+        s->plan_shape = (struct step_shape) { 0 };
+        for (uint32_t i = 0; i < s->n_plan; i++) {
+                const struct scheduled_chunk *c = &s->plan[i];
+                if (request_is_decode(c->req)) {
+                        s->n_plan_decode_tokens++;
+                        s->plan_shape.n_decode++;
+                } else
+                        s->plan_shape.n_prompt += c->n_tokens;
+                s->plan_shape.n_context += step_shape_context(c->req->num_computed_tokens, c->n_tokens);
+        }
+}
+
+void scheduler_record_step(struct scheduler *s, double seconds) {
+        stall_guard_record(&s->guard, s->n_plan_decode_tokens, s->plan_shape.n_prompt, seconds);
+        step_time_model_record(&s->model, &s->plan_shape, seconds);
 }
 
 void scheduler_preempt_all(struct scheduler *s) {
         uint32_t unused = 0;
         s->n_plan = 0;
         while (s->n_running > 0)
-                preempt(s, s->n_running - 1, &unused);
+                scheduler_preempt(s, s->n_running - 1, &unused);
 }

@@ -14,6 +14,7 @@
 #include "kv-blocks.h"
 #include "request.h"
 #include "stall-guard.h"
+#include "step-time-model.h"
 
 struct scheduled_chunk {
         struct request *req;
@@ -27,11 +28,18 @@ struct scheduler {
         uint32_t n_waiting, cap_waiting;
         struct request **running; /* admission order; at most max_num_seqs */
         uint32_t n_running;
+        struct request **candidates; /* (cap_waiting) the slo policy's scratch */
         struct scheduled_chunk *plan; /* the current step */
         uint32_t n_plan;
         uint64_t n_preemptions;
         struct stall_guard guard;
         uint32_t n_plan_decode_tokens; /* of the current plan: decodes, the rest is prompt work */
+        struct step_shape plan_shape;  /* of the current plan, for the step-time model */
+        /* The slo policy (engine/slo-policy.c); the model learns under every policy. */
+        struct step_time_model model;
+        uint32_t reserve_blocks;    /* free blocks best-effort work may not take */
+        double last_best_effort_run; /* when a best-effort chunk was last planned (or none waited) */
+        uint64_t slo_rejected, slo_demoted;
 };
 
 int scheduler_init(struct scheduler *s, const struct engine_config *config, struct kv_blocks *kv, struct error *err);
@@ -43,8 +51,17 @@ int scheduler_add(struct scheduler *s, struct request *r);
 /* Takes a request out of whichever queue holds it and frees its blocks. */
 void scheduler_remove(struct scheduler *s, struct request *r);
 
-/* Builds s->plan for one step. -ENOMEM. */
-int scheduler_schedule(struct scheduler *s);
+/* Builds s->plan for one step at time now (monotonic seconds). -ENOMEM. */
+int scheduler_schedule(struct scheduler *s, double now);
+
+/* Learns from the step just planned, which took seconds. */
+void scheduler_record_step(struct scheduler *s, double seconds);
+
+/* The slo policy's admission control for a latency-sensitive request (the defaults of its
+ * slo and ttft_slo resolved): 0 to take it, as it is or demoted to best-effort (the
+ * policy's setting); -EAGAIN when its SLO cannot be met even with every best-effort
+ * request held back, *retry_after (may be NULL) set to when a retry may succeed. */
+int slo_policy_admit(struct scheduler *s, struct request *r, double now, double *retry_after, struct error *err);
 
 /* Sends every running request back to waiting, its blocks freed. */
 void scheduler_preempt_all(struct scheduler *s);

@@ -156,7 +156,7 @@ static void add(struct engine_core *ec, uint32_t index, const int32_t *prompt, u
         struct error err;
         snprintf(id, sizeof(id), "r%u", index);
         struct request_spec spec = { .id = id, .prompt = prompt, .n_prompt = n_prompt, .params = p, .priority = priority };
-        ck_assert_msg(engine_core_add_request(ec, &spec, &err) == 0, "%s", err.message);
+        ck_assert_msg(engine_core_add_request(ec, &spec, NULL, &err) == 0, "%s", err.message);
 }
 
 static struct sampling_params greedy_params(int32_t max_tokens) {
@@ -285,7 +285,7 @@ START_TEST(test_random_aborts_leave_nothing) {
                         struct sampling_params p = greedy_params(1 + (int32_t) (roll % 20));
                         snprintf(id, sizeof(id), "a%u", added++);
                         struct request_spec spec = { .id = id, .prompt = prompt, .n_prompt = n, .params = &p, .priority = 0 };
-                        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, &err), 0);
+                        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, NULL, &err), 0);
                 }
                 /* abort a recent id: waiting, mid-prefill, decoding, finished or not yet added */
                 if (roll % 2 == 0) {
@@ -417,33 +417,33 @@ START_TEST(test_validation) {
         struct sampling_params p = greedy_params(4);
         struct error err;
         struct request_spec spec = { .id = "v", .prompt = prompt, .n_prompt = 0, .params = &p, .priority = 0 };
-        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, &err), -EINVAL);
+        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, NULL, &err), -EINVAL);
         ck_assert_ptr_nonnull(strstr(err.message, "prompt is empty"));
         spec.n_prompt = MAX_MODEL_LEN;
-        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, &err), -EINVAL);
+        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, NULL, &err), -EINVAL);
         ck_assert_ptr_nonnull(strstr(err.message, "max_model_len"));
         spec.n_prompt = 5;
         prompt[2] = 300;
-        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, &err), -EINVAL);
+        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, NULL, &err), -EINVAL);
         ck_assert_ptr_nonnull(strstr(err.message, "vocabulary"));
         prompt[2] = 7;
         p.top_p = 2;
-        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, &err), -EINVAL);
+        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, NULL, &err), -EINVAL);
         ck_assert_ptr_nonnull(strstr(err.message, "top_p"));
         p.top_p = 1;
         p.max_tokens = 0;
-        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, &err), -EINVAL);
+        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, NULL, &err), -EINVAL);
         ck_assert_ptr_nonnull(strstr(err.message, "max_tokens"));
         p.max_tokens = 4;
         p.logprobs = 21;
-        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, &err), -EINVAL);
+        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, NULL, &err), -EINVAL);
         ck_assert_ptr_nonnull(strstr(err.message, "logprobs"));
         p.logprobs = 0;
-        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, &err), 0);
-        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, &err), -EEXIST);
+        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, NULL, &err), 0);
+        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, NULL, &err), -EEXIST);
         ck_assert_ptr_nonnull(strstr(err.message, "already in flight"));
         spec.id = "";
-        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, &err), -EINVAL);
+        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, NULL, &err), -EINVAL);
         harness_free(&h); /* frees the unfinished request too */
 }
 END_TEST
@@ -478,7 +478,7 @@ START_TEST(test_engine_death) {
         engine_core_clear_outputs(h.ec);
         struct sampling_params p = greedy_params(3);
         struct request_spec spec = { .id = "late", .prompt = prompt, .n_prompt = 4, .params = &p, .priority = 0 };
-        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, &err), -ESHUTDOWN);
+        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, NULL, &err), -ESHUTDOWN);
         ck_assert_int_eq(engine_core_step(h.ec, &err), -ESHUTDOWN);
         struct engine_stats st;
         engine_core_stats(h.ec, &st);

@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* The scheduler's building blocks, shared by its policies (scheduler.c: fcfs and priority;
+ * slo-policy.c: slo). Only scheduler files include this. */
+
+#include "scheduler.h"
+
+/* A decode computes the one token sampled last; anything more is prompt work (a prompt, or
+ * a preempted request's recomputation). */
+static inline bool request_is_decode(const struct request *r) {
+        return r->n_tokens - r->num_computed_tokens == 1 && r->num_computed_tokens >= r->n_prompt;
+}
+
+/* Sends running[index] back to waiting, its KV to be recomputed; tokens it was already
+ * planned for this step go back to *budget. */
+void scheduler_preempt(struct scheduler *s, uint32_t index, uint32_t *budget);
+
+/* Offers to the prefix cache the blocks a planned chunk fills; only once the chunk can no
+ * longer be preempted in this step. */
+void scheduler_commit_chunk(struct scheduler *s, const struct scheduled_chunk *c);
+
+/* Before a waiting request's first chunk: shares what the prefix cache holds of it.
+ * -ENOMEM. */
+int scheduler_match_prefix(struct scheduler *s, struct request *req);
+
+/* Moves waiting[index] to running and plans its first chunk of n tokens. */
+void scheduler_admit(struct scheduler *s, uint32_t index, uint32_t n);
+
+/* Fills n_plan_decode_tokens and plan_shape from the plan. */
+void scheduler_summarize_plan(struct scheduler *s);
+
+/* The slo policy's step (slo-policy.c). */
+int slo_policy_schedule(struct scheduler *s, double now);

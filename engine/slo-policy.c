@@ -1,0 +1,471 @@
+/* SPDX-License-Identifier: MIT */
+/* The slo policy: latency-sensitive requests get their tokens by their deadlines, and
+ * best-effort work fills whatever time those deadlines leave in each step.
+ *
+ * Token k of a latency-sensitive request is due at its first token's time + k x slo (the
+ * first at arrival + ttft_slo). A step may take as long as the earliest deadline among the
+ * latency-sensitive decodes it carries allows, so slack earned by fast tokens can absorb
+ * one longer step; never longer than a quarter of the default ttft_slo, so that a new
+ * arrival waits little for the step in progress. Within that time, predicted by the
+ * step-time model with its safety margin, a step takes: latency-sensitive decodes;
+ * latency-sensitive prompt chunks, earliest deadline first; best-effort decodes;
+ * best-effort prompt chunks sized to the time left. Best-effort requests that do not fit
+ * wait with their KV blocks. They may not take the last reserve_blocks free blocks, which
+ * are kept for latency-sensitive arrivals; a latency-sensitive request that finds no block
+ * evicts best-effort requests (they recompute later). Best-effort requests age, and one
+ * that has waited a whole default ttft_slo runs a chunk whatever the deadlines say. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "scheduler-internal.h"
+
+/* Best-effort requests gain one priority level per this many seconds of waiting. */
+#define AGING_SECONDS 10.0
+
+static double next_deadline(const struct request *r) {
+        uint32_t n_out = request_num_output(r);
+        if (n_out == 0 || !r->first_token_time)
+                return r->arrival_time + r->ttft_slo;
+        return r->first_token_time + n_out * r->slo;
+}
+
+static double best_effort_key(const struct request *r, double now) {
+        return r->priority - (now - r->arrival_time) / AGING_SECONDS;
+}
+
+static int compare_sort_key(const void *a, const void *b) {
+        const struct request *x = *(struct request *const *) a, *y = *(struct request *const *) b;
+        if (x->sort_key != y->sort_key)
+                return x->sort_key < y->sort_key ? -1 : 1;
+        return (x->arrival_order > y->arrival_order) - (x->arrival_order < y->arrival_order);
+}
+
+struct step_plan {
+        struct scheduler *s;
+        double now;
+        double limit;   /* seconds the step may take; meaningful when timed */
+        double margin;  /* predictions are multiplied by it */
+        bool timed;     /* the step-time model is warm */
+        uint32_t budget;
+        bool latency_sensitive_present;
+        bool protects_decodes; /* latency-sensitive decodes are planned */
+        struct step_shape shape;
+};
+
+static bool in_plan(const struct scheduler *s, const struct request *r) {
+        for (uint32_t i = 0; i < s->n_plan; i++)
+                if (s->plan[i].req == r)
+                        return true;
+        return false;
+}
+
+static void add_to_shape(struct step_shape *shape, const struct request *r, uint32_t n) {
+        if (request_is_decode(r))
+                shape->n_decode++;
+        else
+                shape->n_prompt += n;
+        shape->n_context += step_shape_context(r->num_computed_tokens, n);
+}
+
+static void reshape(struct step_plan *p) {
+        p->shape = (struct step_shape) { 0 };
+        for (uint32_t i = 0; i < p->s->n_plan; i++)
+                add_to_shape(&p->shape, p->s->plan[i].req, p->s->plan[i].n_tokens);
+}
+
+static void preempt_request(struct step_plan *p, const struct request *r) {
+        for (uint32_t i = 0; i < p->s->n_running; i++)
+                if (p->s->running[i] == r) {
+                        scheduler_preempt(p->s, i, &p->budget);
+                        reshape(p);
+                        return;
+                }
+}
+
+/* The latest admitted running best-effort request other than keep and not planned, if any;
+ * with younger_than, only one admitted after it. */
+static struct request *best_effort_victim(const struct scheduler *s, const struct request *keep,
+                                          const struct request *younger_than) {
+        struct request *victim = NULL;
+        for (uint32_t i = 0; i < s->n_running; i++) {
+                struct request *r = s->running[i];
+                if (r == keep || r->latency_sensitive || in_plan(s, r) ||
+                    (younger_than && r->arrival_order < younger_than->arrival_order))
+                        continue;
+                if (!victim || r->arrival_order > victim->arrival_order)
+                        victim = r;
+        }
+        return victim;
+}
+
+/* The latency-sensitive request with the latest deadline, keep included: the last resort. */
+static struct request *latency_sensitive_victim(const struct scheduler *s) {
+        struct request *victim = NULL;
+        for (uint32_t i = 0; i < s->n_running; i++) {
+                struct request *r = s->running[i];
+                if (r->latency_sensitive && (!victim || next_deadline(r) > next_deadline(victim)))
+                        victim = r;
+        }
+        return victim;
+}
+
+/* Blocks for a latency-sensitive request's next n tokens, evicting best-effort requests
+ * and, failing that, the latency-sensitive one due last (perhaps r itself: false). */
+static bool grow_latency_sensitive(struct step_plan *p, struct request *r, uint32_t n) {
+        for (;;) {
+                if (kv_blocks_allocate(p->s->kv, &r->blocks, r->num_computed_tokens + n) == 0)
+                        return true;
+                struct request *victim = best_effort_victim(p->s, r, NULL);
+                if (!victim)
+                        victim = latency_sensitive_victim(p->s);
+                if (!victim)
+                        return false;
+                bool self = victim == r;
+                preempt_request(p, victim);
+                if (self)
+                        return false;
+        }
+}
+
+/* Blocks for a best-effort request's next n tokens without taking the reserve; a younger
+ * unplanned best-effort request is evicted to make room (vLLM's rule among equals). The
+ * reserve is given up only when no latency-sensitive request is there and nothing younger
+ * can make room, so that best-effort work alone never stalls. */
+static bool grow_best_effort(struct step_plan *p, struct request *r, uint32_t n, bool may_evict) {
+        struct scheduler *s = p->s;
+        for (;;) {
+                uint32_t needed = kv_blocks_needed(s->kv, &r->blocks, r->num_computed_tokens + n);
+                uint32_t n_free = kv_blocks_n_free(s->kv);
+                if (needed <= n_free && n_free - needed >= s->reserve_blocks)
+                        return kv_blocks_allocate(s->kv, &r->blocks, r->num_computed_tokens + n) == 0;
+                struct request *victim = may_evict ? best_effort_victim(s, r, r) : NULL;
+                if (!victim)
+                        return !p->latency_sensitive_present && may_evict &&
+                               kv_blocks_allocate(s->kv, &r->blocks, r->num_computed_tokens + n) == 0;
+                preempt_request(p, victim);
+        }
+}
+
+static bool fits(const struct step_plan *p, const struct request *r, uint32_t n) {
+        struct step_shape shape = p->shape;
+        add_to_shape(&shape, r, n);
+        return step_time_model_predict(&p->s->model, &shape) * p->margin <= p->limit;
+}
+
+/* The most prompt tokens of r (at most cap) the step's time still allows. */
+static uint32_t fitting_chunk(const struct step_plan *p, const struct request *r, uint32_t cap) {
+        if (!p->timed || fits(p, r, cap))
+                return cap;
+        uint32_t lo = 0, hi = cap; /* fits(lo) holds or lo == 0; fits(hi) does not */
+        while (hi - lo > 1) {
+                uint32_t mid = lo + (hi - lo) / 2;
+                if (fits(p, r, mid))
+                        lo = mid;
+                else
+                        hi = mid;
+        }
+        return lo > 0 && fits(p, r, lo) ? lo : 0;
+}
+
+static uint32_t prompt_cap(const struct step_plan *p, const struct request *r) {
+        uint32_t n = r->n_tokens - r->num_computed_tokens;
+        uint32_t threshold = p->s->config->long_prefill_token_threshold;
+        if (threshold && n > threshold)
+                n = threshold;
+        if (n > p->budget)
+                n = p->s->config->enable_chunked_prefill ? p->budget : 0;
+        return n;
+}
+
+static void plan_chunk(struct step_plan *p, struct request *r, uint32_t n) {
+        add_to_shape(&p->shape, r, n);
+        p->s->plan[p->s->n_plan++] = (struct scheduled_chunk) { r, n };
+        p->budget -= n;
+}
+
+static uint32_t waiting_index(const struct scheduler *s, const struct request *r) {
+        for (uint32_t i = 0; i < s->n_waiting; i++)
+                if (s->waiting[i] == r)
+                        return i;
+        return UINT32_MAX;
+}
+
+/* Gives back what a waiting request took while it was being fitted. */
+static void unadmit(struct scheduler *s, struct request *r) {
+        kv_blocks_release(s->kv, &r->blocks);
+        r->num_computed_tokens = 0;
+}
+
+enum chunk_rule {
+        CHUNK_FIT,       /* what the step's time still allows */
+        CHUNK_WHOLE,     /* as much as the budget allows */
+        CHUNK_ONE_BLOCK, /* one block's worth: the starvation guard's nudge */
+};
+
+/* Plans a prompt chunk of r, admitting r when it waits; returns its size (0: nothing). */
+static int plan_prompt(struct step_plan *p, struct request *r, enum chunk_rule rule) {
+        struct scheduler *s = p->s;
+        bool waiting = r->state == REQUEST_WAITING;
+        int rc;
+        if (waiting && (rc = scheduler_match_prefix(s, r)) < 0)
+                return rc;
+        uint32_t cap = prompt_cap(p, r);
+        uint32_t n = rule == CHUNK_FIT ? fitting_chunk(p, r, cap) : cap;
+        if (rule == CHUNK_ONE_BLOCK && n > s->config->block_size && s->config->enable_chunked_prefill)
+                n = s->config->block_size;
+        if (n > 0 && waiting && s->n_running >= s->config->max_num_seqs) {
+                /* a latency-sensitive arrival takes a best-effort request's seat */
+                struct request *victim = r->latency_sensitive ? best_effort_victim(s, NULL, NULL) : NULL;
+                if (victim)
+                        preempt_request(p, victim);
+                else
+                        n = 0;
+        }
+        if (n == 0 || !(r->latency_sensitive ? grow_latency_sensitive(p, r, n) : grow_best_effort(p, r, n, !waiting))) {
+                if (waiting && r->state == REQUEST_WAITING)
+                        unadmit(s, r);
+                return 0;
+        }
+        if (waiting) {
+                scheduler_admit(s, waiting_index(s, r), n);
+                add_to_shape(&p->shape, r, n);
+                p->budget -= n;
+        } else
+                plan_chunk(p, r, n);
+        return (int) n;
+}
+
+enum pick {
+        PICK_DECODES, /* running requests that decode */
+        PICK_PROMPTS, /* running ones with prompt work, and waiting ones */
+};
+
+/* The requests of one class and kind, in the order to serve them. */
+static uint32_t collect(struct scheduler *s, bool latency_sensitive, enum pick pick, double now) {
+        uint32_t n = 0;
+        for (uint32_t i = 0; i < s->n_running; i++) {
+                struct request *r = s->running[i];
+                if (r->latency_sensitive == latency_sensitive && request_is_decode(r) == (pick == PICK_DECODES) &&
+                    !in_plan(s, r))
+                        s->candidates[n++] = r;
+        }
+        if (pick == PICK_PROMPTS)
+                for (uint32_t i = 0; i < s->n_waiting; i++)
+                        if (s->waiting[i]->latency_sensitive == latency_sensitive)
+                                s->candidates[n++] = s->waiting[i];
+        for (uint32_t i = 0; i < n; i++)
+                s->candidates[i]->sort_key = latency_sensitive ? next_deadline(s->candidates[i])
+                                                               : best_effort_key(s->candidates[i], now);
+        qsort(s->candidates, n, sizeof(*s->candidates), compare_sort_key);
+        return n;
+}
+
+/* Candidates change under preemption: each is checked for being still where it was. */
+static bool still_eligible(const struct request *r, enum pick pick) {
+        return pick == PICK_DECODES ? r->state == REQUEST_RUNNING && request_is_decode(r) : true;
+}
+
+static int plan_latency_sensitive(struct step_plan *p) {
+        struct scheduler *s = p->s;
+        uint32_t n = collect(s, true, PICK_DECODES, p->now);
+        for (uint32_t i = 0; i < n && p->budget > 0; i++) {
+                struct request *r = s->candidates[i];
+                if (!still_eligible(r, PICK_DECODES) || in_plan(s, r) || !grow_latency_sensitive(p, r, 1))
+                        continue;
+                plan_chunk(p, r, 1);
+                double left = next_deadline(r) - p->now;
+                if (left < p->limit)
+                        p->limit = left;
+                p->protects_decodes = true;
+        }
+        n = collect(s, true, PICK_PROMPTS, p->now);
+        for (uint32_t i = 0; i < n && p->budget > 0; i++) {
+                /* with no decode to protect a prompt takes a whole chunk: its own first
+                 * token is what is due */
+                int rc = plan_prompt(p, s->candidates[i], p->protects_decodes ? CHUNK_FIT : CHUNK_WHOLE);
+                if (rc < 0)
+                        return rc;
+        }
+        return 0;
+}
+
+static int plan_best_effort(struct step_plan *p, bool *planned) {
+        struct scheduler *s = p->s;
+        uint32_t n = collect(s, false, PICK_DECODES, p->now);
+        for (uint32_t i = 0; i < n && p->budget > 0; i++) {
+                struct request *r = s->candidates[i];
+                if (p->timed && !fits(p, r, 1))
+                        break;
+                if (!still_eligible(r, PICK_DECODES) || in_plan(s, r) || !grow_best_effort(p, r, 1, true))
+                        continue;
+                plan_chunk(p, r, 1);
+                *planned = true;
+        }
+        n = collect(s, false, PICK_PROMPTS, p->now);
+        for (uint32_t i = 0; i < n && p->budget > 0; i++) {
+                int rc = plan_prompt(p, s->candidates[i], CHUNK_FIT);
+                if (rc < 0)
+                        return rc;
+                if (rc == 0)
+                        break; /* no time, seat or block left: the ones after it need the same */
+                *planned = true;
+        }
+        return 0;
+}
+
+/* The starvation guard: the first best-effort request runs one chunk (a decode, or a
+ * block of its prompt) whatever the time limit. */
+static int force_best_effort(struct step_plan *p, bool *planned) {
+        struct scheduler *s = p->s;
+        for (enum pick pick = PICK_DECODES; pick <= PICK_PROMPTS; pick++) {
+                uint32_t n = collect(s, false, pick, p->now);
+                for (uint32_t i = 0; i < n && p->budget > 0; i++) {
+                        struct request *r = s->candidates[i];
+                        int rc;
+                        if (pick == PICK_DECODES) {
+                                if (!still_eligible(r, pick) || !grow_best_effort(p, r, 1, true))
+                                        continue;
+                                plan_chunk(p, r, 1);
+                                rc = 1;
+                        } else if ((rc = plan_prompt(p, r, CHUNK_ONE_BLOCK)) < 0)
+                                return rc;
+                        if (rc > 0) {
+                                *planned = true;
+                                return 0;
+                        }
+                }
+        }
+        return 0;
+}
+
+int slo_policy_schedule(struct scheduler *s, double now) {
+        const struct engine_config *config = s->config;
+        struct step_plan p = {
+                .s = s,
+                .now = now,
+                .limit = config->default_ttft_slo / 4,
+                .margin = step_time_model_margin(&s->model),
+                .timed = step_time_model_ready(&s->model),
+                .budget = config->max_num_batched_tokens,
+        };
+        bool best_effort_present = false, best_effort_planned = false;
+        int rc;
+
+        s->n_plan = 0;
+        for (uint32_t i = 0; i < s->n_running + s->n_waiting; i++) {
+                const struct request *r = i < s->n_running ? s->running[i] : s->waiting[i - s->n_running];
+                if (r->latency_sensitive)
+                        p.latency_sensitive_present = true;
+                else
+                        best_effort_present = true;
+        }
+        if ((rc = plan_latency_sensitive(&p)) < 0 || (rc = plan_best_effort(&p, &best_effort_planned)) < 0)
+                return rc;
+        if (best_effort_present && !best_effort_planned && now - s->last_best_effort_run > config->default_ttft_slo &&
+            (rc = force_best_effort(&p, &best_effort_planned)) < 0)
+                return rc;
+        if (best_effort_planned || !best_effort_present)
+                s->last_best_effort_run = now;
+
+        /* every preemption is behind us: the planned chunks will run */
+        for (uint32_t i = 0; i < s->n_plan; i++)
+                scheduler_commit_chunk(s, &s->plan[i]);
+        return 0;
+}
+
+/* Admission control */
+
+static uint32_t output_left(const struct scheduler *s, const struct request *r) {
+        uint32_t by_length = s->config->max_model_len - r->n_tokens;
+        if (r->params.max_tokens == SAMPLING_MAX_TOKENS_NONE)
+                return by_length;
+        uint32_t by_max = (uint32_t) r->params.max_tokens - request_num_output(r);
+        return by_max < by_length ? by_max : by_length;
+}
+
+/* Seconds for the prompt tokens ahead of (and including) a new request's, while the
+ * latency-sensitive decodes keep their pace of one step per step_limit seconds. */
+static double time_to_first_token(const struct scheduler *s, uint32_t n_prompt, const struct step_shape *decodes,
+                                  double step_limit, double margin) {
+        const struct step_time_model *m = &s->model;
+        uint32_t per_step = s->config->max_num_batched_tokens - decodes->n_decode;
+        if (decodes->n_decode > 0) { /* the prompt tokens that fit beside the decodes */
+                uint32_t lo = 0, hi = per_step;
+                while (lo < hi) {
+                        uint32_t mid = hi - (hi - lo) / 2;
+                        struct step_shape shape = *decodes;
+                        shape.n_prompt += mid;
+                        shape.n_context += step_shape_context(0, mid);
+                        if (step_time_model_predict(m, &shape) * margin <= step_limit)
+                                lo = mid;
+                        else
+                                hi = mid - 1;
+                }
+                if (lo == 0)
+                        return INFINITY;
+                return ceil((double) n_prompt / lo) * step_limit;
+        }
+        double seconds = 0;
+        for (uint32_t done = 0; done < n_prompt; done += per_step) {
+                uint32_t chunk = n_prompt - done < per_step ? n_prompt - done : per_step;
+                struct step_shape shape = { .n_prompt = chunk, .n_context = step_shape_context(done, chunk) };
+                seconds += step_time_model_predict(m, &shape) * margin;
+        }
+        return seconds;
+}
+
+int slo_policy_admit(struct scheduler *s, struct request *r, double now, double *retry_after, struct error *err) {
+        if (!step_time_model_ready(&s->model))
+                return 0; /* nothing to judge by yet */
+        double margin = step_time_model_margin(&s->model);
+        double deadline = r->arrival_time + r->ttft_slo;
+
+        /* every latency-sensitive request decoding at once, this one included */
+        struct step_shape all = { .n_decode = 1, .n_context = r->n_tokens + 1 };
+        struct step_shape decoding = { 0 };
+        double tightest = r->slo, soonest_end = INFINITY;
+        uint32_t prompt_ahead = r->n_tokens, n_latency_sensitive = 1;
+        for (uint32_t i = 0; i < s->n_running + s->n_waiting; i++) {
+                const struct request *q = i < s->n_running ? s->running[i] : s->waiting[i - s->n_running];
+                if (!q->latency_sensitive)
+                        continue;
+                n_latency_sensitive++;
+                all.n_decode++;
+                all.n_context += q->n_tokens + 1;
+                if (q->slo < tightest)
+                        tightest = q->slo;
+                if (q->state == REQUEST_RUNNING && request_is_decode(q)) {
+                        decoding.n_decode++;
+                        decoding.n_context += q->n_tokens;
+                        double end = output_left(s, q) * q->slo;
+                        if (end < soonest_end)
+                                soonest_end = end;
+                } else if (q->arrival_time + q->ttft_slo <= deadline)
+                        prompt_ahead += q->n_tokens - q->num_computed_tokens;
+        }
+        double step = step_time_model_predict(&s->model, &all) * margin;
+        double ttft = time_to_first_token(s, prompt_ahead, &decoding, tightest, margin);
+        if (step <= tightest && ttft <= deadline - now)
+                return 0;
+
+        if (s->config->slo_admission == SLO_ADMISSION_DEMOTE) {
+                r->latency_sensitive = false;
+                s->slo_demoted++;
+                return 0;
+        }
+        s->slo_rejected++;
+        double retry = isfinite(soonest_end) ? soonest_end : r->ttft_slo;
+        retry = retry < 0.1 ? 0.1 : retry > 60 ? 60 : retry;
+        if (retry_after)
+                *retry_after = retry;
+        if (step > tightest)
+                return error_set(err, EAGAIN,
+                                 "overloaded: %u latency-sensitive requests would need about %.0f ms per step, above "
+                                 "the tightest slo of %.0f ms per token; retry in %.1f s or send it best-effort",
+                                 n_latency_sensitive, step * 1e3, tightest * 1e3, retry);
+        return error_set(err, EAGAIN,
+                         "overloaded: the first token would come after about %.2f s, above ttft_slo %.2f s (%u prompt "
+                         "tokens to compute first); retry in %.1f s, raise ttft_slo or send it best-effort",
+                         ttft, r->ttft_slo, prompt_ahead, retry);
+}

@@ -1,0 +1,125 @@
+/* SPDX-License-Identifier: MIT */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "step-time-model.h"
+
+/* Scales that bring every feature's coefficient near a step's duration, which keeps the
+ * least-squares update well conditioned. */
+#define PROMPT_SCALE 64.0
+#define DECODE_SCALE 8.0
+#define CONTEXT_SCALE 16384.0
+
+/* A window of about a hundred steps: follows drift, rides out single noisy steps. */
+#define FORGETTING 0.99
+/* Forgetting inflates the covariance along directions the steps do not vary in (a run of
+ * decode-only steps says nothing about prompt tokens); capping its trace keeps the next
+ * varied step from throwing the fit about. */
+#define MAX_COV_TRACE 1e4
+#define INITIAL_COV 1e2
+
+void step_time_model_init(struct step_time_model *m) {
+        memset(m, 0, sizeof(*m));
+        for (int i = 0; i < STEP_MODEL_FEATURES; i++)
+                m->cov[i][i] = INITIAL_COV;
+}
+
+uint64_t step_shape_context(uint32_t start, uint32_t n) {
+        /* position p attends to p + 1 positions */
+        return (uint64_t) n * start + (uint64_t) n * (n + 1) / 2;
+}
+
+static void features(const struct step_shape *s, double x[STEP_MODEL_FEATURES]) {
+        x[0] = 1.0;
+        x[1] = s->n_prompt / PROMPT_SCALE;
+        x[2] = s->n_decode / DECODE_SCALE;
+        x[3] = (double) s->n_context / CONTEXT_SCALE;
+}
+
+static double dot(const double *a, const double *b) {
+        double sum = 0;
+        for (int i = 0; i < STEP_MODEL_FEATURES; i++)
+                sum += a[i] * b[i];
+        return sum;
+}
+
+double step_time_model_predict(const struct step_time_model *m, const struct step_shape *shape) {
+        double x[STEP_MODEL_FEATURES];
+        features(shape, x);
+        double t = dot(m->theta, x);
+        return t > 0 ? t : 0;
+}
+
+void step_time_model_record(struct step_time_model *m, const struct step_shape *shape, double seconds) {
+        if (!(seconds > 0) || !isfinite(seconds))
+                return;
+        double x[STEP_MODEL_FEATURES], px[STEP_MODEL_FEATURES];
+        features(shape, x);
+
+        if (step_time_model_ready(m)) { /* judge the prediction made before learning from it */
+                m->errors[m->next_error] = (seconds - step_time_model_predict(m, shape)) / seconds;
+                m->next_error = (m->next_error + 1) % STEP_MODEL_HISTORY;
+                if (m->n_errors < STEP_MODEL_HISTORY)
+                        m->n_errors++;
+        }
+
+        for (int i = 0; i < STEP_MODEL_FEATURES; i++)
+                px[i] = dot(m->cov[i], x);
+        double denominator = FORGETTING + dot(x, px);
+        double residual = seconds - dot(m->theta, x);
+        double trace = 0;
+        for (int i = 0; i < STEP_MODEL_FEATURES; i++)
+                trace += m->cov[i][i];
+        double forget = trace < MAX_COV_TRACE ? FORGETTING : 1.0;
+        for (int i = 0; i < STEP_MODEL_FEATURES; i++) {
+                double gain = px[i] / denominator;
+                m->theta[i] += gain * residual;
+                for (int j = 0; j < STEP_MODEL_FEATURES; j++)
+                        m->cov[i][j] = (m->cov[i][j] - gain * px[j]) / forget;
+        }
+        /* every part of a step costs time: a negative coefficient is noise */
+        for (int i = 0; i < STEP_MODEL_FEATURES; i++)
+                if (m->theta[i] < 0)
+                        m->theta[i] = 0;
+        m->n_samples++;
+}
+
+static int compare_double(const void *a, const void *b) {
+        double x = *(const double *) a, y = *(const double *) b;
+        return (x > y) - (x < y);
+}
+
+/* The quantile of the recent errors, each mapped by f first. */
+static double quantile_of(const struct step_time_model *m, double quantile, double (*f)(double)) {
+        double sorted[STEP_MODEL_HISTORY];
+        if (m->n_errors == 0)
+                return 0;
+        for (uint32_t i = 0; i < m->n_errors; i++)
+                sorted[i] = f(m->errors[i]);
+        qsort(sorted, m->n_errors, sizeof(*sorted), compare_double);
+        double at = quantile * (m->n_errors - 1);
+        uint32_t lo = (uint32_t) at;
+        uint32_t hi = lo + 1 < m->n_errors ? lo + 1 : lo;
+        return sorted[lo] + (at - lo) * (sorted[hi] - sorted[lo]);
+}
+
+static double identity(double e) {
+        return e;
+}
+
+double step_time_model_error(const struct step_time_model *m, double quantile) {
+        return quantile_of(m, quantile, fabs);
+}
+
+double step_time_model_margin(const struct step_time_model *m) {
+        if (m->n_errors < 16)
+                return 1.25;
+        /* a step that took (1 + u) times the prediction has error e = u / (1 + u) */
+        double e = quantile_of(m, 0.9, identity);
+        if (e <= 0)
+                return 1.0;
+        if (e >= 0.5)
+                return 2.0;
+        return 1.0 / (1.0 - e);
+}

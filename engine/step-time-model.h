@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* Predicts how long a step takes from what it carries, fitted online from every step the
+ * engine runs (recursive least squares with forgetting, so it follows a machine whose speed
+ * drifts). A step costs a fixed part (reading every weight once: the memory-bound floor),
+ * a part per prompt token, a part per decoding sequence, and a part per key/value position
+ * its attention reads. The slo policy plans steps and admits requests with it; a margin
+ * taken from its recent under-predictions keeps the plans on the safe side. */
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define STEP_MODEL_FEATURES 4
+#define STEP_MODEL_WARMUP 16     /* steps before predictions are trusted */
+#define STEP_MODEL_HISTORY 256   /* recent relative errors kept for the margin and stats */
+
+/* What one step carries. */
+struct step_shape {
+        uint32_t n_prompt;  /* prompt (or recomputed) tokens */
+        uint32_t n_decode;  /* decoding sequences: one token each */
+        uint64_t n_context; /* key/value positions read by attention, summed over tokens */
+};
+
+struct step_time_model {
+        double theta[STEP_MODEL_FEATURES];
+        double cov[STEP_MODEL_FEATURES][STEP_MODEL_FEATURES];
+        uint64_t n_samples;
+        /* relative errors (measured - predicted) / measured of the latest steps, after warm-up */
+        double errors[STEP_MODEL_HISTORY];
+        uint32_t n_errors, next_error;
+};
+
+void step_time_model_init(struct step_time_model *m);
+
+/* The attention reads of a chunk of n tokens at positions start..start+n-1. */
+uint64_t step_shape_context(uint32_t start, uint32_t n);
+
+static inline bool step_time_model_ready(const struct step_time_model *m) {
+        return m->n_samples >= STEP_MODEL_WARMUP;
+}
+
+/* Learns from a step of this shape that took seconds. */
+void step_time_model_record(struct step_time_model *m, const struct step_shape *shape, double seconds);
+
+/* Predicted seconds, never below 0; meaningful once ready. */
+double step_time_model_predict(const struct step_time_model *m, const struct step_shape *shape);
+
+/* The factor to plan with: 1 + the 90th percentile of recent under-predictions (at most 2);
+ * 1.25 before enough errors are known. */
+double step_time_model_margin(const struct step_time_model *m);
+
+/* Percentile (0..1) of the recent absolute relative errors; 0 when none. */
+double step_time_model_error(const struct step_time_model *m, double quantile);

@@ -1,0 +1,404 @@
+/* SPDX-License-Identifier: MIT */
+/* The slo policy on a synthetic clock and a step-time model taught a known cost: the
+ * model's fit, margin and error; the order a step is filled in (latency-sensitive decodes,
+ * their prompts by deadline, then best-effort work sized to the time left); slack; the
+ * KV reserve and eviction; admission control (reject, demote, the retry hint); the
+ * starvation guard. */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scheduler-internal.h"
+
+#define BLOCK 16
+#define VOCAB 1000
+
+/* The cost the synthetic engine's steps follow. */
+#define BASE 0.010
+#define PER_PROMPT 0.0005
+#define PER_DECODE 0.002
+
+static double true_cost(const struct step_shape *s) {
+        return BASE + PER_PROMPT * s->n_prompt + PER_DECODE * s->n_decode;
+}
+
+struct harness {
+        struct engine_config config;
+        struct kv_blocks *kv;
+        struct scheduler s;
+        struct request *requests[32];
+        uint32_t n_requests;
+        uint64_t next_order;
+};
+
+static void setup(struct harness *h, uint32_t n_blocks, double reserve) {
+        struct error err;
+        memset(h, 0, sizeof(*h));
+        engine_config_init_default(&h->config);
+        h->config.scheduling_policy = SCHEDULING_SLO;
+        h->config.max_model_len = 8192;
+        h->config.block_size = BLOCK;
+        h->config.slo_kv_reserve = reserve;
+        ck_assert_int_eq(kv_blocks_new(n_blocks, BLOCK, true, &h->kv, &err), 0);
+        ck_assert_int_eq(scheduler_init(&h->s, &h->config, h->kv, &err), 0);
+}
+
+static void teardown(struct harness *h) {
+        for (uint32_t i = 0; i < h->n_requests; i++) {
+                scheduler_remove(&h->s, h->requests[i]);
+                request_free(h->requests[i]);
+        }
+        scheduler_done(&h->s);
+        kv_blocks_free(h->kv);
+}
+
+/* Teaches the model the true cost with steps of varied shapes. */
+static void warm(struct scheduler *s) {
+        srand(7);
+        for (int i = 0; i < 200; i++) {
+                struct step_shape shape = { .n_prompt = (uint32_t) (rand() % 300), .n_decode = (uint32_t) (rand() % 20) };
+                step_time_model_record(&s->model, &shape, true_cost(&shape));
+        }
+}
+
+/* A request with distinct tokens (no prefix-cache sharing between requests). */
+static struct request *make(struct harness *h, bool latency_sensitive, uint32_t n_prompt, double slo, double ttft_slo,
+                            double arrival) {
+        static struct sampling_params params;
+        struct error err;
+        int32_t *prompt = malloc(n_prompt * sizeof(*prompt));
+        for (uint32_t i = 0; i < n_prompt; i++)
+                prompt[i] = (int32_t) ((h->next_order * 97 + i) % VOCAB);
+        sampling_params_init_default(&params);
+        params.max_tokens = 100;
+        struct request_spec spec = {
+                .id = "r", .prompt = prompt, .n_prompt = n_prompt, .params = &params,
+                .latency_sensitive = latency_sensitive, .slo = slo, .ttft_slo = ttft_slo, .arrival_time = arrival,
+        };
+        struct request *r;
+        ck_assert_int_eq(request_new(&spec, h->next_order++, VOCAB, 1, &r, &err), 0);
+        free(prompt);
+        h->requests[h->n_requests++] = r;
+        return r;
+}
+
+static struct request *add(struct harness *h, bool latency_sensitive, uint32_t n_prompt, double slo, double ttft_slo,
+                           double arrival) {
+        struct request *r = make(h, latency_sensitive, n_prompt, slo, ttft_slo, arrival);
+        ck_assert_int_eq(scheduler_add(&h->s, r), 0);
+        return r;
+}
+
+/* Runs the plan as the engine would: tokens computed, a token sampled at each prompt's end. */
+static void run_plan(struct harness *h, double now) {
+        for (uint32_t i = 0; i < h->s.n_plan; i++) {
+                struct request *r = h->s.plan[i].req;
+                r->num_computed_tokens += h->s.plan[i].n_tokens;
+                if (r->num_computed_tokens == r->n_tokens) {
+                        struct sample_result sample = { .token = 1 };
+                        ck_assert_int_eq(request_append(r, &sample), 0);
+                        if (!r->first_token_time)
+                                r->first_token_time = now;
+                }
+        }
+}
+
+/* A running request that has produced n_out tokens, the first at first_token_time, and now
+ * decodes. */
+static struct request *add_decoding(struct harness *h, bool latency_sensitive, uint32_t n_prompt, double slo,
+                                    double first_token_time, uint32_t n_out) {
+        struct request *r = add(h, latency_sensitive, n_prompt, slo, 1.0, first_token_time - 0.1);
+        ck_assert_ptr_eq(h->s.waiting[h->s.n_waiting - 1], r);
+        scheduler_admit(&h->s, h->s.n_waiting - 1, 0);
+        h->s.n_plan = 0;
+        ck_assert_int_eq(kv_blocks_allocate(h->kv, &r->blocks, n_prompt + n_out), 0);
+        for (uint32_t i = 0; i < n_out; i++) {
+                struct sample_result sample = { .token = 2 };
+                ck_assert_int_eq(request_append(r, &sample), 0);
+        }
+        r->num_computed_tokens = r->n_tokens - 1;
+        r->first_token_time = first_token_time;
+        return r;
+}
+
+static uint32_t planned(const struct scheduler *s, const struct request *r) {
+        for (uint32_t i = 0; i < s->n_plan; i++)
+                if (s->plan[i].req == r)
+                        return s->plan[i].n_tokens;
+        return 0;
+}
+
+static uint32_t position(const struct scheduler *s, const struct request *r) {
+        for (uint32_t i = 0; i < s->n_plan; i++)
+                if (s->plan[i].req == r)
+                        return i;
+        return UINT32_MAX;
+}
+
+START_TEST(test_model_fits_and_reports_error) {
+        struct step_time_model m;
+        step_time_model_init(&m);
+        struct step_shape probe = { .n_prompt = 100, .n_decode = 4 };
+        ck_assert(!step_time_model_ready(&m));
+        ck_assert_double_eq(step_time_model_error(&m, 0.99), 0);
+        ck_assert_double_eq(step_time_model_margin(&m), 1.25); /* nothing known: careful */
+        srand(3);
+        for (int i = 0; i < 300; i++) {
+                struct step_shape s = { .n_prompt = (uint32_t) (rand() % 512), .n_decode = (uint32_t) (rand() % 32),
+                                        .n_context = (uint64_t) (rand() % 100000) };
+                double t = true_cost(&s) + 1e-8 * (double) s.n_context;
+                step_time_model_record(&m, &s, t);
+        }
+        ck_assert(step_time_model_ready(&m));
+        double predicted = step_time_model_predict(&m, &probe), truth = true_cost(&probe);
+        ck_assert_msg(fabs(predicted - truth) < 0.01 * truth, "predicted %g for %g", predicted, truth);
+        ck_assert_double_lt(step_time_model_error(&m, 0.99), 0.01);
+        ck_assert_double_lt(step_time_model_margin(&m), 1.01);
+
+        /* noisy steps: the margin covers the under-predictions */
+        for (int i = 0; i < 300; i++) {
+                struct step_shape s = { .n_prompt = (uint32_t) (rand() % 512), .n_decode = (uint32_t) (rand() % 32) };
+                double noise = 1 + 0.1 * ((double) rand() / RAND_MAX - 0.5); /* +-5% */
+                step_time_model_record(&m, &s, true_cost(&s) * noise);
+        }
+        double margin = step_time_model_margin(&m);
+        ck_assert_msg(margin > 1.02 && margin < 1.1, "margin %g", margin);
+        ck_assert_double_lt(step_time_model_error(&m, 0.99), 0.08);
+        ck_assert_double_gt(step_time_model_error(&m, 0.99), step_time_model_error(&m, 0.5));
+
+        /* a step that took no time or an impossible time teaches nothing */
+        uint64_t n = m.n_samples;
+        step_time_model_record(&m, &probe, 0);
+        step_time_model_record(&m, &probe, NAN);
+        ck_assert_uint_eq(m.n_samples, n);
+}
+END_TEST
+
+START_TEST(test_fill_order_and_deadlines) {
+        struct harness h;
+        setup(&h, 512, 0);
+        double now = 100.0;
+        /* two latency-sensitive decodes (slo 50 ms): one right on time, due 30 ms from now,
+         * one ahead of schedule; a best-effort decode; a latency-sensitive prompt; a
+         * best-effort prompt */
+        struct request *tight = add_decoding(&h, true, 32, 0.050, now - 0.020, 1);
+        struct request *ahead = add_decoding(&h, true, 32, 0.050, now + 1.0, 1);
+        struct request *be_decode = add_decoding(&h, false, 32, 0, now - 1, 1);
+        warm(&h.s);
+        struct request *be_prompt = add(&h, false, 1000, 0, 0, now - 5);
+        struct request *ls_prompt = add(&h, true, 64, 0.050, 1.0, now);
+        h.s.last_best_effort_run = now; /* best-effort work ran just now: no nudge due */
+
+        ck_assert_int_eq(scheduler_schedule(&h.s, now), 0);
+        /* 30 ms: 10 ms + 2 x 2 ms of decodes leave 16 ms, 32 prompt tokens of the
+         * latency-sensitive prompt; nothing best-effort fits */
+        ck_assert_uint_eq(planned(&h.s, tight), 1);
+        ck_assert_uint_eq(planned(&h.s, ahead), 1);
+        ck_assert_uint_ge(planned(&h.s, ls_prompt), 31); /* 32 exactly on the boundary: rounding */
+        ck_assert_uint_le(planned(&h.s, ls_prompt), 32);
+        ck_assert_uint_eq(planned(&h.s, be_decode), 0);
+        ck_assert_uint_eq(planned(&h.s, be_prompt), 0);
+        ck_assert_uint_lt(position(&h.s, tight), position(&h.s, ls_prompt));
+        ck_assert_int_eq(be_prompt->state, REQUEST_WAITING);
+        ck_assert_uint_eq(be_decode->blocks.n, 3); /* waits with its blocks */
+        ck_assert_uint_eq(h.s.plan_shape.n_decode, 2);
+        ck_assert_uint_eq(h.s.plan_shape.n_prompt, planned(&h.s, ls_prompt));
+        teardown(&h);
+}
+END_TEST
+
+START_TEST(test_slack_lets_best_effort_in) {
+        struct harness h;
+        setup(&h, 512, 0);
+        double now = 100.0;
+        /* the first token came 2 s ago and 1 token is out: token 1 is due at -1.95 s + ...
+         * i.e. this request is far ahead: its next deadline is 200 ms away */
+        struct request *ls = add_decoding(&h, true, 32, 0.100, now + 0.100, 1);
+        struct request *be_decode = add_decoding(&h, false, 32, 0, now - 1, 1);
+        warm(&h.s);
+        struct request *be_prompt = add(&h, false, 1000, 0, 0, now - 5);
+
+        ck_assert_int_eq(scheduler_schedule(&h.s, now), 0);
+        /* the limit is min(200 ms of slack, 250 ms = ttft_slo / 4): 10 + 2 + 2 ms of decodes
+         * leave 186 ms, 372 prompt tokens */
+        ck_assert_uint_eq(planned(&h.s, ls), 1);
+        ck_assert_uint_eq(planned(&h.s, be_decode), 1);
+        uint32_t chunk = planned(&h.s, be_prompt);
+        ck_assert_msg(chunk >= 370 && chunk <= 372, "chunk %u", chunk);
+        ck_assert_uint_lt(position(&h.s, ls), position(&h.s, be_decode));
+        ck_assert_uint_lt(position(&h.s, be_decode), position(&h.s, be_prompt));
+
+        /* with nothing latency-sensitive, best-effort steps still end within a quarter of the
+         * default ttft_slo, so that an arrival waits little */
+        scheduler_remove(&h.s, ls);
+        run_plan(&h, now);
+        ck_assert_int_eq(scheduler_schedule(&h.s, now + 0.2), 0);
+        double predicted = step_time_model_predict(&h.s.model, &h.s.plan_shape);
+        ck_assert_double_le(predicted, h.config.default_ttft_slo / 4 + 1e-9);
+        ck_assert_double_ge(predicted, h.config.default_ttft_slo / 4 - 0.002);
+        teardown(&h);
+}
+END_TEST
+
+START_TEST(test_prompts_by_earliest_deadline) {
+        struct harness h;
+        setup(&h, 512, 0);
+        double now = 50.0;
+        struct request *decode = add_decoding(&h, true, 16, 0.050, now - 0.020, 1); /* due in 30 ms */
+        warm(&h.s);
+        struct request *late = add(&h, true, 64, 0.050, 2.0, now);   /* first token due in 2 s */
+        struct request *early = add(&h, true, 64, 0.050, 0.5, now); /* in 0.5 s, arrived after */
+        ck_assert_int_eq(scheduler_schedule(&h.s, now), 0);
+        ck_assert_uint_eq(planned(&h.s, decode), 1);
+        ck_assert_uint_ge(planned(&h.s, early), 35); /* 30 - 12 ms = 18 ms = 36 tokens */
+        ck_assert_uint_le(planned(&h.s, early), 36);
+        ck_assert_uint_eq(planned(&h.s, late), 0);
+        teardown(&h);
+}
+END_TEST
+
+START_TEST(test_reserve_and_eviction) {
+        struct harness h;
+        setup(&h, 20, 0.25); /* 5 blocks kept for latency-sensitive work */
+        ck_assert_uint_eq(h.s.reserve_blocks, 5);
+        double now = 10.0;
+        warm(&h.s);
+        /* best-effort prompts: 10 blocks, then 6 more would leave 4 free: it waits */
+        struct request *be1 = add(&h, false, 160, 0, 0, now - 2);
+        struct request *be2 = add(&h, false, 96, 0, 0, now - 1);
+        ck_assert_int_eq(scheduler_schedule(&h.s, now), 0);
+        ck_assert_uint_eq(planned(&h.s, be1), 160);
+        ck_assert_uint_eq(planned(&h.s, be2), 0);
+        ck_assert_int_eq(be2->state, REQUEST_WAITING);
+        ck_assert_uint_eq(kv_blocks_n_free(h.kv), 10);
+        run_plan(&h, now);
+
+        /* a latency-sensitive prompt of 12 blocks: the reserve is not enough, so the
+         * best-effort request is evicted (to recompute later) */
+        struct request *ls = add(&h, true, 192, 0.5, 5.0, now);
+        ck_assert_int_eq(scheduler_schedule(&h.s, now + 0.1), 0);
+        ck_assert_uint_eq(planned(&h.s, ls), 192);
+        ck_assert_int_eq(be1->state, REQUEST_WAITING);
+        ck_assert_uint_eq(be1->num_computed_tokens, 0);
+        ck_assert_uint_eq(be1->n_preemptions, 1);
+        teardown(&h);
+}
+END_TEST
+
+START_TEST(test_best_effort_alone_may_use_the_reserve) {
+        struct harness h;
+        setup(&h, 10, 0.5);
+        warm(&h.s);
+        /* 6 blocks of prompt, then growth into the reserve: nothing latency-sensitive is
+         * there and nothing younger could make room, so it is not stuck */
+        struct request *be = add_decoding(&h, false, 96, 0, 1.0, 1);
+        ck_assert_uint_eq(kv_blocks_n_free(h.kv), 3);
+        for (int i = 0; i < 40 && be->n_tokens < 130; i++) {
+                ck_assert_int_eq(scheduler_schedule(&h.s, 2.0 + i), 0);
+                ck_assert_uint_eq(planned(&h.s, be), 1);
+                run_plan(&h, 2.0 + i);
+        }
+        ck_assert_uint_ge(be->blocks.n, 8);
+        teardown(&h);
+}
+END_TEST
+
+START_TEST(test_admission) {
+        struct harness h;
+        struct error err;
+        double retry = -1;
+        setup(&h, 512, 0);
+        double now = 20.0;
+
+        /* nothing to judge by yet: everything is taken */
+        struct request *r = make(&h, true, 32, 0.001, 0.001, now);
+        ck_assert_int_eq(slo_policy_admit(&h.s, r, now, &retry, &err), 0);
+        ck_assert(r->latency_sensitive);
+
+        warm(&h.s);
+        /* one decode step costs 12 ms (x the margin): an slo of 5 ms cannot be met */
+        r = make(&h, true, 32, 0.005, 1.0, now);
+        ck_assert_int_eq(slo_policy_admit(&h.s, r, now, &retry, &err), -EAGAIN);
+        ck_assert_msg(strstr(err.message, "overloaded") && strstr(err.message, "slo"), "%s", err.message);
+        ck_assert_double_ge(retry, 0.1);
+        ck_assert_double_le(retry, 60);
+        ck_assert_uint_eq(h.s.slo_rejected, 1);
+
+        /* 4000 prompt tokens take about 2 s: ttft_slo 0.5 s cannot be met */
+        r = make(&h, true, 4000, 0.050, 0.5, now);
+        ck_assert_int_eq(slo_policy_admit(&h.s, r, now, &retry, &err), -EAGAIN);
+        ck_assert_msg(strstr(err.message, "ttft_slo"), "%s", err.message);
+        ck_assert_uint_eq(h.s.slo_rejected, 2);
+
+        /* the same with a ttft_slo it can meet, and a feasible slo */
+        r = make(&h, true, 4000, 0.050, 5.0, now);
+        ck_assert_int_eq(slo_policy_admit(&h.s, r, now, &retry, &err), 0);
+        ck_assert(r->latency_sensitive);
+
+        /* every latency-sensitive request decoding at once must fit in the tightest slo:
+         * 10 running at 30 ms each make 10 + 11 x 2 = 32 ms per step: an eleventh with slo 30
+         * ms is refused, and the hint is when the first of them is expected to end */
+        for (int i = 0; i < 10; i++)
+                add_decoding(&h, true, 16, 0.030, now, 1);
+        r = make(&h, true, 16, 0.030, 1.0, now);
+        ck_assert_int_eq(slo_policy_admit(&h.s, r, now, &retry, &err), -EAGAIN);
+        ck_assert_double_eq_tol(retry, 99 * 0.030, 1e-9); /* 99 tokens left at 30 ms */
+        /* and a best-effort one is never judged: only the class asks for a guarantee */
+
+        /* demotion instead of refusal */
+        h.config.slo_admission = SLO_ADMISSION_DEMOTE;
+        ck_assert_int_eq(slo_policy_admit(&h.s, r, now, &retry, &err), 0);
+        ck_assert(!r->latency_sensitive);
+        ck_assert_uint_eq(h.s.slo_demoted, 1);
+        ck_assert_uint_eq(h.s.slo_rejected, 3);
+        teardown(&h);
+}
+END_TEST
+
+START_TEST(test_starvation_guard) {
+        struct harness h;
+        setup(&h, 512, 0);
+        double now = 30.0;
+        /* a latency-sensitive decode already late: the limit leaves no room for anything */
+        struct request *ls = add_decoding(&h, true, 16, 0.010, now - 1.0, 1);
+        struct request *be = add_decoding(&h, false, 16, 0, now - 1.0, 1);
+        warm(&h.s);
+        h.s.last_best_effort_run = now;
+        ck_assert_int_eq(scheduler_schedule(&h.s, now), 0);
+        ck_assert_uint_eq(planned(&h.s, ls), 1);
+        ck_assert_uint_eq(planned(&h.s, be), 0);
+        /* once best-effort work has waited a whole default ttft_slo, it runs a token */
+        ck_assert_int_eq(scheduler_schedule(&h.s, now + 1.5), 0);
+        ck_assert_uint_eq(planned(&h.s, ls), 1);
+        ck_assert_uint_eq(planned(&h.s, be), 1);
+        ck_assert_double_eq(h.s.last_best_effort_run, now + 1.5);
+        teardown(&h);
+}
+END_TEST
+
+static Suite *suite(void) {
+        Suite *s = suite_create("slo-policy");
+        TCase *tc = tcase_create("core");
+        tcase_add_test(tc, test_model_fits_and_reports_error);
+        tcase_add_test(tc, test_fill_order_and_deadlines);
+        tcase_add_test(tc, test_slack_lets_best_effort_in);
+        tcase_add_test(tc, test_prompts_by_earliest_deadline);
+        tcase_add_test(tc, test_reserve_and_eviction);
+        tcase_add_test(tc, test_best_effort_alone_may_use_the_reserve);
+        tcase_add_test(tc, test_admission);
+        tcase_add_test(tc, test_starvation_guard);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void) {
+        SRunner *sr = srunner_create(suite());
+        srunner_run_all(sr, CK_NORMAL);
+        int failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
