@@ -10,7 +10,8 @@
  * step-time model with its safety margin, a step takes: latency-sensitive decodes;
  * latency-sensitive prompt chunks, earliest deadline first; best-effort decodes;
  * best-effort prompt chunks sized to the time left. Best-effort requests that do not fit
- * wait with their KV blocks. They may not take the last reserve_blocks free blocks, which
+ * wait with their KV blocks (with nothing latency-sensitive in the engine, only their
+ * prompt chunks are cut to the time). They may not take the last reserve_blocks free blocks, which
  * are kept for latency-sensitive arrivals; a latency-sensitive request that finds no block
  * evicts best-effort requests (they recompute later). Best-effort requests age, and one
  * that has waited a whole default ttft_slo runs a chunk whatever the deadlines say. */
@@ -295,7 +296,9 @@ static int plan_best_effort(struct step_plan *p, bool *planned) {
         uint32_t n = collect(s, false, PICK_DECODES, p->now);
         for (uint32_t i = 0; i < n && p->budget > 0; i++) {
                 struct request *r = s->candidates[i];
-                if (p->timed && !fits(p, r, 1))
+                /* with nothing latency-sensitive to protect, every decode runs: only
+                 * prompt chunks are cut to the time */
+                if (p->timed && p->latency_sensitive_present && !fits(p, r, 1))
                         break;
                 if (!still_eligible(r, PICK_DECODES) || in_plan(s, r) || !grow_best_effort(p, r, 1, true))
                         continue;
@@ -362,7 +365,11 @@ int slo_policy_schedule(struct scheduler *s, double now) {
         }
         if ((rc = plan_latency_sensitive(&p)) < 0 || (rc = plan_best_effort(&p, &best_effort_planned)) < 0)
                 return rc;
-        if (best_effort_present && !best_effort_planned && now - s->last_best_effort_run > config->default_ttft_slo &&
+        /* A step with nothing in it would leave the engine spinning: the first best-effort
+         * request runs a chunk whatever the time (a slow moment can make the margin refuse
+         * everything). */
+        if (best_effort_present && !best_effort_planned &&
+            (s->n_plan == 0 || now - s->last_best_effort_run > config->default_ttft_slo) &&
             (rc = force_best_effort(&p, &best_effort_planned)) < 0)
                 return rc;
         if (best_effort_planned || !best_effort_present)

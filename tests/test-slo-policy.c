@@ -380,6 +380,19 @@ START_TEST(test_starvation_guard) {
 }
 END_TEST
 
+START_TEST(test_never_an_empty_step) {
+        struct harness h;
+        setup(&h, 512, 0);
+        warm(&h.s);
+        h.s.model.theta[0] = 1.0; /* a moment so slow that not one token fits in 250 ms */
+        struct request *be = add(&h, false, 100, 0, 0, 5.0);
+        h.s.last_best_effort_run = 6.0;
+        ck_assert_int_eq(scheduler_schedule(&h.s, 6.0), 0);
+        ck_assert_uint_eq(planned(&h.s, be), BLOCK); /* one block of its prompt */
+        teardown(&h);
+}
+END_TEST
+
 static Suite *suite(void) {
         Suite *s = suite_create("slo-policy");
         TCase *tc = tcase_create("core");
@@ -391,6 +404,7 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_best_effort_alone_may_use_the_reserve);
         tcase_add_test(tc, test_admission);
         tcase_add_test(tc, test_starvation_guard);
+        tcase_add_test(tc, test_never_an_empty_step);
         suite_add_tcase(s, tc);
         return s;
 }
