@@ -63,6 +63,8 @@ static void help(void) {
                "  3    cannot connect to the daemon, or the connection was lost\n"
                "  4    the engine is dead\n"
                "  5    health: the engine is stalled\n"
+               "  75   the daemon is overloaded: it refused a latency-sensitive request for now; try\n"
+               "       again after the number of seconds the message gives\n"
                "  130  interrupted by SIGINT (Ctrl-C), after aborting the request in the daemon\n"
                "  143  terminated by SIGTERM, likewise\n");
 }

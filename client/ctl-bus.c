@@ -58,6 +58,8 @@ static int bus_failure(struct ctl *ctl, const char *method, const sd_bus_error *
                 return ctl_fail(ctl, CTL_EXIT_CONNECT, "asyncllmd did not answer %s: %s", method, message);
         if (strcmp(name, BUS_ERROR_PREFIX "EngineDead") == 0)
                 return ctl_fail(ctl, CTL_EXIT_ENGINE_DEAD, "%s", message);
+        if (strcmp(name, BUS_ERROR_PREFIX "Overloaded") == 0) /* the message carries the retry hint */
+                return ctl_fail(ctl, CTL_EXIT_TEMPFAIL, "%s", message);
         if (strcmp(name, BUS_ERROR_PREFIX "PermissionDenied") == 0)
                 return ctl_fail(ctl, CTL_EXIT_REQUEST, "%s (control commands need root or the asyncllm-admin group)",
                                 message);
@@ -68,7 +70,7 @@ static int bus_failure(struct ctl *ctl, const char *method, const sd_bus_error *
 
 /* The D-Bus signature a JSON value goes as: integers as x (t above INT64_MAX), arrays of
  * integers as ai (token ids), of strings as as, of objects as aa{ss} (chat messages),
- * objects as a{sd} (logit_bias, slo). -EINVAL for anything else. */
+ * objects as a{sd} (logit_bias). -EINVAL for anything else. */
 static int json_signature(struct json_object *v, const char **ret) {
         switch (json_object_get_type(v)) {
         case json_type_boolean: *ret = "b"; return 0;

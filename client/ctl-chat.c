@@ -161,7 +161,7 @@ static int turn(struct ctl *ctl, struct ctl_generation *g, const char *question)
                         status = CTL_EXIT_OK;
         } else {
                 drop_last(g->messages); /* unanswered: as if never asked */
-                if (status == CTL_EXIT_SIGINT || status == CTL_EXIT_REQUEST)
+                if (status == CTL_EXIT_SIGINT || status == CTL_EXIT_REQUEST || status == CTL_EXIT_TEMPFAIL)
                         status = CTL_EXIT_OK;
         }
         free(answer.text);

@@ -28,5 +28,7 @@ int ctl_exit_for_code(const char *code) {
                 return CTL_EXIT_CONNECT;
         if (strcmp(code, "engine_dead") == 0)
                 return CTL_EXIT_ENGINE_DEAD;
+        if (strcmp(code, "overloaded") == 0)
+                return CTL_EXIT_TEMPFAIL;
         return CTL_EXIT_REQUEST;
 }

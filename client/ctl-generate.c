@@ -58,7 +58,8 @@ static void generate_help(void) {
         ctl_sampling_help(stdout);
         printf("\n"
                "Exit status: 0 the request finished, 1 the daemon refused or failed it (or it was\n"
-               "aborted by someone else), 2 usage, 3 connection, 4 engine dead, 130 interrupted.\n");
+               "aborted by someone else), 2 usage, 3 connection, 4 engine dead, 75 overloaded (try again\n"
+               "after the seconds the message gives), 130 interrupted.\n");
 }
 
 /* What is printed, and how, for one completion. */

@@ -24,7 +24,6 @@ enum value_kind {
         VALUE_STRING_LIST,  /* repeatable: each value is appended */
         VALUE_INTEGER_LIST, /* repeatable: comma-separated integers, appended */
         VALUE_LOGIT_BIAS,   /* a JSON object, or TOKEN=BIAS,... */
-        VALUE_SLO,          /* seconds per output token: {"tpot": seconds} */
 };
 
 struct sampling_option {
@@ -60,8 +59,11 @@ static const struct sampling_option sampling_options[] = {
           "sample only these tokens (repeatable)" },
         { "no-skip-special-tokens", "skip_special_tokens", VALUE_FALSE, false, NULL, "keep special tokens in the text" },
         { "priority", "priority", VALUE_INTEGER, true, "N", "lower runs first under the priority policy" },
-        { "latency-sensitive", "latency_sensitive", VALUE_TRUE, true, NULL, "mark the request latency-sensitive" },
-        { "slo", "slo", VALUE_SLO, true, "SECONDS", "target time per output token" },
+        { "latency-sensitive", "latency_sensitive", VALUE_TRUE, true, NULL,
+          "the slo policy serves it by deadline (default: best-effort)" },
+        { "slo", "slo", VALUE_NUMBER, true, "SECONDS", "its target time per output token (default: the daemon's)" },
+        { "ttft-slo", "ttft_slo", VALUE_NUMBER, true, "SECONDS",
+          "its target time to the first token (default: the daemon's)" },
 };
 
 #define N_SAMPLING_OPTIONS (sizeof(sampling_options) / sizeof(*sampling_options))
@@ -269,13 +271,6 @@ int ctl_sampling_parse(const struct ctl *ctl, struct ctl_generation *g, int opt,
                 break;
         case VALUE_LOGIT_BIAS:
                 status = parse_logit_bias(ctl, arg, &v);
-                break;
-        case VALUE_SLO:
-                if ((status = parse_number(ctl, o->name, arg, &v)) == CTL_EXIT_OK) {
-                        struct json_object *slo = json_object_new_object();
-                        json_object_object_add(slo, "tpot", v);
-                        v = slo;
-                }
                 break;
         }
         if (status != CTL_EXIT_OK) {

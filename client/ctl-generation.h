@@ -14,7 +14,7 @@ struct ctl_generation {
         struct json_object *prompt_token_ids; /* array of ints, or NULL */
         struct json_object *messages;         /* array of {"role", "content"}, or NULL */
         struct json_object *params;           /* the message's "params" object */
-        struct json_object *request_fields;   /* priority, latency_sensitive, slo */
+        struct json_object *request_fields;   /* priority, latency_sensitive, slo, ttft_slo */
         const char *id;                       /* the request's id, or NULL for the library's */
 };
 

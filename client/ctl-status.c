@@ -106,8 +106,9 @@ static void status_help(void) {
         printf("Usage: asyncllmctl [--socket PATH | --bus system|user] status [OPTIONS]\n"
                "\n"
                "Shows the model, the engine's state, the requests running and waiting, the KV cache's\n"
-               "use, the prefix cache's hit rate (since the daemon started) and the tokens per second\n"
-               "(measured over one second).\n"
+               "use, the prefix cache's hit rate (since the daemon started), the tokens per second\n"
+               "(measured over one second) and the scheduling policy; under the slo policy also the\n"
+               "latency-sensitive requests refused and demoted, and how well it predicts step times.\n"
                "\n"
                "Options:\n"
                "      --json                        one JSON object: the daemon's stats, plus model,\n"
@@ -197,6 +198,20 @@ int ctl_status(struct ctl *ctl, int argc, char **argv) {
                 print_row("Prefix cache hit rate:", "%.1f%% (%.0f of %.0f prompt tokens)", hit_rate * 100, hits, queries);
         print_row("Prompt tokens/s:", "%.1f", prompt_rate);
         print_row("Generation tokens/s:", "%.1f", generation_rate);
+        const char *policy = json_object_get_string(ctl_json_member(stats, "scheduling_policy"));
+        if (policy)
+                print_row("Scheduling policy:", "%s", policy);
+        if (policy && strcmp(policy, "slo") == 0) {
+                double samples = number(stats, "step_model_samples");
+                print_row("SLO admission:", "%.0f refused, %.0f demoted to best-effort", number(stats, "slo_rejected"),
+                          number(stats, "slo_demoted"));
+                if (samples > 0)
+                        print_row("Step model error:", "%.1f%% median, %.1f%% p99 (%.0f steps)",
+                                  number(stats, "step_model_error_p50") * 100, number(stats, "step_model_error_p99") * 100,
+                                  samples);
+                else
+                        print_row("Step model error:", "- (no steps measured yet)");
+        }
 finish:
         json_object_put(model);
         json_object_put(before);

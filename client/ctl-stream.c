@@ -28,6 +28,7 @@ struct run {
         char code[64];
         bool has_code;
         char message[1024];
+        double retry_after; /* with the overloaded code */
 };
 
 static int on_output(asyncllm_client *c, const asyncllm_output *o, void *userdata) {
@@ -39,6 +40,7 @@ static int on_output(asyncllm_client *c, const asyncllm_output *o, void *userdat
                 run->has_code = code != NULL;
                 snprintf(run->code, sizeof(run->code), "%s", code ? code : "");
                 snprintf(run->message, sizeof(run->message), "%s", asyncllm_output_error_message(o));
+                run->retry_after = asyncllm_output_retry_after(o);
         }
         for (size_t i = 0; i < asyncllm_output_n_completions(o); i++) {
                 const char *reason = asyncllm_output_finish_reason(o, i);
@@ -161,6 +163,9 @@ static int run_status(struct ctl *ctl, const struct run *run, int signo) {
                 return ctl_fail(ctl, CTL_EXIT_CONNECT, "lost the connection to asyncllmd before the request ended");
         if (run->error < 0 && !run->has_code)
                 return ctl_fail(ctl, CTL_EXIT_CONNECT, "lost the connection to asyncllmd: %s", run->message);
+        if (run->error < 0 && strcmp(run->code, "overloaded") == 0)
+                return ctl_fail(ctl, ctl_exit_for_code(run->code), "%s (retry after %g seconds)",
+                                run->message, run->retry_after >= 0 ? run->retry_after : 0);
         if (run->error < 0)
                 return ctl_fail(ctl, ctl_exit_for_code(run->code), "%s%s", run->message,
                                 strcmp(run->code, "engine_dead") == 0 ? " (the daemon's engine has failed; restart asyncllmd)"

@@ -19,6 +19,7 @@ enum {
         CTL_EXIT_CONNECT = 3,     /* cannot connect, or the connection was lost */
         CTL_EXIT_ENGINE_DEAD = 4, /* the engine has failed */
         CTL_EXIT_UNHEALTHY = 5,   /* health: alive but stalled */
+        CTL_EXIT_TEMPFAIL = 75,   /* overloaded: try again later (sysexits.h's EX_TEMPFAIL) */
         CTL_EXIT_SIGINT = 130,
         CTL_EXIT_SIGTERM = 143,
 };

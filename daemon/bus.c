@@ -33,7 +33,7 @@ struct bus_state {
 static const char *engine_state(struct server *s) {
         struct async_llm_stats st;
         async_llm_stats(s->model.llm, &st);
-        return st.engine.dead ? "dead" : st.engine.released ? "sleeping" : st.engine.paused ? "paused" : "running";
+        return commands_engine_state(&st);
 }
 
 /* The protocol's error codes as D-Bus error names. */
@@ -50,6 +50,7 @@ static const char *error_name(const char *code) {
                 { PROTOCOL_ENGINE_DEAD, BUS_ERROR("EngineDead") },
                 { PROTOCOL_SHUTTING_DOWN, BUS_ERROR("ShuttingDown") },
                 { PROTOCOL_NOT_FOUND, BUS_ERROR("NotFound") },
+                { PROTOCOL_OVERLOADED, BUS_ERROR("Overloaded") },
         };
         for (size_t i = 0; i < sizeof(map) / sizeof(*map); i++)
                 if (code && strcmp(code, map[i].code) == 0)
@@ -151,7 +152,7 @@ static struct json_object *read_variant_value(sd_bus_message *m, int *rr) {
 }
 
 /* Builds the socket protocol's generate line from (prompt, a{sv}): the request-level keys
- * (priority, latency_sensitive, slo, and prompt_token_ids or messages in place of an empty
+ * (priority, the scheduling class's, and prompt_token_ids or messages in place of an empty
  * prompt) go beside the prompt, the rest into params. final_only forces that output kind
  * (Complete answers once). */
 static int generate_line(sd_bus_message *m, const char *id, bool final_only, char **ret, sd_bus_error *error) {
@@ -181,7 +182,9 @@ static int generate_line(sd_bus_message *m, const char *id, bool final_only, cha
                 }
                 json_object_object_add(params, "output_kind", json_object_new_string("final"));
         }
-        static const char *const top[] = { "priority", "latency_sensitive", "slo", "prompt_token_ids", "messages" };
+        static const char *const top[] = {
+                "priority", "latency_sensitive", "is_latency_sensitive", "slo", "ttft_slo", "prompt_token_ids", "messages",
+        };
         for (size_t i = 0; i < sizeof(top) / sizeof(*top); i++) {
                 struct json_object *v;
                 if (json_object_object_get_ex(params, top[i], &v)) {
@@ -282,11 +285,18 @@ static void reply_completion(sd_bus_message *call, const char *out, size_t len) 
                 else
                         *slot = line;
         }
-        struct json_object *e = error_of(request_error ? request_error : final ? NULL : other_error);
-        if (e)
-                sd_bus_reply_method_error(call, &SD_BUS_ERROR_MAKE_CONST(error_name(string_at(e, "code")),
-                                                                         string_at(e, "message") ? string_at(e, "message") : ""));
-        else if (final) {
+        struct json_object *e = error_of(request_error ? request_error : final ? NULL : other_error), *retry_after;
+        if (e) {
+                const char *message = string_at(e, "message") ? string_at(e, "message") : "";
+                char text[ERROR_MESSAGE_MAX + 64];
+                /* a D-Bus error has a name and a message only: the hint goes into the message */
+                if (json_object_object_get_ex(e, "retry_after", &retry_after))
+                        snprintf(text, sizeof(text), "%s (retry after %g seconds)", message,
+                                 json_object_get_double(retry_after));
+                else
+                        snprintf(text, sizeof(text), "%s", message);
+                sd_bus_reply_method_error(call, &SD_BUS_ERROR_MAKE_CONST(error_name(string_at(e, "code")), text));
+        } else if (final) {
                 struct json_object *outputs = json_object_object_get(final, "outputs");
                 struct json_object *first = json_object_array_length(outputs) ? json_object_array_get_idx(outputs, 0) : NULL;
                 struct json_object *usage = json_object_object_get(final, "usage");
@@ -463,20 +473,28 @@ static int method_check_health(sd_bus_message *m, void *userdata, sd_bus_error *
 static int method_get_stats(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         struct server *s = userdata;
         struct connection creds;
-        struct async_llm_stats st;
+        struct stats_entry entries[COMMANDS_STATS_MAX];
+        sd_bus_message *reply = NULL;
         int r;
         if ((r = require(m, s, false, &creds, error)) < 0)
                 return r;
-        async_llm_stats(s->model.llm, &st);
-        const struct engine_stats *e = &st.engine.stats;
-        return sd_bus_reply_method_return(
-                m, "a{sv}", 12, "state", "s", engine_state(s), "num_requests_running", "u", e->n_running,
-                "num_requests_waiting", "u", e->n_waiting + st.engine.n_deferred, "kv_blocks_used", "u", e->kv_blocks_used,
-                "kv_blocks_total", "u", e->kv_blocks_total, "prompt_tokens", "t", e->prompt_tokens, "generation_tokens", "t",
-                e->generation_tokens, "preemptions", "t", e->preemptions, "prefix_cache_hits", "t", e->prefix_hit_tokens,
-                "prefix_cache_queries", "t", e->prefix_query_tokens, "kv_cache_usage", "d",
-                e->kv_blocks_total ? (double) e->kv_blocks_used / e->kv_blocks_total : 0.0, "requests_in_flight", "u",
-                s->requests.n);
+        size_t n = commands_stats(s, entries);
+        if ((r = sd_bus_message_new_method_return(m, &reply)) < 0 || (r = sd_bus_message_open_container(reply, 'a', "{sv}")) < 0)
+                goto out;
+        for (size_t i = 0; i < n && r >= 0; i++) {
+                const struct stats_entry *e = &entries[i];
+                switch (e->type) {
+                case 's': r = sd_bus_message_append(reply, "{sv}", e->name, "s", e->s); break;
+                case 'u': r = sd_bus_message_append(reply, "{sv}", e->name, "u", e->u); break;
+                case 't': r = sd_bus_message_append(reply, "{sv}", e->name, "t", e->t); break;
+                default: r = sd_bus_message_append(reply, "{sv}", e->name, "d", e->d); break;
+                }
+        }
+        if (r >= 0 && (r = sd_bus_message_close_container(reply)) >= 0)
+                r = sd_bus_send(NULL, reply, NULL);
+out:
+        sd_bus_message_unref(reply);
+        return r;
 }
 
 static int method_list_requests(sd_bus_message *m, void *userdata, sd_bus_error *error) {
@@ -503,12 +521,10 @@ out:
 static int method_get_metrics(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         struct server *s = userdata;
         struct connection creds;
-        struct async_llm_stats st;
         int r;
         if ((r = require(m, s, false, &creds, error)) < 0)
                 return r;
-        async_llm_stats(s->model.llm, &st);
-        char *text = daemon_metrics_render(&s->metrics, &st, s->model.name);
+        char *text = commands_metrics_text(s);
         if (!text)
                 return -ENOMEM;
         r = sd_bus_reply_method_return(m, "s", text);

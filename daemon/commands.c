@@ -19,13 +19,19 @@ static void send_line(struct connection *c, char *line, size_t len) {
         free(line);
 }
 
-void commands_send_error(struct connection *c, const char *id, const char *code, const char *message) {
+/* retry_after: the hint that goes with the overloaded code; the others have none. */
+static void send_error(struct connection *c, const char *id, const char *code, const char *message, double retry_after) {
         snprintf(c->last_error_code, sizeof(c->last_error_code), "%s", code);
         snprintf(c->last_error_message, sizeof(c->last_error_message), "%s", message ? message : "");
         char *line = NULL;
         size_t len;
-        if (protocol_error_line(id, code, message, &line, &len) == 0)
+        if ((strcmp(code, PROTOCOL_OVERLOADED) == 0 ? protocol_overloaded_line(id, message, retry_after, &line, &len)
+                                                    : protocol_error_line(id, code, message, &line, &len)) == 0)
                 send_line(c, line, len);
+}
+
+void commands_send_error(struct connection *c, const char *id, const char *code, const char *message) {
+        send_error(c, id, code, message, 0);
 }
 
 /* Takes over result (which may be NULL). */
@@ -131,7 +137,9 @@ void commands_send_output(struct daemon_request *r, const struct request_output 
                         if (o->outputs[i].finish_reason > reason)
                                 reason = o->outputs[i].finish_reason;
                 daemon_metrics_observe_finished(&s->metrics, &o->metrics, reason, r->n_prompt, r->n_generated);
-                if (o->error)
+                if (o->error && o->error_code == -EAGAIN) /* the slo policy's refusal: not now */
+                        send_error(r->conn, r->client_id, PROTOCOL_OVERLOADED, o->error, o->retry_after);
+                else if (o->error)
                         commands_send_error(r->conn, r->client_id,
                                             strncmp(o->error, "engine_dead", 11) == 0 ? PROTOCOL_ENGINE_DEAD : PROTOCOL_INTERNAL_ERROR,
                                             o->error);
@@ -364,27 +372,57 @@ static struct json_object *health_json(struct server *s) {
         return o;
 }
 
-static struct json_object *stats_json(struct server *s) {
+const char *commands_engine_state(const struct async_llm_stats *st) {
+        return st->engine.dead ? "dead" : st->engine.released ? "sleeping" : st->engine.paused ? "paused" : "running";
+}
+
+size_t commands_stats(struct server *s, struct stats_entry ret[static COMMANDS_STATS_MAX]) {
         struct async_llm_stats st;
+        size_t n = 0;
+
         async_llm_stats(s->model.llm, &st);
         const struct engine_stats *e = &st.engine.stats;
+        ret[n++] = (struct stats_entry) { "state", 's', .s = commands_engine_state(&st) };
+        ret[n++] = (struct stats_entry) { "num_requests_running", 'u', .u = e->n_running };
+        ret[n++] = (struct stats_entry) { "num_requests_waiting", 'u', .u = e->n_waiting + st.engine.n_deferred };
+        ret[n++] = (struct stats_entry) {
+                "kv_cache_usage", 'd', .d = e->kv_blocks_total ? (double) e->kv_blocks_used / e->kv_blocks_total : 0,
+        };
+        ret[n++] = (struct stats_entry) { "kv_blocks_used", 'u', .u = e->kv_blocks_used };
+        ret[n++] = (struct stats_entry) { "kv_blocks_total", 'u', .u = e->kv_blocks_total };
+        ret[n++] = (struct stats_entry) { "prefix_cache_queries", 't', .t = e->prefix_query_tokens };
+        ret[n++] = (struct stats_entry) { "prefix_cache_hits", 't', .t = e->prefix_hit_tokens };
+        ret[n++] = (struct stats_entry) { "prompt_tokens", 't', .t = e->prompt_tokens };
+        ret[n++] = (struct stats_entry) { "generation_tokens", 't', .t = e->generation_tokens };
+        ret[n++] = (struct stats_entry) { "preemptions", 't', .t = e->preemptions };
+        ret[n++] = (struct stats_entry) { "steps", 't', .t = e->steps };
+        ret[n++] = (struct stats_entry) {
+                "tokens_per_step", 'd', .d = e->steps ? (double) e->scheduled_tokens / e->steps : 0,
+        };
+        ret[n++] = (struct stats_entry) { "connections", 'u', .u = s->n_connections };
+        ret[n++] = (struct stats_entry) { "requests_in_flight", 'u', .u = s->requests.n };
+        ret[n++] = (struct stats_entry) {
+                "scheduling_policy", 's', .s = scheduling_policy_name(s->model.config.scheduling_policy),
+        };
+        ret[n++] = (struct stats_entry) { "slo_rejected", 't', .t = e->slo_rejected };
+        ret[n++] = (struct stats_entry) { "slo_demoted", 't', .t = e->slo_demoted };
+        ret[n++] = (struct stats_entry) { "step_model_samples", 't', .t = e->step_model_samples };
+        ret[n++] = (struct stats_entry) { "step_model_error_p50", 'd', .d = e->step_model_error_p50 };
+        ret[n++] = (struct stats_entry) { "step_model_error_p99", 'd', .d = e->step_model_error_p99 };
+        return n;
+}
+
+static struct json_object *stats_json(struct server *s) {
+        struct stats_entry entries[COMMANDS_STATS_MAX];
+        size_t n = commands_stats(s, entries);
         struct json_object *o = json_object_new_object();
-        json_object_object_add(o, "state", json_object_new_string(st.engine.dead ? "dead" : st.engine.released ? "sleeping"
-                                                                        : st.engine.paused ? "paused" : "running"));
-        json_object_object_add(o, "num_requests_running", json_object_new_int64(e->n_running));
-        json_object_object_add(o, "num_requests_waiting", json_object_new_int64(e->n_waiting + st.engine.n_deferred));
-        json_object_object_add(o, "kv_cache_usage", json_object_new_double(e->kv_blocks_total ? (double) e->kv_blocks_used / e->kv_blocks_total : 0));
-        json_object_object_add(o, "kv_blocks_used", json_object_new_int64(e->kv_blocks_used));
-        json_object_object_add(o, "kv_blocks_total", json_object_new_int64(e->kv_blocks_total));
-        json_object_object_add(o, "prefix_cache_queries", json_object_new_uint64(e->prefix_query_tokens));
-        json_object_object_add(o, "prefix_cache_hits", json_object_new_uint64(e->prefix_hit_tokens));
-        json_object_object_add(o, "prompt_tokens", json_object_new_uint64(e->prompt_tokens));
-        json_object_object_add(o, "generation_tokens", json_object_new_uint64(e->generation_tokens));
-        json_object_object_add(o, "preemptions", json_object_new_uint64(e->preemptions));
-        json_object_object_add(o, "steps", json_object_new_uint64(e->steps));
-        json_object_object_add(o, "tokens_per_step", json_object_new_double(e->steps ? (double) e->scheduled_tokens / e->steps : 0));
-        json_object_object_add(o, "connections", json_object_new_int64(s->n_connections));
-        json_object_object_add(o, "requests_in_flight", json_object_new_int64(s->requests.n));
+        for (size_t i = 0; i < n; i++) {
+                const struct stats_entry *e = &entries[i];
+                json_object_object_add(o, e->name, e->type == 's' ? json_object_new_string(e->s)
+                                                   : e->type == 'u' ? json_object_new_int64(e->u)
+                                                   : e->type == 't' ? json_object_new_uint64(e->t)
+                                                                    : json_object_new_double(e->d));
+        }
         return o;
 }
 
@@ -415,10 +453,14 @@ static struct json_object *list_json(struct connection *c) {
         return o;
 }
 
-static void do_metrics(struct connection *c, const struct client_message *m) {
+char *commands_metrics_text(struct server *s) {
         struct async_llm_stats st;
-        async_llm_stats(c->server->model.llm, &st);
-        char *text = daemon_metrics_render(&c->server->metrics, &st, c->server->model.name);
+        async_llm_stats(s->model.llm, &st);
+        return daemon_metrics_render(&s->metrics, &st, s->model.name);
+}
+
+static void do_metrics(struct connection *c, const struct client_message *m) {
+        char *text = commands_metrics_text(c->server);
         if (!text)
                 return commands_send_error(c, m->id, PROTOCOL_INTERNAL_ERROR, "out of memory");
         struct json_object *o = json_object_new_object();

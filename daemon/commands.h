@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "async-llm.h"
 #include "connection.h"
 #include "request-output.h"
 
@@ -20,3 +21,23 @@ void commands_send_output(struct daemon_request *r, const struct request_output 
 /* The request is over (or its connection is): its stream released (aborted if still
  * running), the request forgotten. */
 void commands_request_done(struct daemon_request *r);
+
+/* The stats op's result, which D-Bus GetStats sends as well: one list of typed entries, so
+ * that both APIs give the same names and values. */
+struct stats_entry {
+        const char *name;
+        char type; /* as D-Bus types it: 's', 'u' (uint32_t), 't' (uint64_t) or 'd' */
+        union {
+                const char *s; /* static */
+                uint32_t u;
+                uint64_t t;
+                double d;
+        };
+};
+#define COMMANDS_STATS_MAX 32
+/* Fills ret and returns the number of entries. */
+size_t commands_stats(struct server *s, struct stats_entry ret[static COMMANDS_STATS_MAX]);
+/* The engine's state as the stats and D-Bus's State say it: running, paused, sleeping or dead. */
+const char *commands_engine_state(const struct async_llm_stats *st);
+/* The metrics op's text (GetMetrics's too), malloc()ed; NULL when out of memory. */
+char *commands_metrics_text(struct server *s);

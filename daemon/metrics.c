@@ -123,6 +123,17 @@ char *daemon_metrics_render(const struct daemon_metrics *m, const struct async_l
                (double) e->scheduled_tokens);
         sample(f, "vllm:engine_steps_total", "counter", "Engine steps run.", labels, (double) e->steps);
 
+        sample(f, "asyncllm:slo_rejected_total", "counter",
+               "Latency-sensitive requests the slo policy refused as overloaded (slo-admission reject).", labels,
+               (double) e->slo_rejected);
+        sample(f, "asyncllm:slo_demoted_total", "counter",
+               "Latency-sensitive requests the slo policy served as best-effort (slo-admission demote).", labels,
+               (double) e->slo_demoted);
+        header(f, "asyncllm:step_model_error", "gauge",
+               "Relative error of the slo policy's step-time model over its recent steps, by quantile (0 before any).");
+        fprintf(f, "asyncllm:step_model_error{%s,quantile=\"0.5\"} %.17g\n", labels, e->step_model_error_p50);
+        fprintf(f, "asyncllm:step_model_error{%s,quantile=\"0.99\"} %.17g\n", labels, e->step_model_error_p99);
+
         header(f, "vllm:request_success_total", "counter", "Finished requests, by how they finished.");
         for (int r = FINISH_STOP; r <= FINISH_ERROR; r++)
                 fprintf(f, "vllm:request_success_total{%s,finished_reason=\"%s\"} %llu\n", labels,

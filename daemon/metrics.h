@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #pragma once
 
-/* The daemon's Prometheus metrics, with vLLM's names: gauges and counters read from the
+/* The daemon's Prometheus metrics, with vLLM's names (asyncllm: for the slo policy's, which vLLM
+ * lacks): gauges and counters read from the
  * engine's state when rendered, histograms of request latencies and sizes observed by the
  * frontend from each request's timings (engine timestamps, so a slow reader does not skew
  * them). */

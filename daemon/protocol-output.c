@@ -299,7 +299,9 @@ int protocol_result_line(const char *id, struct json_object *result, char **ret,
         return finish_line(obj, r, ret, ret_len);
 }
 
-int protocol_error_line(const char *id, const char *code, const char *message, char **ret, size_t *ret_len) {
+/* retry_after < 0: the error carries none. */
+static int error_line(const char *id, const char *code, const char *message, double retry_after, char **ret,
+                      size_t *ret_len) {
         struct json_object *obj = json_object_new_object(), *e = json_object_new_object();
         int r = 0;
 
@@ -311,11 +313,22 @@ int protocol_error_line(const char *id, const char *code, const char *message, c
                 if (e) {
                         set(&r, e, "code", new_string(code ? code : PROTOCOL_INTERNAL_ERROR));
                         set(&r, e, "message", new_string(message));
+                        if (retry_after >= 0)
+                                set_number(&r, e, "retry_after", retry_after, false);
                 }
                 set(&r, obj, "error", e);
         } else
                 json_object_put(e);
         return finish_line(obj, r, ret, ret_len);
+}
+
+int protocol_error_line(const char *id, const char *code, const char *message, char **ret, size_t *ret_len) {
+        return error_line(id, code, message, -1, ret, ret_len);
+}
+
+int protocol_overloaded_line(const char *id, const char *message, double retry_after, char **ret, size_t *ret_len) {
+        /* a hint the engine could not work out is no reason to withhold the code */
+        return error_line(id, PROTOCOL_OVERLOADED, message, retry_after >= 0 ? retry_after : 0, ret, ret_len);
 }
 
 int protocol_parse_error_line(const struct protocol_error *e, char **ret, size_t *ret_len) {

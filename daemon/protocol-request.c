@@ -156,6 +156,7 @@ struct parser {
         struct client_message *m;
         struct protocol_error *err;
         unsigned prompts; /* generate: bit (1 << enum prompt_kind) per prompt field given */
+        bool has_latency_sensitive; /* generate: under either of its names */
         bool has_request; /* abort */
         bool has_method;  /* collective_rpc */
 };
@@ -567,26 +568,51 @@ static int parse_messages(struct parser *p, struct json_object *v) {
         return 0;
 }
 
-static int parse_slo(struct parser *p, struct json_object *v) {
+/* latency_sensitive, or its alias is_latency_sensitive: a boolean, or one as the string
+ * that clients built on Python's str(bool) send. */
+static int parse_latency_sensitive(struct parser *p, const char *key, struct json_object *v) {
+        static const char *const allowed = "true or false (the strings \"true\", \"True\", \"false\" and \"False\" "
+                                           "are accepted too)";
         struct generate_message *g = &p->m->generate;
-        int r;
+        char q[QUOTE_MAX + 4];
 
-        if (!v)
+        if (p->has_latency_sensitive)
+                return invalid_params(p, "latency_sensitive and is_latency_sensitive are the same field: give only one");
+        p->has_latency_sensitive = true;
+        if (json_object_is_type(v, json_type_boolean)) {
+                g->latency_sensitive = json_object_get_boolean(v);
                 return 0;
-        if (!json_object_is_type(v, json_type_object))
-                return want(p, "slo", v, "an object {\"ttft\", \"tpot\"}");
-        json_object_object_foreach(v, key, value) {
-                double *at = strcmp(key, "ttft") == 0 ? &g->slo_ttft : strcmp(key, "tpot") == 0 ? &g->slo_tpot : NULL;
-                char path[16];
-                if (!at)
-                        return unknown_field(p, "slo.", key);
-                path_printf(path, sizeof(path), "slo.%s", key);
-                if ((r = get_number(p, path, value, at)) < 0)
-                        return r;
-                /* nothing downstream checks it */
-                if (!(*at > 0))
-                        return invalid_params(p, "%s must be a number of seconds > 0, got %g", path, *at);
         }
+        if (!json_object_is_type(v, json_type_string))
+                return want(p, key, v, allowed);
+        const char *s = json_object_get_string(v);
+        if (strcmp(s, "true") == 0 || strcmp(s, "True") == 0)
+                g->latency_sensitive = true;
+        else if (strcmp(s, "false") == 0 || strcmp(s, "False") == 0)
+                g->latency_sensitive = false;
+        else
+                return invalid_params(p, "%s must be %s, got \"%s\"", key, allowed, quote(s, q));
+        return 0;
+}
+
+/* slo and ttft_slo: seconds; null is the engine's default. The engine checks the range
+ * too, but its message would not name the client's field. */
+static int parse_slo(struct parser *p, const char *key, const char *per, struct json_object *v, double *ret) {
+        char what[96];
+        double x;
+
+        if (!v) {
+                *ret = 0;
+                return 0;
+        }
+        path_printf(what, sizeof(what), "a number of seconds%s", per);
+        if (!json_object_is_type(v, json_type_double) && !json_object_is_type(v, json_type_int))
+                return want(p, key, v, what);
+        x = json_object_get_double(v);
+        if (!(x > 0 && x <= PROTOCOL_SLO_MAX))
+                return invalid_params(p, "%s must be %s, more than 0 and at most %d, got %g", key, what,
+                                      PROTOCOL_SLO_MAX, x);
+        *ret = x;
         return 0;
 }
 
@@ -616,10 +642,12 @@ static int generate_field(struct parser *p, const char *key, struct json_object 
                 return parse_params(p, v);
         if (strcmp(key, "priority") == 0)
                 return get_int32(p, key, v, &g->priority);
-        if (strcmp(key, "latency_sensitive") == 0)
-                return get_bool(p, key, v, &g->latency_sensitive);
+        if (strcmp(key, "latency_sensitive") == 0 || strcmp(key, "is_latency_sensitive") == 0)
+                return parse_latency_sensitive(p, key, v);
         if (strcmp(key, "slo") == 0)
-                return parse_slo(p, v);
+                return parse_slo(p, key, " per output token", v, &g->slo);
+        if (strcmp(key, "ttft_slo") == 0)
+                return parse_slo(p, key, " to the first token", v, &g->ttft_slo);
         return -ENOENT;
 }
 
@@ -1032,7 +1060,8 @@ void generate_message_to_request(const struct generate_message *g, const char *r
                 .params = &g->params,
                 .priority = g->priority,
                 .latency_sensitive = g->latency_sensitive,
-                .slo = g->slo_tpot,
+                .slo = g->slo,
+                .ttft_slo = g->ttft_slo,
         };
         switch (g->prompt_kind) {
         case PROMPT_TEXT:

@@ -10,7 +10,7 @@
  * field and what it must be. Value ranges of sampling parameters are left to
  * sampling_params_validate(), which the engine runs on submission; this layer checks only
  * what JSON typing requires (integers in int32 range, a seed in uint64 range, known enum
- * strings) and the ranges nobody else checks with a message (sleep level, slo > 0).
+ * strings) and the ranges nobody else checks with a message (sleep level, slo and ttft_slo).
  *
  * Every encoder returns a malloc'ed, NUL-terminated line that ends in "\n" (*ret_len
  * counts the "\n", not the NUL), serialized by json-c without pretty-printing and without
@@ -56,6 +56,10 @@
 #define PROTOCOL_SHUTTING_DOWN "shutting_down"
 #define PROTOCOL_NOT_FOUND "not_found"
 #define PROTOCOL_INTERNAL_ERROR "internal_error"
+#define PROTOCOL_OVERLOADED "overloaded"
+
+/* The longest slo or ttft_slo a request may ask for, in seconds (the engine's limit). */
+#define PROTOCOL_SLO_MAX 3600
 
 enum client_op {
         CLIENT_OP_GENERATE,
@@ -102,9 +106,11 @@ struct generate_message {
          * point into the storage below; unvalidated (sampling_params_validate() does that). */
         struct sampling_params params;
         int32_t priority;       /* default 0 */
-        bool latency_sensitive; /* default false */
-        double slo_ttft;        /* seconds, > 0; 0 = not given */
-        double slo_tpot;        /* seconds per output token, > 0; 0 = not given */
+        /* The scheduling class (the slo policy's): best-effort unless latency_sensitive.
+         * The targets are carried for best-effort requests too, where they do nothing. */
+        bool latency_sensitive;
+        double slo;             /* seconds per output token, (0, PROTOCOL_SLO_MAX]; 0 = the engine's default */
+        double ttft_slo;        /* seconds to the first token, likewise */
 
         /* Owned storage behind params; private to protocol-request.c. */
         const char **stop_storage;
@@ -184,8 +190,8 @@ void client_message_free(struct client_message *m);
 int protocol_negotiate(const struct client_message *hello, int32_t *ret);
 
 /* The request to submit for a generate message. prompt_text is what to use for a
- * PROMPT_MESSAGES prompt (the rendered chat; chat_render()), ignored otherwise. slo is the
- * per-token SLO (slo_tpot); the engine has no TTFT target yet. The request borrows from g. */
+ * PROMPT_MESSAGES prompt (the rendered chat; chat_render()), ignored otherwise. The request
+ * borrows from g. */
 void generate_message_to_request(const struct generate_message *g, const char *request_id, const char *prompt_text,
                                  struct generate_request *ret);
 
@@ -224,6 +230,9 @@ int protocol_output_line(const char *id, const struct request_output *o, const s
 int protocol_result_line(const char *id, struct json_object *result, char **ret, size_t *ret_len);
 /* {"id", "error": {"code", "message"}}; id NULL writes "id": null. */
 int protocol_error_line(const char *id, const char *code, const char *message, char **ret, size_t *ret_len);
+/* {"id", "error": {"code": "overloaded", "message", "retry_after"}}: the engine refused the
+ * request for now; a retry after retry_after seconds may succeed. */
+int protocol_overloaded_line(const char *id, const char *message, double retry_after, char **ret, size_t *ret_len);
 /* The error line for a refused client line: with its id when it could be read. */
 int protocol_parse_error_line(const struct protocol_error *e, char **ret, size_t *ret_len);
 /* {"hello": {"protocol": PROTOCOL_VERSION, "server": "asyncllmd", "version", "model"}}. */

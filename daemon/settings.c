@@ -35,8 +35,9 @@ enum setting_type {
         SETTING_U64,         /* uint64_t in [min, max] */
         SETTING_I32,         /* int32_t in [min, max] (non-negative) */
         SETTING_SIZE,        /* uint64_t bytes in [min, max], with an optional unit suffix */
-        SETTING_SECONDS,     /* double in [dmin, dmax] */
+        SETTING_SECONDS,     /* double in [dmin, dmax], or (dmin, dmax] with dmin_open */
         SETTING_STALL_LIMIT, /* double: 0, or in (1, 1000] */
+        SETTING_FRACTION,    /* double in [0, 1) */
         SETTING_PATH,        /* char *, malloc()ed; at most max bytes when max > 0 */
         SETTING_GROUP,       /* char *, malloc()ed; a group name */
         SETTING_CHOICE,      /* an int-sized enum: the index of the value in choices */
@@ -58,6 +59,10 @@ enum setting_id {
         KEY_KV_CACHE_SPACE,
         KEY_ENABLE_PREFIX_CACHING,
         KEY_SCHEDULING_POLICY,
+        KEY_SLO_ADMISSION,
+        KEY_DEFAULT_SLO,
+        KEY_DEFAULT_TTFT_SLO,
+        KEY_SLO_KV_RESERVE,
         KEY_SEED,
         KEY_MAX_LOGPROBS,
         KEY_DECODE_STALL_LIMIT,
@@ -79,6 +84,7 @@ enum setting_id {
 
 _Static_assert(N_KEYS <= DAEMON_SETTINGS_MAX_KEYS, "too many keys for the masks");
 _Static_assert(sizeof(enum scheduling_policy) == sizeof(int), "scheduling_policy is stored as an int");
+_Static_assert(sizeof(enum slo_admission) == sizeof(int), "slo_admission is stored as an int");
 _Static_assert(sizeof(enum daemon_bus) == sizeof(int), "daemon_bus is stored as an int");
 _Static_assert(LOG_EMERG == 0 && LOG_DEBUG == 7, "syslog levels");
 
@@ -90,6 +96,7 @@ struct setting {
         size_t offset;              /* in struct daemon_settings */
         uint64_t min, max;          /* integers and sizes; the longest path */
         double dmin, dmax;          /* seconds */
+        bool dmin_open;             /* dmin itself is out of range (an SLO of 0 s means nothing) */
         const char *zero;           /* what 0 means, when it means something special */
         const char *const *choices; /* SETTING_CHOICE, SETTING_NAME; NULL-terminated */
         const char *negated;        /* SETTING_BOOL: the flag that sets false */
@@ -107,7 +114,12 @@ struct setting {
 #define TiB (GiB * 1024)
 
 static const char *const device_names[] = { "cpu", "cuda", NULL };
-static const char *const policy_names[] = { [SCHEDULING_FCFS] = "fcfs", [SCHEDULING_PRIORITY] = "priority", NULL };
+static const char *const policy_names[] = {
+        [SCHEDULING_FCFS] = "fcfs", [SCHEDULING_PRIORITY] = "priority", [SCHEDULING_SLO] = "slo", NULL,
+};
+static const char *const slo_admission_names[] = {
+        [SLO_ADMISSION_REJECT] = "reject", [SLO_ADMISSION_DEMOTE] = "demote", NULL,
+};
 static const char *const bus_names[] = {
         [DAEMON_BUS_NONE] = "none", [DAEMON_BUS_SYSTEM] = "system", [DAEMON_BUS_USER] = "user", NULL,
 };
@@ -167,7 +179,25 @@ static const struct setting table[N_KEYS] = {
         },
         [KEY_SCHEDULING_POLICY] = {
                 "scheduling-policy", SETTING_CHOICE, FIELD(engine.scheduling_policy), .choices = policy_names,
-                .arg = "fcfs|priority", .help = "the order waiting requests are admitted in",
+                .arg = "fcfs|priority|slo", .help = "the order waiting requests are admitted in",
+        },
+        [KEY_SLO_ADMISSION] = {
+                "slo-admission", SETTING_CHOICE, FIELD(engine.slo_admission), .choices = slo_admission_names,
+                .arg = "reject|demote",
+                .help = "slo policy: refuse or demote a request whose SLO it cannot meet",
+        },
+        [KEY_DEFAULT_SLO] = {
+                "default-slo", SETTING_SECONDS, FIELD(engine.default_slo), .dmin = 0, .dmax = 3600, .dmin_open = true,
+                .arg = "SECONDS", .help = "slo policy: seconds per output token when a request gives none",
+        },
+        [KEY_DEFAULT_TTFT_SLO] = {
+                "default-ttft-slo", SETTING_SECONDS, FIELD(engine.default_ttft_slo), .dmin = 0, .dmax = 3600,
+                .dmin_open = true, .arg = "SECONDS",
+                .help = "slo policy: seconds to the first token when a request gives none",
+        },
+        [KEY_SLO_KV_RESERVE] = {
+                "slo-kv-reserve", SETTING_FRACTION, FIELD(engine.slo_kv_reserve), .arg = "FRACTION",
+                .help = "slo policy: the share of KV blocks best-effort requests may not take",
         },
         [KEY_SEED] = {
                 "seed", SETTING_U64, FIELD(engine.seed), .min = 0, .max = UINT64_MAX, .arg = "N",
@@ -326,7 +356,13 @@ static const char *describe_allowed(const struct setting *st, char *buf, size_t 
         case SETTING_SECONDS:
                 format_double(st->dmin, lo, sizeof(lo));
                 format_double(st->dmax, hi, sizeof(hi));
-                snprintf(buf, size, "%s to %s seconds", lo, hi);
+                if (st->dmin_open)
+                        snprintf(buf, size, "more than %s and at most %s seconds", lo, hi);
+                else
+                        snprintf(buf, size, "%s to %s seconds", lo, hi);
+                break;
+        case SETTING_FRACTION:
+                snprintf(buf, size, "a fraction from 0 to less than 1 (0.1 is a tenth)");
                 break;
         case SETTING_STALL_LIMIT:
                 snprintf(buf, size, "0 (no limit), or more than 1 and at most 1000");
@@ -514,12 +550,16 @@ static int parse_value(const struct setting *st, const char *who, const char *v,
                 return 0;
         case SETTING_SECONDS:
         case SETTING_STALL_LIMIT:
+        case SETTING_FRACTION:
                 r = parse_double(v, &d);
                 if (r == -EINVAL)
                         return error_set(err, EINVAL, "%s: '%s' is not a number; allowed: %s", who, v,
                                          describe_allowed(st, allowed, sizeof(allowed)));
-                if (r < 0 || (st->type == SETTING_SECONDS && (d < st->dmin || d > st->dmax)) ||
-                    (st->type == SETTING_STALL_LIMIT && !(d == 0 || (d > 1 && d <= 1000))))
+                if (r < 0 ||
+                    (st->type == SETTING_SECONDS &&
+                     (d < st->dmin || (st->dmin_open && d == st->dmin) || d > st->dmax)) ||
+                    (st->type == SETTING_STALL_LIMIT && !(d == 0 || (d > 1 && d <= 1000))) ||
+                    (st->type == SETTING_FRACTION && !(d >= 0 && d < 1)))
                         return error_set(err, ERANGE, "%s: %s is out of range; allowed: %s", who, v,
                                          describe_allowed(st, allowed, sizeof(allowed)));
                 ret->d = d == 0 ? 0 : d; /* no -0 */
@@ -576,6 +616,7 @@ static int store_value(struct daemon_settings *s, const struct setting *st, cons
                 break;
         case SETTING_SECONDS:
         case SETTING_STALL_LIMIT:
+        case SETTING_FRACTION:
                 *(double *) p = v->d;
                 break;
         case SETTING_PATH:
@@ -612,6 +653,7 @@ static bool value_equal(const struct daemon_settings *a, const struct daemon_set
                 return *(const int32_t *) pa == *(const int32_t *) pb;
         case SETTING_SECONDS:
         case SETTING_STALL_LIMIT:
+        case SETTING_FRACTION:
                 return *(const double *) pa == *(const double *) pb;
         case SETTING_PATH:
         case SETTING_GROUP:
@@ -639,6 +681,7 @@ static size_t value_size(const struct setting *st) {
                 return sizeof(int32_t);
         case SETTING_SECONDS:
         case SETTING_STALL_LIMIT:
+        case SETTING_FRACTION:
                 return sizeof(double);
         case SETTING_PATH:
         case SETTING_GROUP:
@@ -673,6 +716,7 @@ static void format_value(const struct daemon_settings *s, const struct setting *
                 break;
         case SETTING_SECONDS:
         case SETTING_STALL_LIMIT:
+        case SETTING_FRACTION:
                 format_double(*(const double *) p, buf, size);
                 break;
         case SETTING_PATH:

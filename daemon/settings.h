@@ -45,8 +45,9 @@ enum daemon_settings_action {
 
 struct daemon_settings {
         /* max-num-seqs, max-num-batched-tokens, enable-chunked-prefill, long-prefill-token-threshold,
-         * max-model-len, block-size, kv-cache-space, enable-prefix-caching, scheduling-policy, seed,
-         * max-logprobs, decode-stall-limit */
+         * max-model-len, block-size, kv-cache-space, enable-prefix-caching, scheduling-policy,
+         * slo-admission, default-slo, default-ttft-slo, slo-kv-reserve, seed, max-logprobs,
+         * decode-stall-limit */
         struct engine_config engine;
 
         char *model;                  /* path of the GGUF file; set by daemon_settings_resolve() */

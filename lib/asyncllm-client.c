@@ -57,6 +57,16 @@ static bool error_member(struct json_object *msg, const char **ret_code, const c
         return true;
 }
 
+/* The error's retry_after (overloaded) in seconds, or -1 without one. */
+static double error_retry_after(struct json_object *msg) {
+        struct json_object *e = NULL, *v;
+        json_object_object_get_ex(msg, "error", &e);
+        if ((v = client_json_member(e, "retry_after", json_type_double)) ||
+            (v = client_json_member(e, "retry_after", json_type_int)))
+                return json_object_get_double(v) >= 0 ? json_object_get_double(v) : -1;
+        return -1;
+}
+
 /* ---- Requests in flight ---------------------------------------------------------------- */
 
 static struct pending *pending_add(asyncllm_client *c, enum pending_kind kind, const char *id) {
@@ -434,6 +444,7 @@ static int on_message(asyncllm_client *c, struct json_object *msg, const char *l
                         if (p->kind == PENDING_GENERATE) {
                                 asyncllm_output o;
                                 output_view_failure(&o, p->id, error, code, message, line);
+                                o.retry_after = error_retry_after(msg);
                                 (void) call_output(c, p, &o);
                         } else
                                 call_reply(c, p, error, NULL);

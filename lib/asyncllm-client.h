@@ -12,7 +12,9 @@
  * invalid_request, invalid_params -EINVAL; invalid_json -EBADMSG; invalid_utf8 -EILSEQ;
  * line_too_long -EMSGSIZE; unknown_op -EOPNOTSUPP; duplicate_id -EEXIST; too_many_requests
  * -EBUSY; permission_denied -EACCES; unsupported_protocol -EPROTONOSUPPORT; engine_dead -EIO;
- * shutting_down -ESHUTDOWN; not_found -ENOENT; internal_error -EREMOTEIO; any other -EPROTO.
+ * shutting_down -ESHUTDOWN; not_found -ENOENT; internal_error -EREMOTEIO; overloaded -EAGAIN
+ * (the engine refused a latency-sensitive request for now: try again after
+ * asyncllm_output_retry_after() seconds); any other -EPROTO.
  * A daemon that breaks the protocol gives -EPROTO (or -EMSGSIZE for a line over the
  * limit); a closed connection -ECONNRESET; a dead client -ENOTCONN. An error the daemon
  * sends with "id": null (it shuts down, or could not read one of our lines, which cannot
@@ -141,8 +143,10 @@ int asyncllm_request_set_param_json(asyncllm_request *r, const char *key, const 
 /* Removes a parameter; 0 whether or not it was set. */
 int asyncllm_request_unset_param(asyncllm_request *r, const char *key);
 
-/* Scheduling: priority (lower first under the priority policy), latency_sensitive, and an
- * SLO (seconds to the first token, seconds per output token; > 0). */
+/* Scheduling: priority (lower first under the priority policy), and the request's class
+ * under the slo policy: latency-sensitive (best-effort otherwise), with its SLO in seconds
+ * to the first token (ttft_slo) and per output token (slo), each > 0, or 0 for the
+ * daemon's default (default-ttft-slo, default-slo). */
 int asyncllm_request_set_priority(asyncllm_request *r, int64_t priority);
 int asyncllm_request_set_latency_sensitive(asyncllm_request *r, bool yes);
 int asyncllm_request_set_slo(asyncllm_request *r, double ttft, double tpot);
@@ -180,6 +184,9 @@ bool asyncllm_output_finished(const asyncllm_output *o);
 int asyncllm_output_error(const asyncllm_output *o);
 const char *asyncllm_output_error_code(const asyncllm_output *o);
 const char *asyncllm_output_error_message(const asyncllm_output *o);
+/* With the error code "overloaded" (-EAGAIN): the seconds after which a retry may
+ * succeed, as the daemon estimates them; -1 for anything else. */
+double asyncllm_output_retry_after(const asyncllm_output *o);
 
 /* The completions in this output (n > 1 gives several; 0 for a failure), each picked by its
  * position i here (0 .. n_completions - 1). */

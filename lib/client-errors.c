@@ -26,6 +26,7 @@ static const struct {
         { "shutting_down", ESHUTDOWN },
         { "not_found", ENOENT },
         { "internal_error", EREMOTEIO },
+        { "overloaded", EAGAIN },
 };
 
 int client_errno_from_code(const char *code) {

@@ -105,6 +105,7 @@ struct asyncllm_output {
         int error;
         const char *error_code;
         const char *error_message;
+        double retry_after;   /* the overloaded error's hint, else -1 */
         const char *json;     /* the line; NULL for a local failure */
         struct completion_view *completions; /* (n_completions), owned */
         size_t n_completions;
@@ -134,7 +135,7 @@ int client_abort_args(asyncllm_client *c, const char *request_id, char **ret);
 /* Fills o from an output message ({"id", "outputs": [...], "finished", ...}). Strings stay
  * in msg and line. -EPROTO when "outputs" is not an array of objects, -ENOMEM. */
 int output_view_parse(struct asyncllm_output *o, const char *id, struct json_object *msg, const char *line);
-/* A failure view: error < 0, code may be NULL. */
+/* A failure view: error < 0, code may be NULL; no retry_after. */
 void output_view_failure(struct asyncllm_output *o, const char *id, int error, const char *code, const char *message,
                          const char *line);
 void output_view_done(struct asyncllm_output *o);

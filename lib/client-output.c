@@ -51,7 +51,9 @@ static int completion_parse(struct completion_view *c, struct json_object *o) {
 int output_view_parse(struct asyncllm_output *o, const char *id, struct json_object *msg, const char *line) {
         struct json_object *outputs = client_json_member(msg, "outputs", json_type_array), *v;
 
-        *o = (struct asyncllm_output) { .id = id, .json = line, .prompt_tokens = -1, .completion_tokens = -1 };
+        *o = (struct asyncllm_output) {
+                .id = id, .json = line, .retry_after = -1, .prompt_tokens = -1, .completion_tokens = -1,
+        };
         if (!outputs)
                 return -EPROTO;
         size_t n = json_object_array_length(outputs);
@@ -94,6 +96,7 @@ void output_view_failure(struct asyncllm_output *o, const char *id, int error, c
                 .error = error,
                 .error_code = code,
                 .error_message = message ? message : "",
+                .retry_after = -1,
                 .json = line,
                 .prompt_tokens = -1,
                 .completion_tokens = -1,
@@ -130,6 +133,10 @@ const char *asyncllm_output_error_code(const asyncllm_output *o) {
 
 const char *asyncllm_output_error_message(const asyncllm_output *o) {
         return o->error ? o->error_message : NULL;
+}
+
+double asyncllm_output_retry_after(const asyncllm_output *o) {
+        return o->retry_after;
 }
 
 size_t asyncllm_output_n_completions(const asyncllm_output *o) {

@@ -221,23 +221,22 @@ int asyncllm_request_set_latency_sensitive(asyncllm_request *r, bool yes) {
         return set_field(r, "latency_sensitive", json_object_new_boolean(yes));
 }
 
+/* A field of seconds; 0 leaves it out (the daemon's default). */
+static int set_seconds(asyncllm_request *r, const char *key, double seconds) {
+        if (seconds == 0) {
+                json_object_object_del(r->fields, key);
+                return 0;
+        }
+        return set_field(r, key, client_json_double(seconds));
+}
+
 int asyncllm_request_set_slo(asyncllm_request *r, double ttft, double tpot) {
-        if (!isfinite(ttft) || !isfinite(tpot) || ttft <= 0 || tpot <= 0)
+        int q;
+        if (!isfinite(ttft) || !isfinite(tpot) || ttft < 0 || tpot < 0)
                 return -EINVAL;
-        struct json_object *slo = json_object_new_object();
-        struct json_object *a = client_json_double(ttft), *b = client_json_double(tpot);
-        if (!slo || !a || !b || json_object_object_add(slo, "ttft", a) < 0) {
-                json_object_put(slo);
-                json_object_put(a);
-                json_object_put(b);
-                return -ENOMEM;
-        }
-        if (json_object_object_add(slo, "tpot", b) < 0) {
-                json_object_put(slo);
-                json_object_put(b);
-                return -ENOMEM;
-        }
-        return set_field(r, "slo", slo);
+        if ((q = set_seconds(r, "ttft_slo", ttft)) < 0)
+                return q;
+        return set_seconds(r, "slo", tpot);
 }
 
 int asyncllm_request_set_field_json(asyncllm_request *r, const char *key, const char *json) {

@@ -99,7 +99,7 @@ wait_job() {
 
 echo "== usage"
 check "--help" 0 "" "$ctl" --help
-expect "--help lists the commands and exit statuses" bash -c "grep -q '^Commands:' '$tmp/out' && grep -q 'reset-prefix-cache' '$tmp/out' && grep -q '130' '$tmp/out'"
+expect "--help lists the commands and exit statuses" bash -c "grep -q '^Commands:' '$tmp/out' && grep -q 'reset-prefix-cache' '$tmp/out' && grep -q '130' '$tmp/out' && grep -q '^  75 ' '$tmp/out'"
 check "--version" 0 "" "$ctl" --version
 expect "--version prints the version" grep -qE '^asyncllmctl [0-9]' "$tmp/out"
 for command in generate chat abort pause resume sleep wake-up rpc reset-prefix-cache health status list metrics; do
@@ -114,6 +114,9 @@ check "bad integer" 2 "--max-tokens takes an integer, got '1.5'" "$ctl" generate
 check "bad token list" 2 "--prompt-token-ids takes comma-separated integers" "$ctl" generate --prompt-token-ids 1,x
 check "bad logit bias" 2 "--logit-bias takes TOKEN=BIAS" "$ctl" generate --logit-bias 12 hi
 check "bad output kind" 2 "--output-kind takes delta, cumulative or final" "$ctl" generate --output-kind all hi
+check "bad --slo" 2 "--slo takes a number, got 'fast'" "$ctl" generate --slo fast hi
+check "bad --ttft-slo" 2 "--ttft-slo takes a number, got '1s'" "$ctl" generate --ttft-slo 1s hi
+check "--latency-sensitive takes no value" 2 "" "$ctl" generate --latency-sensitive=yes hi
 check "two prompts" 2 "quote a prompt of several words" "$ctl" generate one two
 check "token ids and a prompt" 2 "--prompt-token-ids is the whole prompt" "$ctl" generate --prompt-token-ids 1,2 hi
 check "bad bus" 2 "--bus takes system or user" "$ctl" --bus session status
@@ -207,10 +210,19 @@ check "every sampling flag" 0 "" "$ctl" "${S[@]}" generate --json --max-tokens 6
     --no-skip-special-tokens --priority 1 --latency-sensitive --slo 0.5 --id flags1 "Once upon a time"
 expect "logprobs come back" grep -qF '"logprobs":[[{' "$tmp/out"
 expect "--id names the request" grep -qF '"id":"flags1"' "$tmp/out"
+check "the scheduling class reaches the daemon" 0 "" "$ctl" "${S[@]}" generate --json --latency-sensitive --slo 0.5 \
+    --ttft-slo 2 --max-tokens 4 --temperature 0 "The capital of France is"
+expect "a latency-sensitive request finishes" grep -qF '"finished":true' "$tmp/out"
+check "best-effort with SLOs" 0 "" "$ctl" "${S[@]}" generate --slo 0.05 --ttft-slo 0.5 --max-tokens 2 "Hi"
 expect "only the allowed tokens come" bash -c "! grep -oE '\"token_ids\":\\[[0-9,]*\\]' '$tmp/out' | grep -oE '[0-9]+' | grep -qvxE '260|281|284'"
 
 echo "== the daemon refuses (exit 1)"
 check "invalid temperature" 1 "temperature must be in [0, 2]" "$ctl" "${S[@]}" generate --temperature -1 hi
+check "invalid --slo" 1 "slo must be a number of seconds per output token, more than 0 and at most 3600, got -1" \
+    "$ctl" "${S[@]}" generate --latency-sensitive --slo -1 hi
+check "invalid --ttft-slo" 1 "ttft_slo must be a number of seconds to the first token, more than 0 and at most 3600, got 7200" \
+    "$ctl" "${S[@]}" generate --ttft-slo 7200 hi
+check "chat goes on after a refused turn" 0 "slo must be" bash -c "printf 'hi\\n' | '$ctl' --socket '$sock' chat --slo 0"
 check "rpc unknown method" 1 "nope" "$ctl" "${S[@]}" rpc nope
 check "abort unknown id" 1 "no request nope is in flight" "$ctl" "${S[@]}" abort nope
 
@@ -285,10 +297,13 @@ check "status" 0 "" "$ctl" "${S[@]}" status
 for row in "Model:" "State:" "Running:" "Waiting:" "KV cache usage:" "Prefix cache hit rate:" "Prompt tokens/s:" "Generation tokens/s:"; do
     expect "status shows $row" grep -qF "$row" "$tmp/out"
 done
+expect "status shows the policy" grep -qE "^Scheduling policy: +fcfs$" "$tmp/out"
+expect "status shows no SLO rows under fcfs" bash -c "! grep -q 'SLO admission' '$tmp/out'"
 expect "status has no colour when stdout is not a terminal" bash -c "! grep -q $'\\033' '$tmp/out'"
 check "status --json" 0 "" "$ctl" "${S[@]}" status --json
 for key in model state num_requests_running num_requests_waiting kv_cache_usage prefix_cache_hit_rate \
-    prompt_tokens_per_second generation_tokens_per_second requests_in_flight; do
+    prompt_tokens_per_second generation_tokens_per_second requests_in_flight scheduling_policy slo_rejected slo_demoted \
+    step_model_samples step_model_error_p50 step_model_error_p99; do
     expect "status --json has $key" grep -qF "\"$key\":" "$tmp/out"
 done
 check "list" 0 "" "$ctl" "${S[@]}" list
@@ -297,6 +312,10 @@ check "list --json" 0 "" "$ctl" "${S[@]}" list --json
 expect "list --json" grep -qxF '{"requests":[]}' "$tmp/out"
 check "metrics" 0 "" "$ctl" "${S[@]}" metrics
 expect "Prometheus text" grep -q '^vllm:num_requests_running{' "$tmp/out"
+for metric in 'asyncllm:slo_rejected_total{' 'asyncllm:slo_demoted_total{' 'asyncllm:step_model_error{.*quantile="0.5"}' \
+    'asyncllm:step_model_error{.*quantile="0.99"}'; do
+    expect "metrics has $metric" grep -q "^$metric" "$tmp/out"
+done
 
 echo "== health: stalled (exit 5)"
 touch "$tmp/stall"
@@ -319,6 +338,13 @@ if [[ -n $bus_address ]]; then
         --temperature 0 --max-tokens 4 --stop zzz --logit-bias 28=-100 --priority 1 --latency-sensitive --slo 1
     expect "bus: three prompt tokens" grep -qF '"prompt_tokens":3' "$tmp/out"
     check "bus: invalid params" 1 "temperature must be in [0, 2]" "$ctl" "${B[@]}" generate --temperature 3 hi
+    check "bus: the scheduling class" 0 "" "$ctl" "${B[@]}" generate --latency-sensitive --slo 0.5 --ttft-slo 2 \
+        --max-tokens 2 "Hi"
+    check "bus: invalid --slo" 1 "slo must be a number of seconds per output token, more than 0 and at most 3600, got 0" \
+        "$ctl" "${B[@]}" generate --slo 0 hi
+    check "bus: stats carry the policy" 0 "" "$ctl" "${B[@]}" status --json
+    expect "bus: scheduling_policy and the slo counters" bash -c \
+        "grep -qF '\"scheduling_policy\":\"fcfs\"' '$tmp/out' && grep -qF '\"slo_rejected\":0' '$tmp/out'"
     check "bus: status" 0 "" "$ctl" "${B[@]}" status
     expect "bus: status shows the model" grep -qF "Model:" "$tmp/out"
     check "bus: pause" 0 "" "$ctl" "${B[@]}" pause --mode abort
@@ -349,6 +375,33 @@ if [[ -n $bus_address ]]; then
         kill "$job"
     fi
     set +m
+fi
+
+echo "== the slo policy: an overloaded refusal (exit 75)"
+start_daemon "$tmp/slo.log" --socket "$tmp/slo.sock" --scheduling-policy slo --slo-admission reject
+if wait_ready "$tmp/slo.sock"; then
+    SLO=(--socket "$tmp/slo.sock")
+    # the step-time model judges nothing before it has seen a few steps
+    check "slo: best-effort steps to learn from" 0 "" "$ctl" "${SLO[@]}" generate --ignore-eos --max-tokens 40 "Hi"
+    check "slo: a latency-sensitive request within its SLOs" 0 "" "$ctl" "${SLO[@]}" generate --latency-sensitive \
+        --slo 60 --ttft-slo 60 --max-tokens 2 "Hi"
+    check "slo: an SLO no step can meet is refused" 75 "retry after" "$ctl" "${SLO[@]}" generate --latency-sensitive \
+        --slo 0.000001 --max-tokens 2 "Hi"
+    expect "slo: the message is the daemon's" grep -qF "overloaded" "$tmp/err"
+    check "slo: --json shows the error line" 75 "" "$ctl" "${SLO[@]}" generate --json --latency-sensitive \
+        --slo 0.000001 --max-tokens 2 "Hi"
+    expect "slo: code overloaded with retry_after" grep -qE '"code":"overloaded".*"retry_after":[0-9.]+' "$tmp/out"
+    check "slo: best-effort with the same SLO runs" 0 "" "$ctl" "${SLO[@]}" generate --slo 0.000001 --max-tokens 2 "Hi"
+    check "slo: chat goes on after an overloaded turn" 0 "retry after" bash -c \
+        "printf 'hi\\n' | '$ctl' --socket '$tmp/slo.sock' chat --latency-sensitive --slo 0.000001 --max-tokens 2"
+    check "slo: status" 0 "" "$ctl" "${SLO[@]}" status
+    expect "slo: status shows the policy" grep -qE "^Scheduling policy: +slo$" "$tmp/out"
+    expect "slo: status counts the refusals" grep -qE "^SLO admission: +3 refused, 0 demoted" "$tmp/out"
+    expect "slo: status shows the step model" grep -qE "^Step model error: +[0-9.]+% median" "$tmp/out"
+    check "slo: metrics" 0 "" "$ctl" "${SLO[@]}" metrics
+    expect "slo: asyncllm:slo_rejected_total counts them" grep -qE '^asyncllm:slo_rejected_total\{.*\} 3$' "$tmp/out"
+else
+    fail "the slo asyncllmd did not start: $(cat "$tmp/slo.log")"
 fi
 
 echo "== engine dead (exit 4)"

@@ -181,6 +181,11 @@ static void on_generate(struct fake_server *fs, struct json_object *m, const cha
                               "\"finish_reason\": \"error\", \"stop_reason\": null}], \"finished\": true}", id);
                 send_line(fs, "{\"id\": \"%s\", \"error\": {\"code\": \"engine_dead\", \"message\": \"kernel failed\"}}",
                           id);
+        } else if (strcmp(prompt, "overloaded") == 0) {
+                send_line(fs, "{\"id\": \"%s\", \"outputs\": [{\"index\": 0, \"text\": \"\", \"token_ids\": [], "
+                              "\"finish_reason\": \"error\", \"stop_reason\": null}], \"finished\": true}", id);
+                send_line(fs, "{\"id\": \"%s\", \"error\": {\"code\": \"overloaded\", \"message\": \"no room\", "
+                              "\"retry_after\": 0.75}}", id);
         } else if (strcmp(prompt, "forever") == 0 || strcmp(prompt, "silent") == 0 ||
                    sscanf(prompt, "count %d", &n) == 1) {
                 ck_assert_uint_lt(fs->n_active, MAX_ACTIVE);
@@ -373,6 +378,7 @@ struct seen {
         char message[MAX_SEEN][128];
         char finish[MAX_SEEN][16];
         char id[MAX_SEEN][32];
+        double retry_after[MAX_SEEN];
         int64_t completion_tokens;
         size_t n;
         int give_up_after; /* > 0: return -ECANCELED at this output */
@@ -394,6 +400,7 @@ static int record(asyncllm_client *c, const asyncllm_output *o, void *userdata) 
                 snprintf(order[n_order++], sizeof(order[0]), "%s", asyncllm_output_id(o));
         s->done[i] = asyncllm_output_done(o);
         s->error[i] = asyncllm_output_error(o);
+        s->retry_after[i] = asyncllm_output_retry_after(o);
         if (s->error[i] < 0) {
                 ck_assert(s->done[i]);
                 ck_assert_uint_eq(asyncllm_output_n_completions(o), 0);
@@ -800,6 +807,18 @@ START_TEST(test_errors) {
         ck_assert(!s.done[0]);
         ck_assert(s.done[1]);
         ck_assert_str_eq(s.message[1], "kernel failed");
+        ck_assert_double_eq(s.retry_after[1], -1); /* only overloaded has one */
+
+        /* refused for now by the slo policy: -EAGAIN, with the daemon's hint */
+        memset(&s, 0, sizeof(s));
+        ck_assert_int_eq(asyncllm_request_set_prompt(r, "overloaded"), 0);
+        ck_assert_int_eq(asyncllm_client_generate(c, r, record, &s), -EAGAIN);
+        ck_assert_str_eq(asyncllm_client_error_code(c), "overloaded");
+        ck_assert_uint_eq(s.n, 2);
+        ck_assert_double_eq(s.retry_after[0], -1);
+        ck_assert_int_eq(s.error[1], -EAGAIN);
+        ck_assert_str_eq(s.message[1], "no room");
+        ck_assert_double_eq(s.retry_after[1], 0.75);
 
         /* control ops: blocking and not */
         ck_assert_int_eq(asyncllm_client_call(c, "frobnicate", NULL, NULL), -EOPNOTSUPP);
@@ -1049,7 +1068,7 @@ START_TEST(test_request_json) {
         ck_assert_int_eq(asyncllm_request_set_slo(r, 0.5, 0.05), 0);
         ck_assert_int_eq(asyncllm_request_to_json(r, &json), 0);
         ck_assert_str_eq(json, "{\"op\":\"generate\",\"prompt\":\"Hello \\\"world\\\"\\n/\",\"priority\":-3,"
-                               "\"slo\":{\"ttft\":0.5,\"tpot\":0.05},\"params\":{\"max_tokens\":16,"
+                               "\"ttft_slo\":0.5,\"slo\":0.05,\"params\":{\"max_tokens\":16,"
                                "\"temperature\":0.7,\"top_p\":1.0,\"ignore_eos\":true,\"output_kind\":\"delta\","
                                "\"stop\":[\"\\n\",\"END\"],\"logprobs\":null}}");
         free(json);
@@ -1062,10 +1081,16 @@ START_TEST(test_request_json) {
         ck_assert_int_eq(asyncllm_request_set_latency_sensitive(r, true), 0);
         ck_assert_int_eq(asyncllm_request_set_field_json(r, "future_field", "{\"a\": [1, 2]}"), 0);
         ck_assert_int_eq(asyncllm_request_to_json(r, &json), 0);
-        ck_assert_str_eq(json, "{\"op\":\"generate\",\"priority\":-3,\"slo\":{\"ttft\":0.5,\"tpot\":0.05},"
+        ck_assert_str_eq(json, "{\"op\":\"generate\",\"priority\":-3,\"ttft_slo\":0.5,\"slo\":0.05,"
                                "\"prompt_token_ids\":[1,-2,2147483647],\"latency_sensitive\":true,"
                                "\"future_field\":{\"a\":[1,2]},\"params\":{\"max_tokens\":16,\"temperature\":0.7,"
                                "\"top_p\":1.0,\"ignore_eos\":true,\"output_kind\":\"delta\",\"logprobs\":null}}");
+        free(json);
+        /* 0 leaves an SLO to the daemon's default */
+        ck_assert_int_eq(asyncllm_request_set_slo(r, 0, 0.1), 0);
+        ck_assert_int_eq(asyncllm_request_to_json(r, &json), 0);
+        ck_assert_ptr_null(strstr(json, "ttft_slo"));
+        ck_assert_ptr_nonnull(strstr(json, "\"slo\":0.1,"));
         free(json);
         ck_assert_int_eq(asyncllm_request_add_message(r, "user", "hi"), 0);
         ck_assert_int_eq(asyncllm_request_add_message(r, "assistant", "hello"), 0);
@@ -1089,7 +1114,10 @@ START_TEST(test_request_json) {
         ck_assert_int_eq(asyncllm_request_set_field_json(r, "op", "\"x\""), -EINVAL);
         ck_assert_int_eq(asyncllm_request_set_field_json(r, "id", "\"x\""), -EINVAL);
         ck_assert_int_eq(asyncllm_request_set_field_json(r, "params", "{}"), -EINVAL);
-        ck_assert_int_eq(asyncllm_request_set_slo(r, 0, 1), -EINVAL);
+        ck_assert_int_eq(asyncllm_request_set_slo(r, -1, 1), -EINVAL);
+        ck_assert_int_eq(asyncllm_request_set_slo(r, 1, -0.5), -EINVAL);
+        ck_assert_int_eq(asyncllm_request_set_slo(r, NAN, 1), -EINVAL);
+        ck_assert_int_eq(asyncllm_request_set_slo(r, 1, INFINITY), -EINVAL);
         ck_assert_int_eq(asyncllm_request_set_id(r, ""), -EINVAL);
         char long_id[300];
         memset(long_id, 'i', sizeof(long_id) - 1);

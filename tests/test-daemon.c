@@ -1105,6 +1105,17 @@ static void test_dbus_complete(sd_bus *bus, struct private_bus *b) {
         expect_bus_error(r, &error, SD_BUS_ERROR_INVALID_ARGS, "params");
         r = sd_bus_call_method(bus, ENGINE, "Complete", &error, NULL, "sa{sv}", "x", 1, "n", "i", 2);
         expect_bus_error(r, &error, "org.asyncllm.Engine1.Error.InvalidParams", "n must be 1");
+        /* the request's class goes beside the prompt, as b or as the strings clients send */
+        ck_assert_msg(sd_bus_call_method(bus, ENGINE, "Complete", &error, &reply, "sa{sv}", "Hi", 4, "max_tokens", "i", 1,
+                                         "is_latency_sensitive", "s", "True", "slo", "d", 0.5, "ttft_slo", "d", 2.0) >= 0,
+                      "%s", error.message);
+        reply = sd_bus_message_unref(reply);
+        r = sd_bus_call_method(bus, ENGINE, "Complete", &error, NULL, "sa{sv}", "x", 2, "latency_sensitive", "b", 1,
+                               "is_latency_sensitive", "b", 1);
+        expect_bus_error(r, &error, "org.asyncllm.Engine1.Error.InvalidParams",
+                         "latency_sensitive and is_latency_sensitive are the same field");
+        r = sd_bus_call_method(bus, ENGINE, "Complete", &error, NULL, "sa{sv}", "x", 1, "ttft_slo", "d", 0.0);
+        expect_bus_error(r, &error, "org.asyncllm.Engine1.Error.InvalidParams", "ttft_slo must be a number of seconds");
         r = sd_bus_call_method(bus, ENGINE, "CollectiveRpc", &error, NULL, "ss", "launch", "");
         expect_bus_error(r, &error, "org.asyncllm.Engine1.Error.NotFound", "launch");
 

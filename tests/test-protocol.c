@@ -65,9 +65,9 @@ START_TEST(test_generate_prompt_defaults) {
         ck_assert_mem_eq(&g->params, &d, sizeof(d));
         ck_assert_int_eq(g->params.max_tokens, 16);
         ck_assert_int_eq(g->priority, 0);
-        ck_assert(!g->latency_sensitive);
-        ck_assert_double_eq(g->slo_ttft, 0);
-        ck_assert_double_eq(g->slo_tpot, 0);
+        ck_assert(!g->latency_sensitive); /* best-effort */
+        ck_assert_double_eq(g->slo, 0);    /* the engine's defaults */
+        ck_assert_double_eq(g->ttft_slo, 0);
 
         struct error err;
         ck_assert_int_eq(sampling_params_validate(&g->params, 1000, -1, &err), 0);
@@ -78,6 +78,9 @@ START_TEST(test_generate_prompt_defaults) {
         ck_assert_ptr_eq(req.prompt_text, g->prompt);
         ck_assert_ptr_null(req.prompt);
         ck_assert_ptr_eq(req.params, &g->params);
+        ck_assert(!req.latency_sensitive);
+        ck_assert_double_eq(req.slo, 0);
+        ck_assert_double_eq(req.ttft_slo, 0);
         client_message_free(&m);
         ck_assert_ptr_null(m.root);
 }
@@ -86,7 +89,7 @@ END_TEST
 START_TEST(test_generate_all_params) {
         struct client_message m;
         parse_ok("{\"id\": \"g\", \"op\": \"generate\", \"prompt_token_ids\": [1, 2, 2147483647],"
-                 " \"priority\": -3, \"latency_sensitive\": true, \"slo\": {\"ttft\": 0.5, \"tpot\": 2},"
+                 " \"priority\": -3, \"latency_sensitive\": true, \"slo\": 2, \"ttft_slo\": 0.5,"
                  " \"params\": {\"n\": 3, \"temperature\": 0, \"top_p\": 0.9, \"top_k\": 40, \"min_p\": 0.05,"
                  " \"presence_penalty\": 0.5, \"frequency_penalty\": -0.5, \"repetition_penalty\": 1.1,"
                  " \"seed\": 18446744073709551615, \"stop\": [\"\\n\\n\", \"END\"], \"stop_token_ids\": [2, 3],"
@@ -102,8 +105,8 @@ START_TEST(test_generate_all_params) {
         ck_assert_int_eq(g->prompt_token_ids[2], 2147483647);
         ck_assert_int_eq(g->priority, -3);
         ck_assert(g->latency_sensitive);
-        ck_assert_double_eq(g->slo_ttft, 0.5);
-        ck_assert_double_eq(g->slo_tpot, 2.0);
+        ck_assert_double_eq(g->slo, 2.0);
+        ck_assert_double_eq(g->ttft_slo, 0.5);
         ck_assert_uint_eq(p->n, 3);
         ck_assert_double_eq(p->temperature, 0);
         ck_assert_double_eq(p->top_p, 0.9);
@@ -145,6 +148,7 @@ START_TEST(test_generate_all_params) {
         ck_assert_int_eq(req.priority, -3);
         ck_assert(req.latency_sensitive);
         ck_assert_double_eq(req.slo, 2.0);
+        ck_assert_double_eq(req.ttft_slo, 0.5);
         client_message_free(&m);
 }
 END_TEST
@@ -155,7 +159,7 @@ START_TEST(test_generate_nullable_params) {
         parse_ok("{\"op\": \"generate\", \"id\": \"n\", \"prompt\": \"x\", \"params\": {\"seed\": null,"
                  " \"max_tokens\": 32, \"logprobs\": null, \"prompt_logprobs\": null, \"stop\": null,"
                  " \"stop_token_ids\": null, \"logit_bias\": null, \"allowed_token_ids\": null, \"temperature\": 1,"
-                 " \"top_p\": 1}, \"slo\": null}", &m);
+                 " \"top_p\": 1}, \"slo\": null, \"ttft_slo\": null}", &m);
         const struct sampling_params *p = &m.generate.params;
         ck_assert(!p->has_seed);
         ck_assert_int_eq(p->max_tokens, 32);
@@ -186,6 +190,62 @@ START_TEST(test_generate_nullable_params) {
         ck_assert_uint_eq(m.generate.params.n_allowed_token_ids, 0);
         struct error err;
         ck_assert_int_eq(sampling_params_validate(&m.generate.params, 100, -1, &err), -EINVAL);
+        client_message_free(&m);
+}
+END_TEST
+
+/* latency_sensitive and is_latency_sensitive, as a boolean or the strings clients send; the
+ * SLOs at their bounds, carried to the request for either class. */
+START_TEST(test_generate_scheduling_class) {
+        static const struct {
+                const char *field;
+                bool latency_sensitive;
+        } spellings[] = {
+                { "\"latency_sensitive\": true", true },       { "\"latency_sensitive\": false", false },
+                { "\"latency_sensitive\": \"true\"", true },   { "\"latency_sensitive\": \"True\"", true },
+                { "\"latency_sensitive\": \"false\"", false }, { "\"latency_sensitive\": \"False\"", false },
+                { "\"is_latency_sensitive\": true", true },    { "\"is_latency_sensitive\": false", false },
+                { "\"is_latency_sensitive\": \"True\"", true },
+                { "\"is_latency_sensitive\": \"false\"", false },
+        };
+        struct client_message m;
+        struct generate_request req;
+        char line[256];
+
+        for (size_t i = 0; i < sizeof(spellings) / sizeof(*spellings); i++) {
+                snprintf(line, sizeof(line), "{\"op\": \"generate\", \"id\": \"l\", \"prompt\": \"x\", %s}",
+                         spellings[i].field);
+                parse_ok(line, &m);
+                ck_assert_msg(m.generate.latency_sensitive == spellings[i].latency_sensitive, "%s", line);
+                generate_message_to_request(&m.generate, "l", NULL, &req);
+                ck_assert(req.latency_sensitive == spellings[i].latency_sensitive);
+                client_message_free(&m);
+        }
+
+        /* the bounds: more than 0, at most 3600; integers are numbers */
+        parse_ok("{\"op\": \"generate\", \"id\": \"b\", \"prompt\": \"x\", \"latency_sensitive\": true,"
+                 " \"slo\": 3600, \"ttft_slo\": 1e-9}", &m);
+        ck_assert_double_eq(m.generate.slo, 3600);
+        ck_assert_double_eq(m.generate.ttft_slo, 1e-9);
+        generate_message_to_request(&m.generate, "b", NULL, &req);
+        ck_assert_double_eq(req.slo, 3600);
+        ck_assert_double_eq(req.ttft_slo, 1e-9);
+        client_message_free(&m);
+
+        /* ttft_slo alone leaves slo to the engine's default */
+        parse_ok("{\"op\": \"generate\", \"id\": \"t\", \"prompt\": \"x\", \"is_latency_sensitive\": \"True\","
+                 " \"ttft_slo\": 3600.0}", &m);
+        ck_assert(m.generate.latency_sensitive);
+        ck_assert_double_eq(m.generate.slo, 0);
+        ck_assert_double_eq(m.generate.ttft_slo, 3600);
+        client_message_free(&m);
+
+        /* best-effort requests may carry SLOs: accepted and passed on, the engine ignores them */
+        parse_ok("{\"op\": \"generate\", \"id\": \"e\", \"prompt\": \"x\", \"slo\": 0.25, \"ttft_slo\": 2}", &m);
+        generate_message_to_request(&m.generate, "e", NULL, &req);
+        ck_assert(!req.latency_sensitive);
+        ck_assert_double_eq(req.slo, 0.25);
+        ck_assert_double_eq(req.ttft_slo, 2);
         client_message_free(&m);
 }
 END_TEST
@@ -397,8 +457,6 @@ static const struct bad_line {
           "unknown field \"max_tokens\" for op generate" },
         { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"params\": {\"temprature\": 0}}",
           PROTOCOL_INVALID_PARAMS, "x", "unknown field \"params.temprature\"" },
-        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"slo\": {\"e2e\": 1}}", PROTOCOL_INVALID_PARAMS, "x",
-          "unknown field \"slo.e2e\"" },
         { "{\"op\": \"generate\", \"id\": \"x\", \"messages\": [{\"role\": \"user\", \"content\": \"a\", \"name\": \"b\"}]}",
           PROTOCOL_INVALID_PARAMS, "x", "unknown field \"messages[0].name\"" },
         { "{\"op\": \"abort\", \"id\": \"x\", \"request\": \"c\", \"all\": true}", PROTOCOL_INVALID_PARAMS, "x",
@@ -441,14 +499,65 @@ static const struct bad_line {
           "params must be an object, got array" },
         { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"priority\": \"high\"}", PROTOCOL_INVALID_PARAMS, "x",
           "priority must be an integer, got string" },
+        /* the scheduling class: latency_sensitive (or is_latency_sensitive) and its SLOs */
         { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"latency_sensitive\": \"yes\"}",
-          PROTOCOL_INVALID_PARAMS, "x", "latency_sensitive must be a boolean, got string" },
-        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"slo\": 1}", PROTOCOL_INVALID_PARAMS, "x",
-          "slo must be an object" },
-        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"slo\": {\"ttft\": \"1\"}}", PROTOCOL_INVALID_PARAMS,
-          "x", "slo.ttft must be a number, got string" },
-        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"slo\": {\"tpot\": 0}}", PROTOCOL_INVALID_PARAMS, "x",
-          "slo.tpot must be a number of seconds > 0, got 0" },
+          PROTOCOL_INVALID_PARAMS, "x",
+          "latency_sensitive must be true or false (the strings \"true\", \"True\", \"false\" and \"False\" are "
+          "accepted too), got \"yes\"" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"latency_sensitive\": \"TRUE\"}",
+          PROTOCOL_INVALID_PARAMS, "x", "latency_sensitive must be true or false" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"latency_sensitive\": \" true\"}",
+          PROTOCOL_INVALID_PARAMS, "x", "got \" true\"" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"latency_sensitive\": 1}", PROTOCOL_INVALID_PARAMS,
+          "x", "latency_sensitive must be true or false (the strings" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"latency_sensitive\": 1}", PROTOCOL_INVALID_PARAMS,
+          "x", "got integer" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"latency_sensitive\": null}",
+          PROTOCOL_INVALID_PARAMS, "x", "latency_sensitive must be true or false" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"is_latency_sensitive\": [true]}",
+          PROTOCOL_INVALID_PARAMS, "x", "is_latency_sensitive must be true or false (the strings" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"is_latency_sensitive\": \"no\"}",
+          PROTOCOL_INVALID_PARAMS, "x", "is_latency_sensitive must be true or false" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"latency_sensitive\": true,"
+          " \"is_latency_sensitive\": true}",
+          PROTOCOL_INVALID_PARAMS, "x", "latency_sensitive and is_latency_sensitive are the same field: give only one" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"is_latency_sensitive\": \"False\","
+          " \"latency_sensitive\": false}",
+          PROTOCOL_INVALID_PARAMS, "x", "latency_sensitive and is_latency_sensitive are the same field" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"slo\": {\"tpot\": 0.1}}", PROTOCOL_INVALID_PARAMS,
+          "x", "slo must be a number of seconds per output token, got object" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"slo\": \"0.1\"}", PROTOCOL_INVALID_PARAMS, "x",
+          "slo must be a number of seconds per output token, got string" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"slo\": true}", PROTOCOL_INVALID_PARAMS, "x",
+          "slo must be a number of seconds per output token, got boolean" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"slo\": 0}", PROTOCOL_INVALID_PARAMS, "x",
+          "slo must be a number of seconds per output token, more than 0 and at most 3600, got 0" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"slo\": -0.0}", PROTOCOL_INVALID_PARAMS, "x",
+          "slo must be a number of seconds per output token, more than 0" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"slo\": -1}", PROTOCOL_INVALID_PARAMS, "x",
+          "at most 3600, got -1" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"slo\": 3600.5}", PROTOCOL_INVALID_PARAMS, "x",
+          "slo must be a number of seconds per output token, more than 0 and at most 3600, got 3600.5" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"slo\": 1e300}", PROTOCOL_INVALID_PARAMS, "x",
+          "got 1e+300" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"slo\": NaN}", PROTOCOL_INVALID_JSON, "x",
+          "slo: NaN and Infinity are not JSON numbers" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"slo\": -Infinity}", PROTOCOL_INVALID_JSON, "x",
+          "slo: NaN and Infinity are not JSON numbers" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"slo\": 1e999}", PROTOCOL_INVALID_PARAMS, "x",
+          "slo: 1e999 is beyond the range of a double" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"ttft_slo\": [1]}", PROTOCOL_INVALID_PARAMS, "x",
+          "ttft_slo must be a number of seconds to the first token, got array" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"ttft_slo\": 0}", PROTOCOL_INVALID_PARAMS, "x",
+          "ttft_slo must be a number of seconds to the first token, more than 0 and at most 3600, got 0" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"ttft_slo\": -2.5}", PROTOCOL_INVALID_PARAMS, "x",
+          "got -2.5" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"ttft_slo\": 7200}", PROTOCOL_INVALID_PARAMS, "x",
+          "ttft_slo must be a number of seconds to the first token, more than 0 and at most 3600, got 7200" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"ttft_slo\": Infinity}", PROTOCOL_INVALID_JSON, "x",
+          "ttft_slo: NaN and Infinity are not JSON numbers" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"ttft\": 1}", PROTOCOL_INVALID_PARAMS, "x",
+          "unknown field \"ttft\" for op generate" },
         /* NaN and Infinity are not JSON; numbers beyond a double neither fit */
         { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"params\": {\"top_p\": NaN}}", PROTOCOL_INVALID_JSON,
           "x", "top_p: NaN and Infinity" },
@@ -959,6 +1068,32 @@ START_TEST(test_result_error_hello) {
         check_line(line, len, "{\"id\": null, \"error\": {\"code\": \"invalid_json\", \"message\": \"unexpected end\"}}");
         free(line);
 
+        /* the engine's refusal for now, with its hint; one it could not work out is 0 */
+        ck_assert_int_eq(protocol_overloaded_line("c2", "no room to meet the slo", 1.5, &line, &len), 0);
+        check_line(line, len, "{\"id\": \"c2\", \"error\": {\"code\": \"overloaded\","
+                              " \"message\": \"no room to meet the slo\", \"retry_after\": 1.5}}");
+        free(line);
+        ck_assert_int_eq(protocol_overloaded_line("c2", "busy", 0, &line, &len), 0);
+        check_line(line, len, "{\"id\": \"c2\", \"error\": {\"code\": \"overloaded\", \"message\": \"busy\","
+                              " \"retry_after\": 0.0}}");
+        free(line);
+        ck_assert_int_eq(protocol_overloaded_line("c2", "busy", NAN, &line, &len), 0);
+        check_line(line, len, "{\"id\": \"c2\", \"error\": {\"code\": \"overloaded\", \"message\": \"busy\","
+                              " \"retry_after\": 0.0}}");
+        free(line);
+        ck_assert_int_eq(protocol_overloaded_line("c2", "busy", -3, &line, &len), 0);
+        check_line(line, len, "{\"id\": \"c2\", \"error\": {\"code\": \"overloaded\", \"message\": \"busy\","
+                              " \"retry_after\": 0.0}}");
+        free(line);
+        ck_assert_int_eq(protocol_overloaded_line("c2", "busy", INFINITY, &line, &len), 0);
+        check_line(line, len, "{\"id\": \"c2\", \"error\": {\"code\": \"overloaded\", \"message\": \"busy\","
+                              " \"retry_after\": null}}");
+        free(line);
+        /* the other codes carry no retry_after */
+        ck_assert_int_eq(protocol_error_line("c3", PROTOCOL_ENGINE_DEAD, "gone", &line, &len), 0);
+        ck_assert_ptr_null(strstr(line, "retry_after"));
+        free(line);
+
         ck_assert_int_eq(protocol_hello_line("0.1.0", "SmolLM2-135M-Instruct", &line, &len), 0);
         check_line(line, len, "{\"hello\": {\"protocol\": 1, \"server\": \"asyncllmd\", \"version\": \"0.1.0\","
                               " \"model\": \"SmolLM2-135M-Instruct\"}}");
@@ -1009,6 +1144,7 @@ int main(void) {
         tcase_add_test(tc, test_generate_prompt_defaults);
         tcase_add_test(tc, test_generate_all_params);
         tcase_add_test(tc, test_generate_nullable_params);
+        tcase_add_test(tc, test_generate_scheduling_class);
         tcase_add_test(tc, test_generate_messages);
         tcase_add_test(tc, test_control_ops);
         tcase_add_test(tc, test_hello);

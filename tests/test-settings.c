@@ -103,6 +103,10 @@ START_TEST(test_defaults) {
         ck_assert_uint_eq(s.engine.seed, e.seed);
         ck_assert_int_eq(s.engine.max_logprobs, e.max_logprobs);
         ck_assert_double_eq(s.engine.decode_stall_limit, e.decode_stall_limit);
+        ck_assert_int_eq(s.engine.slo_admission, e.slo_admission);
+        ck_assert_double_eq(s.engine.default_slo, e.default_slo);
+        ck_assert_double_eq(s.engine.default_ttft_slo, e.default_ttft_slo);
+        ck_assert_double_eq(s.engine.slo_kv_reserve, e.slo_kv_reserve);
         ck_assert_ptr_null(s.model);
         ck_assert_ptr_null(s.socket);
         ck_assert_ptr_null(s.config);
@@ -125,6 +129,11 @@ START_TEST(test_defaults) {
         ck_assert_ptr_nonnull(strstr(s.default_config, "/asyncllmd.conf"));
         expect_format(&s, "kv-cache-space", "256MiB");
         expect_format(&s, "decode-stall-limit", "2");
+        expect_format(&s, "scheduling-policy", "fcfs");
+        expect_format(&s, "slo-admission", "reject");
+        expect_format(&s, "default-slo", "0.05");
+        expect_format(&s, "default-ttft-slo", "1");
+        expect_format(&s, "slo-kv-reserve", "0.1");
         expect_format(&s, "bus", "none");
         expect_format(&s, "log-level", "info");
         expect_format(&s, "model", "(none)");
@@ -239,7 +248,7 @@ START_TEST(test_flag_errors) {
                           "--threads: 99999999999999999999999 is out of range; allowed: 0 (online CPUs) to 4096");
         expect_flag_error(ARGS("--max-model-len=-5"), "allowed: 0 (the model's context length) to 16777216");
         expect_flag_error(ARGS("--scheduling-policy", "lifo"),
-                          "--scheduling-policy: 'lifo' is not one of fcfs, priority");
+                          "--scheduling-policy: 'lifo' is not one of fcfs, priority, slo");
         expect_flag_error(ARGS("--device=tpu"), "--device: 'tpu' is not one of cpu, cuda");
         expect_flag_error(ARGS("--bus=session"), "--bus: 'session' is not one of none, system, user");
         expect_flag_error(ARGS("--log-level=verbose"),
@@ -428,7 +437,8 @@ START_TEST(test_file_errors) {
                           "seed: 99999999999999999999 is out of range; allowed: 0 to 18446744073709551615");
         expect_file_error("kv-cache-space = 10 parsecs\n",
                           "kv-cache-space: '10 parsecs' is not a size; allowed: 1MiB to 16TiB");
-        expect_file_error("scheduling-policy = lifo\n", ":1: scheduling-policy: 'lifo' is not one of fcfs, priority");
+        expect_file_error("scheduling-policy = lifo\n",
+                          ":1: scheduling-policy: 'lifo' is not one of fcfs, priority, slo");
         expect_file_error("max-num-seqs = 4\nblock-size = 8\nmax-num-seqs = 8\n",
                           "bad.conf:3: max-num-seqs = 8: the key was already set on line 1; each key may appear once");
         expect_file_error("max-num-seqs 4\n", "bad.conf:1: 'max-num-seqs 4' is not a 'key = value' line");
@@ -745,6 +755,86 @@ START_TEST(test_reload) {
 }
 END_TEST
 
+/* The slo policy's keys: the policy itself, admission, the default SLOs and the KV reserve;
+ * from flags and the file, their bounds, and a restart (not SIGHUP) to change them. */
+START_TEST(test_slo_keys) {
+        struct daemon_settings s, next;
+        struct daemon_settings_changes ch;
+        struct error err;
+
+        ck_assert_int_eq(load(&s, ARGS("--scheduling-policy=slo", "--slo-admission", "demote", "--default-slo=0.02",
+                                       "--default-ttft-slo", "0.25", "--slo-kv-reserve=0"),
+                              NULL, true, &err),
+                         0);
+        ck_assert_int_eq(s.engine.scheduling_policy, SCHEDULING_SLO);
+        ck_assert_int_eq(s.engine.slo_admission, SLO_ADMISSION_DEMOTE);
+        ck_assert_double_eq(s.engine.default_slo, 0.02);
+        ck_assert_double_eq(s.engine.default_ttft_slo, 0.25);
+        ck_assert_double_eq(s.engine.slo_kv_reserve, 0);
+        expect_format(&s, "scheduling-policy", "slo");
+        expect_format(&s, "slo-admission", "demote");
+        expect_format(&s, "default-ttft-slo", "0.25");
+        daemon_settings_done(&s);
+
+        /* the bounds themselves */
+        ck_assert_int_eq(load(&s, ARGS("--default-slo=3600", "--default-ttft-slo=0.000001", "--slo-kv-reserve=0.999"),
+                              NULL, true, &err),
+                         0);
+        ck_assert_double_eq(s.engine.default_slo, 3600);
+        ck_assert_double_eq(s.engine.default_ttft_slo, 0.000001);
+        ck_assert_double_eq(s.engine.slo_kv_reserve, 0.999);
+        daemon_settings_done(&s);
+
+        char *path = write_conf("slo.conf", "scheduling-policy = slo\nslo-admission = reject\ndefault-slo = 0.1\n"
+                                            "default-ttft-slo = 2\nslo-kv-reserve = 0.25\n");
+        char *argv[] = { (char *) "asyncllmd", (char *) "--config", path, NULL };
+        ck_assert_int_eq(load(&s, ARGS("--config", path), NULL, true, &err), 0);
+        ck_assert_int_eq(s.engine.scheduling_policy, SCHEDULING_SLO);
+        ck_assert_int_eq(s.engine.slo_admission, SLO_ADMISSION_REJECT);
+        ck_assert_double_eq(s.engine.default_slo, 0.1);
+        ck_assert_double_eq(s.engine.default_ttft_slo, 2);
+        ck_assert_double_eq(s.engine.slo_kv_reserve, 0.25);
+
+        /* engine settings: a change waits for a restart */
+        char *v2 = write_conf("slo.conf", "scheduling-policy = priority\nslo-admission = demote\ndefault-slo = 0.2\n"
+                                          "default-ttft-slo = 3\nslo-kv-reserve = 0.5\n");
+        ck_assert_int_eq(daemon_settings_reload(&s, 3, argv, &next, &ch, &err), 0);
+        ck_assert_uint_eq(ch.n_applied, 0);
+        ck_assert_uint_eq(ch.n_need_restart, 5);
+        ck_assert(listed(ch.need_restart, ch.n_need_restart, "scheduling-policy"));
+        ck_assert(listed(ch.need_restart, ch.n_need_restart, "slo-admission"));
+        ck_assert(listed(ch.need_restart, ch.n_need_restart, "default-slo"));
+        ck_assert(listed(ch.need_restart, ch.n_need_restart, "default-ttft-slo"));
+        ck_assert(listed(ch.need_restart, ch.n_need_restart, "slo-kv-reserve"));
+        daemon_settings_apply_reload(&s, &next);
+        ck_assert_int_eq(s.engine.scheduling_policy, SCHEDULING_SLO);
+        ck_assert_double_eq(s.engine.slo_kv_reserve, 0.25);
+        daemon_settings_done(&s);
+        free(v2);
+        free(path);
+
+        expect_flag_error(ARGS("--slo-admission=drop"), "--slo-admission: 'drop' is not one of reject, demote");
+        expect_flag_error(ARGS("--default-slo=0"),
+                          "--default-slo: 0 is out of range; allowed: more than 0 and at most 3600 seconds");
+        expect_flag_error(ARGS("--default-slo=-0.5"), "--default-slo: -0.5 is out of range");
+        expect_flag_error(ARGS("--default-slo=3600.5"), "--default-slo: 3600.5 is out of range");
+        expect_flag_error(ARGS("--default-slo=50ms"), "--default-slo: '50ms' is not a number");
+        expect_flag_error(ARGS("--default-slo=nan"), "--default-slo: 'nan' is not a number");
+        expect_flag_error(ARGS("--default-ttft-slo=0"),
+                          "--default-ttft-slo: 0 is out of range; allowed: more than 0 and at most 3600 seconds");
+        expect_flag_error(ARGS("--default-ttft-slo=1e9"), "--default-ttft-slo: 1e9 is out of range");
+        expect_flag_error(ARGS("--slo-kv-reserve=1"),
+                          "--slo-kv-reserve: 1 is out of range; allowed: a fraction from 0 to less than 1");
+        expect_flag_error(ARGS("--slo-kv-reserve=-0.1"), "--slo-kv-reserve: -0.1 is out of range");
+        expect_flag_error(ARGS("--slo-kv-reserve=10%"), "--slo-kv-reserve: '10%' is not a number");
+        expect_flag_error(ARGS("--slo-kv-reserve="), "--slo-kv-reserve: empty value; allowed: a fraction");
+        expect_file_error("slo-admission = Reject\n", "bad.conf:1: slo-admission: 'Reject' is not one of reject, demote");
+        expect_file_error("default-slo = 0\n", "bad.conf:1: default-slo: 0 is out of range; allowed: more than 0");
+        expect_file_error("default_ttft_slo = 1\n", "unknown key 'default_ttft_slo'; did you mean 'default-ttft-slo'?");
+        expect_file_error("slo-kv-reserve = 1.5\n", "bad.conf:1: slo-kv-reserve: 1.5 is out of range");
+}
+END_TEST
+
 START_TEST(test_reload_default_file) {
         /* with no --config, a default file that appears later is read by the reload */
         struct daemon_settings cur, next;
@@ -778,7 +868,8 @@ START_TEST(test_dump_round_trip) {
         char *conf = write_conf("a.conf",
                                 "kv-cache-space = 3000000\nseed = 42\ndecode-stall-limit = 1.25\n"
                                 "health-stall-timeout = 0.1\n"
-                                "scheduling-policy = priority\nbus = user\nlog-level = notice\n");
+                                "scheduling-policy = slo\nslo-admission = demote\ndefault-slo = 0.015\n"
+                                "default-ttft-slo = 0.3\nslo-kv-reserve = 0.125\nbus = user\nlog-level = notice\n");
         ck_assert_int_eq(load(&a, ARGS("--config", conf, "--device=cuda", "--no-enable-prefix-caching"), NULL, true,
                               &err),
                          0);
@@ -847,6 +938,7 @@ int main(void) {
         tcase_add_test(tc, test_resolve_cross_checks);
         tcase_add_test(tc, test_load);
         tcase_add_test(tc, test_reload);
+        tcase_add_test(tc, test_slo_keys);
         tcase_add_test(tc, test_reload_default_file);
         tcase_add_test(tc, test_dump_round_trip);
         tcase_add_test(tc, test_help);
