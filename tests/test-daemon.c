@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <json-c/json.h>
+#include <math.h>
 #include <poll.h>
 #include <pwd.h>
 #include <signal.h>
@@ -1240,6 +1241,73 @@ START_TEST(test_dbus) {
 END_TEST
 
 /* ASYNCLLM_TEST_ONLY=name[,name...] runs only those tests (while working on one). */
+/* The slo policy end to end on the real model. Once the step-time model has learned from
+ * a warm-up request, a latency-sensitive request with a loose SLO runs beside best-effort
+ * work; one whose SLO no engine could meet is refused as overloaded with a retry hint, or
+ * with slo-admission=demote served as best-effort; counters and the model's error reach
+ * stats. */
+START_TEST(test_slo_policy) {
+        for (int demote = 0; demote <= 1; demote++) {
+                const char *const args[] = { "--scheduling-policy", "slo", "--slo-admission", demote ? "demote" : "reject",
+                                             NULL };
+                struct daemon d = { 0 };
+                struct client c, other;
+                struct gen g;
+                daemon_start(&d, args);
+                client_hello(&c, d.socket);
+                client_hello(&other, d.socket);
+
+                client_send(&c, "{\"op\":\"generate\",\"id\":\"warm\",\"prompt\":\"Hello\","
+                                "\"params\":{\"max_tokens\":24,\"ignore_eos\":true}}\n");
+                gen_run(&c, "warm", &g);
+                ck_assert_str_eq(g.finish_reason, "length");
+                ck_assert_int_ge(stat_value(&c, "result.step_model_samples"), 16);
+
+                client_send(&other, "{\"op\":\"generate\",\"id\":\"be\",\"prompt\":\"Once upon a time\","
+                                    "\"params\":{\"max_tokens\":32,\"ignore_eos\":true}}\n");
+                client_send(&c, "{\"op\":\"generate\",\"id\":\"ls\",\"prompt\":\"Hi\",\"latency_sensitive\":\"True\","
+                                "\"slo\":30,\"ttft_slo\":600,\"params\":{\"max_tokens\":8,\"ignore_eos\":true}}\n");
+                gen_run(&c, "ls", &g);
+                ck_assert_str_eq(g.finish_reason, "length");
+                ck_assert_int_eq(g.tokens, 8);
+                gen_run(&other, "be", &g);
+                ck_assert_str_eq(g.finish_reason, "length");
+                ck_assert_int_eq(g.tokens, 32);
+
+                /* a microsecond per token: no step is that short */
+                client_send(&c, "{\"op\":\"generate\",\"id\":\"fast\",\"prompt\":\"Hi\",\"is_latency_sensitive\":true,"
+                                "\"slo\":0.000001,\"params\":{\"max_tokens\":4,\"ignore_eos\":true}}\n");
+                if (demote) {
+                        gen_run(&c, "fast", &g);
+                        ck_assert_str_eq(g.finish_reason, "length");
+                        ck_assert_int_eq(stat_value(&c, "result.slo_demoted"), 1);
+                        ck_assert_int_eq(stat_value(&c, "result.slo_rejected"), 0);
+                } else {
+                        struct json_object *o;
+                        while ((o = client_read(&c, 60 * slowdown())) && !at(o, "error"))
+                                json_object_put(o);
+                        ck_assert_msg(o, "no error line for the impossible SLO");
+                        ck_assert_str_eq(str_at(o, "id"), "fast");
+                        ck_assert_str_eq(str_at(o, "error.code"), "overloaded");
+                        ck_assert_msg(strstr(str_at(o, "error.message"), "slo"), "%s", str_at(o, "error.message"));
+                        double retry = json_object_get_double(at(at(o, "error"), "retry_after"));
+                        ck_assert_msg(retry >= 0.1 && retry <= 60, "retry_after %g", retry);
+                        json_object_put(o);
+                        ck_assert_int_eq(stat_value(&c, "result.slo_rejected"), 1);
+                        ck_assert_int_eq(stat_value(&c, "result.slo_demoted"), 0);
+                }
+                struct json_object *stats = call(&c, "{\"op\":\"stats\",\"id\":\"st\"}\n", "st");
+                ck_assert_str_eq(str_at(stats, "result.scheduling_policy"), "slo");
+                double p99 = json_object_get_double(at(at(stats, "result"), "step_model_error_p99"));
+                ck_assert_msg(p99 > 0 && isfinite(p99), "step_model_error_p99 %g", p99);
+                json_object_put(stats);
+                close(c.fd);
+                close(other.fd);
+                daemon_stop(&d);
+        }
+}
+END_TEST
+
 static bool wanted(const char *name) {
         const char *only = getenv("ASYNCLLM_TEST_ONLY");
         if (!only || !*only)
@@ -1272,6 +1340,7 @@ int main(void) {
         add_test(tc, test_hung_engine);
         add_test(tc, test_socket_activation);
         add_test(tc, test_dbus);
+        add_test(tc, test_slo_policy);
         if (geteuid() == 0)
                 add_test(tc, test_permissions);
         else
