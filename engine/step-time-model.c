@@ -56,18 +56,23 @@ void step_time_model_record(struct step_time_model *m, const struct step_shape *
                 return;
         double x[STEP_MODEL_FEATURES], px[STEP_MODEL_FEATURES];
         features(shape, x);
+        double predicted = step_time_model_predict(m, shape);
 
         if (step_time_model_ready(m)) { /* judge the prediction made before learning from it */
-                m->errors[m->next_error] = (seconds - step_time_model_predict(m, shape)) / seconds;
+                m->errors[m->next_error] = (seconds - predicted) / seconds;
                 m->next_error = (m->next_error + 1) % STEP_MODEL_HISTORY;
                 if (m->n_errors < STEP_MODEL_HISTORY)
                         m->n_errors++;
         }
 
+        /* Least squares on relative errors: each row divided by the step's time, so that a
+         * 15 ms decode step counts as much as a 1.5 s prompt step. */
+        for (int i = 0; i < STEP_MODEL_FEATURES; i++)
+                x[i] /= seconds;
         for (int i = 0; i < STEP_MODEL_FEATURES; i++)
                 px[i] = dot(m->cov[i], x);
         double denominator = FORGETTING + dot(x, px);
-        double residual = seconds - dot(m->theta, x);
+        double residual = 1.0 - dot(m->theta, x);
         double trace = 0;
         for (int i = 0; i < STEP_MODEL_FEATURES; i++)
                 trace += m->cov[i][i];
@@ -78,10 +83,9 @@ void step_time_model_record(struct step_time_model *m, const struct step_shape *
                 for (int j = 0; j < STEP_MODEL_FEATURES; j++)
                         m->cov[i][j] = (m->cov[i][j] - gain * px[j]) / forget;
         }
-        /* every part of a step costs time: a negative coefficient is noise */
-        for (int i = 0; i < STEP_MODEL_FEATURES; i++)
-                if (m->theta[i] < 0)
-                        m->theta[i] = 0;
+        /* No clamping of coefficients to >= 0: prompt tokens and attention reads grow
+         * together, so one may dip below 0 while their sum is right; forcing it back
+         * (tried) biases the fit badly. Predictions are clamped instead. */
         m->n_samples++;
 }
 

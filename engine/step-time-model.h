@@ -2,8 +2,8 @@
 #pragma once
 
 /* Predicts how long a step takes from what it carries, fitted online from every step the
- * engine runs (recursive least squares with forgetting, so it follows a machine whose speed
- * drifts). A step costs a fixed part (reading every weight once: the memory-bound floor),
+ * engine runs (recursive least squares on relative errors, with forgetting, so it follows a
+ * machine whose speed drifts). A step costs a fixed part (reading every weight once: the memory-bound floor),
  * a part per prompt token, a part per decoding sequence, and a part per key/value position
  * its attention reads. The slo policy plans steps and admits requests with it; a margin
  * taken from its recent under-predictions keeps the plans on the safe side. */
