@@ -201,6 +201,14 @@ check "prompt from stdin with -" 0 "" bash -c "'$ctl' --socket '$sock' generate 
 expect "stdin prompt (trailing newline dropped) gives the same text" cmp -s "$tmp/out" "$tmp/greedy"
 check "prompt from stdin without an argument" 0 "" bash -c "'$ctl' --socket '$sock' generate --temperature 0 --max-tokens 8 <'$tmp/prompt'"
 expect "the same again" cmp -s "$tmp/out" "$tmp/greedy"
+# prompts too big for the daemon: refused with a message that names the limit, and the
+# daemon serves the next request
+python3 -c "print('word ' * 2000000)" >"$tmp/huge"
+check "a 10 MB prompt from stdin" 1 "max-line-bytes" bash -c "'$ctl' --socket '$sock' generate --max-tokens 4 - <'$tmp/huge'"
+head -c 300000 /dev/zero | tr '\0' 'x' | sed 's/x/x /g' >"$tmp/long"
+check "a prompt longer than max_model_len" 1 "max_model_len" bash -c "'$ctl' --socket '$sock' generate --max-tokens 4 - <'$tmp/long'"
+check "served after both" 0 "" bash -c "'$ctl' --socket '$sock' generate --temperature 0 --max-tokens 8 - <'$tmp/prompt'"
+expect "the same text after both" cmp -s "$tmp/out" "$tmp/greedy"
 check "--prompt-token-ids" 0 "" "$ctl" "${S[@]}" generate --prompt-token-ids 504,3575,282 --temperature 0 --max-tokens 4 --json
 expect "three prompt tokens" grep -qF '"prompt_tokens":3' "$tmp/out"
 check "every sampling flag" 0 "" "$ctl" "${S[@]}" generate --json --max-tokens 6 --min-tokens 2 --temperature 0.7 \
