@@ -61,6 +61,48 @@ SCALAR_TILE(q4_0)
 SCALAR_TILE(q4_1)
 SCALAR_TILE(q8_0)
 
+/* The reference for the packed product: one row and token at a time, in dot.h's order,
+ * from the packed bytes themselves, with the activation's scales converted here and its sum
+ * counted here (the ds and sums tables are the SIMD sets' shortcuts, checked against this). */
+static float packed_row_scalar(const struct packed_weights *w, uint64_t row, const struct block_q8_1 *act) {
+        unsigned lane = (unsigned) (row % PACKED_ROWS);
+        const uint8_t *quants = w->data + row / PACKED_ROWS * w->group_bytes;
+        const uint8_t *scales = quants + w->n_blocks * w->quant_bytes;
+        int32_t bias = packed_quant_bias(w->type);
+        float sum = 0.0f, off = 0.0f;
+        for (uint64_t b = 0; b < w->n_blocks; b++) {
+                const uint8_t *rec = quants + b * w->quant_bytes;
+                const f16_bits *s = (const f16_bits *) (scales + b * w->scale_bytes);
+                int32_t isum = 0, asum = 0;
+                for (uint32_t q = 0; q < w->quant_bytes / (4 * PACKED_ROWS); q++)
+                        for (unsigned k = 0; k < 4; k++) {
+                                uint8_t v = rec[q * 4 * PACKED_ROWS + 4 * lane + k];
+                                if (w->type == TENSOR_Q8_0)
+                                        isum += v * act[b].qs[4 * q + k];
+                                else
+                                        isum += (v & 15) * act[b].qs[4 * q + k] + (v >> 4) * act[b].qs[16 + 4 * q + k];
+                        }
+                for (int j = 0; j < QUANT_BLOCK; j++)
+                        asum += act[b].qs[j];
+                isum -= bias * asum;
+                sum = fmaf((float) isum, f16_to_f32(s[lane]) * f16_to_f32(act[b].d), sum);
+                if (w->type == TENSOR_Q4_1)
+                        off = fmaf(f16_to_f32(s[PACKED_ROWS + lane]), f16_to_f32(act[b].s), off);
+        }
+        return w->type == TENSOR_Q4_1 ? sum + off : sum;
+}
+
+static void packed_scalar(const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,
+                          const struct packed_activations *a, unsigned n_tokens, float *out, size_t out_stride,
+                          bool accumulate) {
+        for (uint64_t row = group_begin * PACKED_ROWS; row < group_end * PACKED_ROWS && row < w->n_rows; row++)
+                for (unsigned t = 0; t < n_tokens; t++) {
+                        float v = packed_row_scalar(w, row, a->xq + t * a->stride);
+                        float *o = &out[t * out_stride + row];
+                        *o = accumulate ? *o + v : v;
+                }
+}
+
 static void dot_f16_scalar(const f16_bits *k, const float *q, size_t q_stride, unsigned n_q, size_t n, float *out) {
         for (unsigned g = 0; g < n_q; g++) {
                 float lanes[16] = { 0 };
@@ -130,6 +172,9 @@ const struct dot_kernels dot_kernels_scalar = {
         .tile_q4_0 = tile_q4_0_scalar,
         .tile_q4_1 = tile_q4_1_scalar,
         .tile_q8_0 = tile_q8_0_scalar,
+        .packed_q4_0 = packed_scalar,
+        .packed_q4_1 = packed_scalar,
+        .packed_q8_0 = packed_scalar,
         .dot_f16 = dot_f16_scalar,
         .dot_f16_wide = dot_f16_wide_scalar,
         .axpy_f16 = axpy_f16_scalar,

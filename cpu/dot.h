@@ -7,8 +7,10 @@
  * between instruction sets. The scalar set is the reference every other one is tested
  * against. */
 
+#include <stdbool.h>
 #include <stddef.h>
 
+#include "packed-weights.h"
 #include "tensor-types.h"
 
 /* Sum over n_blocks blocks of weight_row (of the kernel's weight type) times act. */
@@ -28,6 +30,24 @@ typedef float (*dot_q_fn)(const void *weight_row, const struct block_q8_1 *act, 
 typedef void (*dot_tile_fn)(const void *weight_rows, size_t row_bytes, const struct block_q8_1 *act, const float *act_ds,
                             size_t act_stride, unsigned n_tokens, size_t n_blocks, float out[DOT_TILE_TOKENS * DOT_TILE_ROWS]);
 
+/* The exact-sum product on repacked weights (packed-weights.h): for the rows of groups
+ * [group_begin, group_end) and n_tokens (1..PACKED_TOKENS_MAX) tokens, token t's row at
+ * out[t * out_stride + row] is set to (or, with accumulate, has added to it)
+ *     sum = 0; for each block b in order: sum = fmaf((float) isum_b, d_w[b] * d_a[b], sum)
+ * with isum_b the exact integer block product, and for Q4_1 plus (after the loop) the
+ * separate sum off = fmaf(m_w[b], s_a[b], off) over the blocks in order. Each result depends
+ * only on its row and token, and every set, the scalar one included, gives the same bits.
+ * Rows past n_rows (the last group's padding) are not written. */
+struct packed_activations {
+        const struct block_q8_1 *xq; /* token t's blocks at xq + t * stride */
+        const float *ds;             /* their d and s as floats: ds[2 * (t * stride + b)] and the next */
+        const int32_t *sums;         /* packed_activation_sums(), at sums[t * stride + b]; Q4_0 and Q8_0 only */
+        size_t stride;               /* blocks from one token to the next */
+};
+typedef void (*dot_packed_fn)(const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,
+                              const struct packed_activations *a, unsigned n_tokens, float *out, size_t out_stride,
+                              bool accumulate);
+
 struct dot_kernels {
         const char *name;
         dot_q_fn q4_0;
@@ -36,6 +56,9 @@ struct dot_kernels {
         dot_tile_fn tile_q4_0;
         dot_tile_fn tile_q4_1;
         dot_tile_fn tile_q8_0;
+        dot_packed_fn packed_q4_0;
+        dot_packed_fn packed_q4_1;
+        dot_packed_fn packed_q8_0;
         /* Attention over the f16 KV cache, for a group of n_q queries (the heads that share a
          * key-value head; n_q <= DOT_GROUP_MAX, n <= DOT_F16_MAX_DIM): each key or value is
          * converted once for the whole group, and each query's result is what it alone
@@ -99,3 +122,4 @@ const struct dot_kernels *dot_kernels_by_name(const char *name);
 /* The kernel for a quantized weight type, NULL for float types. */
 dot_q_fn dot_kernel_for(const struct dot_kernels *k, enum tensor_type type);
 dot_tile_fn dot_tile_kernel_for(const struct dot_kernels *k, enum tensor_type type);
+dot_packed_fn dot_packed_kernel_for(const struct dot_kernels *k, enum tensor_type type);
