@@ -10,6 +10,10 @@
 #include <immintrin.h>
 #include <string.h>
 
+#ifndef PACKED_PREFETCH
+#define PACKED_PREFETCH 2048
+#endif
+
 #define PACKED_ATTRS __attribute__((target(DOT_TARGET), always_inline)) static inline
 
 /* Four activation bytes in every lane (the compiler folds this into vpdpbusd's broadcast). */
@@ -40,6 +44,12 @@ PACKED_ATTRS void packed_group_512(const struct packed_weights *w, uint64_t g, c
                 /* u[k]: the rows' elements 4k..4k+3 as unsigned bytes, lane by lane */
                 __m512i u[8];
                 const uint8_t *rec = quants + b * quant_bytes;
+                /* The group's bytes, and the next groups', are one stream: fetch it PACKED_PREFETCH
+                 * bytes ahead at the pace it is consumed. The hardware prefetcher alone left
+                 * decode at half the bandwidth a plain read gets. */
+                const uint8_t *ahead = quants + b * (quant_bytes + scale_bytes) + PACKED_PREFETCH;
+                _Pragma("GCC unroll 10") for (size_t line = 0; line < quant_bytes + scale_bytes; line += 64)
+                        _mm_prefetch((const char *) ahead + line, _MM_HINT_T0);
                 if (kind == 2) {
                         _Pragma("GCC unroll 8") for (unsigned k = 0; k < 8; k++)
                                 u[k] = _mm512_load_si512(rec + 64 * k);

@@ -52,17 +52,25 @@ static inline bool packed_type_supported(enum tensor_type type) {
         return type == TENSOR_Q4_0 || type == TENSOR_Q4_1 || type == TENSOR_Q8_0;
 }
 
-/* Repacks n_rows rows of n_cols (a multiple of 32) elements, row_bytes apart. -EINVAL for an
- * unsupported type or shape, -ENOMEM. */
-int packed_weights_build(enum tensor_type type, const void *rows, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
-                         struct packed_weights *ret);
-
-void packed_weights_free(struct packed_weights *p);
+/* The layout for n_rows rows of n_cols (a multiple of 32) elements, data left NULL. -EINVAL
+ * for an unsupported type or shape. */
+int packed_weights_init(struct packed_weights *p, enum tensor_type type, uint64_t n_rows, uint64_t n_cols);
 
 /* Bytes the repacked copy takes. */
 static inline uint64_t packed_weights_bytes(const struct packed_weights *p) {
         return p->n_groups * p->group_bytes;
 }
+
+/* Repacks the rows (row_bytes apart) into dest (PACKED_ALIGN-aligned, packed_weights_bytes()
+ * long, owned by the caller), which becomes p->data. Callers that pack many matrices put
+ * them in one arena: large pages then serve the whole stream. */
+void packed_weights_fill(struct packed_weights *p, uint8_t *dest, const void *rows, uint64_t row_bytes);
+
+/* init and fill into memory of its own, which packed_weights_free() releases. -EINVAL, -ENOMEM. */
+int packed_weights_build(enum tensor_type type, const void *rows, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
+                         struct packed_weights *ret);
+
+void packed_weights_free(struct packed_weights *p);
 
 /* sums[b] = the sum of activation block b's 32 quants, exact. */
 void packed_activation_sums(const struct block_q8_1 *xq, size_t n_blocks, int32_t *sums);
