@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Today's 4x4 tile against the exact-sum product on packed weights, on one thread, for the
+/* Today's 4x4 tile against the packed product on packed weights, on one thread, for the
  * matmul shapes of SmolLM2-135M: decode (one token) streaming ~100 MB of distinct copies of
  * the matrix as a forward pass does (cold), the same with one copy that stays in cache (hot),
  * and a 512-token prefill. The two run interleaved, alternating which goes first; medians. */
@@ -93,7 +93,7 @@ static void matrices_free(struct matrices *m) {
 struct acts {
         struct block_q8_1 *xq;
         float *ds;
-        int32_t *sums;
+        int32_t *corrections;
 };
 
 /* The runner's tile loop: four rows at a time, each tile meeting the tokens four at a time. */
@@ -120,7 +120,7 @@ static void run_packed(const struct dot_kernels *k, const struct matrices *m, ui
         dot_packed_fn fn = dot_packed_kernel_for(k, m->type);
         const struct packed_weights *p = &m->packed[copy];
         if (n_tokens <= PACKED_TOKENS_MAX) {
-                struct packed_activations pa = { a->xq, a->ds, a->sums, m->n_blocks };
+                struct packed_activations pa = { a->xq, a->ds, a->corrections, m->n_blocks };
                 fn(p, 0, p->n_groups, &pa, n_tokens, out, m->rows, false);
                 return;
         }
@@ -128,7 +128,7 @@ static void run_packed(const struct dot_kernels *k, const struct matrices *m, ui
                 for (unsigned t0 = 0; t0 < n_tokens; t0 += PACKED_TOKENS_MAX) {
                         unsigned n = n_tokens - t0 < PACKED_TOKENS_MAX ? n_tokens - t0 : PACKED_TOKENS_MAX;
                         struct packed_activations pa = { a->xq + t0 * m->n_blocks, a->ds + 2 * t0 * m->n_blocks,
-                                                         a->sums + t0 * m->n_blocks, m->n_blocks };
+                                                         a->corrections + t0 * m->n_blocks * PACKED_CORRECTIONS, m->n_blocks };
                         fn(p, g, g + 1, &pa, n, out + t0 * m->rows, m->rows, false);
                 }
 }
@@ -239,11 +239,11 @@ int main(int argc, char **argv) {
         struct acts a = {
                 .xq = malloc(sizeof(struct block_q8_1) * n_prefill * max_blocks),
                 .ds = malloc(sizeof(float) * 2 * n_prefill * max_blocks),
-                .sums = malloc(sizeof(int32_t) * n_prefill * max_blocks),
+                .corrections = malloc(sizeof(int32_t) * PACKED_CORRECTIONS * n_prefill * max_blocks),
         };
         float *out = malloc(sizeof(float) * 49152 * 8 > sizeof(float) * 1536 * n_prefill ? sizeof(float) * 49152 * 8
                                                                                           : sizeof(float) * 1536 * n_prefill);
-        if (!a.xq || !a.ds || !a.sums || !out)
+        if (!a.xq || !a.ds || !a.corrections || !out)
                 return 1;
         float x[1536];
 
@@ -258,7 +258,8 @@ int main(int argc, char **argv) {
                         for (unsigned i = 0; i < s->cols; i++)
                                 x[i] = next_float(3.0f);
                         k->quantize_q8_1(x, a.xq + t * m.n_blocks, a.ds + 2 * t * m.n_blocks, s->cols);
-                        packed_activation_sums(a.xq + t * m.n_blocks, m.n_blocks, a.sums + t * m.n_blocks);
+                        packed_activation_corrections(a.xq + t * m.n_blocks, m.n_blocks,
+                                                      a.corrections + t * m.n_blocks * PACKED_CORRECTIONS);
                 }
                 measure(k, &m, s->name, "decode-cold", &a, 1, m.n_copies, true, reps, out);
                 measure(k, &m, s->name, "decode-hot", &a, 1, m.n_copies, false, reps, out);
@@ -268,7 +269,7 @@ int main(int argc, char **argv) {
         }
         free(a.xq);
         free(a.ds);
-        free(a.sums);
+        free(a.corrections);
         free(out);
         return 0;
 }

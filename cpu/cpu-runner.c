@@ -22,10 +22,10 @@ struct activations {
         float *xn;             /* (tokens, max_dim) */
         struct block_q8_1 *xq; /* (tokens, max_dim / 32) */
         float *ds;             /* (tokens, max_dim / 32, 2) */
-        int32_t *sums;         /* (tokens, max_dim / 32) each block's sum of quants, for packed Q4_0 and Q8_0 */
+        int32_t *corrections;  /* (tokens, max_dim / 32, PACKED_CORRECTIONS) for packed Q4_0 and Q8_0 */
 };
 
-/* The matmul weights repacked for the exact-sum product (packed-weights.h), all in one
+/* The matmul weights repacked for the packed product (packed-weights.h), all in one
  * anonymous arena on large pages; the file's pages of those tensors are given back. */
 #define WEIGHTS_PER_LAYER 7
 struct packed_model {
@@ -84,15 +84,15 @@ static bool activations_alloc(struct cpu_runner *r, size_t tokens, struct activa
         a->xn = alloc_floats(r, tokens * r->max_dim);
         a->xq = alloc_scratch(r, tokens * (r->max_dim / QUANT_BLOCK), sizeof(struct block_q8_1));
         a->ds = alloc_floats(r, tokens * (r->max_dim / QUANT_BLOCK) * 2);
-        a->sums = alloc_scratch(r, tokens * (r->max_dim / QUANT_BLOCK), sizeof(int32_t));
-        return a->xn && a->xq && a->ds && a->sums;
+        a->corrections = alloc_scratch(r, tokens * (r->max_dim / QUANT_BLOCK), PACKED_CORRECTIONS * sizeof(int32_t));
+        return a->xn && a->xq && a->ds && a->corrections;
 }
 
 static void activations_free(struct activations *a) {
         free(a->xn);
         free(a->xq);
         free(a->ds);
-        free(a->sums);
+        free(a->corrections);
 }
 
 static const struct weight *layer_weight(const struct model_layer *l, unsigned k) {
@@ -325,7 +325,7 @@ static void matmul(const struct cpu_runner *r, const struct weight *w, const str
                 dot_packed_fn fn = dot_packed_kernel_for(r->kernels, w->type);
                 split(packed->n_groups, ith, nth, &begin, &end);
                 if (n_tokens <= PACKED_TOKENS_MAX) {
-                        struct packed_activations pa = { xq, a->ds, a->sums, n_blocks };
+                        struct packed_activations pa = { xq, a->ds, a->corrections, n_blocks };
                         fn(packed, begin, end, &pa, n_tokens, out, out_stride, accumulate);
                         return;
                 }
@@ -333,7 +333,8 @@ static void matmul(const struct cpu_runner *r, const struct weight *w, const str
                         for (uint32_t t0 = 0; t0 < n_tokens; t0 += PACKED_TOKENS_MAX) {
                                 unsigned n = n_tokens - t0 < PACKED_TOKENS_MAX ? n_tokens - t0 : PACKED_TOKENS_MAX;
                                 size_t at = (size_t) t0 * n_blocks;
-                                struct packed_activations pa = { xq + at, a->ds + 2 * at, a->sums + at, n_blocks };
+                                struct packed_activations pa = { xq + at, a->ds + 2 * at, a->corrections + at * PACKED_CORRECTIONS,
+                                                                 n_blocks };
                                 fn(packed, g, g + 1, &pa, n, out + (size_t) t0 * out_stride, out_stride, accumulate);
                         }
                 return;
@@ -388,7 +389,7 @@ static void norm_tokens(struct cpu_runner *r, const struct activations *a, const
                 size_t n_blocks = hp->n_embd / QUANT_BLOCK;
                 rms_norm(r->x + (size_t) t * hp->n_embd, weight, xn, hp->n_embd, hp->rms_eps);
                 r->kernels->quantize_q8_1(xn, a->xq + i * n_blocks, a->ds + i * n_blocks * 2, hp->n_embd);
-                packed_activation_sums(a->xq + i * n_blocks, n_blocks, a->sums + i * n_blocks);
+                packed_activation_corrections(a->xq + i * n_blocks, n_blocks, a->corrections + i * n_blocks * PACKED_CORRECTIONS);
         }
 }
 
@@ -399,7 +400,7 @@ static void quantize_tokens(struct cpu_runner *r, const struct activations *a, c
         for (uint64_t t = begin; t < end; t++) {
                 size_t n_blocks = width / QUANT_BLOCK;
                 r->kernels->quantize_q8_1(x + t * width, a->xq + t * n_blocks, a->ds + t * n_blocks * 2, width);
-                packed_activation_sums(a->xq + t * n_blocks, n_blocks, a->sums + t * n_blocks);
+                packed_activation_corrections(a->xq + t * n_blocks, n_blocks, a->corrections + t * n_blocks * PACKED_CORRECTIONS);
         }
 }
 
@@ -568,7 +569,7 @@ static void swiglu(struct cpu_runner *r, const struct activations *a, unsigned i
                 r->kernels->swiglu(h, r->gate + t * n_ff, r->up + t * n_ff, n_ff);
                 size_t n_blocks = n_ff / QUANT_BLOCK;
                 r->kernels->quantize_q8_1(h, a->xq + t * n_blocks, a->ds + t * n_blocks * 2, n_ff);
-                packed_activation_sums(a->xq + t * n_blocks, n_blocks, a->sums + t * n_blocks);
+                packed_activation_corrections(a->xq + t * n_blocks, n_blocks, a->corrections + t * n_blocks * PACKED_CORRECTIONS);
         }
 }
 

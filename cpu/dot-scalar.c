@@ -61,35 +61,38 @@ SCALAR_TILE(q4_0)
 SCALAR_TILE(q4_1)
 SCALAR_TILE(q8_0)
 
-/* The reference for the packed product: one row and token at a time, in dot.h's order,
- * from the packed bytes themselves, with the activation's scales converted here and its sum
- * counted here (the ds and sums tables are the SIMD sets' shortcuts, checked against this). */
+/* The reference for the packed product: one row and token at a time, in dot.h's order (eight
+ * lanes, one float accumulator each), from the packed bytes themselves, with the weights'
+ * bias taken off each quant and the activation's scales converted here (the ds and
+ * corrections tables are the SIMD sets' shortcuts, checked against this). */
 static float packed_row_scalar(const struct packed_weights *w, uint64_t row, const struct block_q8_1 *act) {
-        unsigned lane = (unsigned) (row % PACKED_ROWS);
+        unsigned r = (unsigned) (row % PACKED_ROWS);
         const uint8_t *quants = w->data + row / PACKED_ROWS * w->group_bytes;
         const uint8_t *scales = quants + w->n_blocks * w->quant_bytes;
         int32_t bias = packed_quant_bias(w->type);
-        float sum = 0.0f, off = 0.0f;
+        float lanes[PACKED_LANES] = { 0 }, off = 0.0f;
         for (uint64_t b = 0; b < w->n_blocks; b++) {
                 const uint8_t *rec = quants + b * w->quant_bytes;
                 const f16_bits *s = (const f16_bits *) (scales + b * w->scale_bytes);
-                int32_t isum = 0, asum = 0;
-                for (uint32_t q = 0; q < w->quant_bytes / (4 * PACKED_ROWS); q++)
+                float scale = f16_to_f32(s[r]) * f16_to_f32(act[b].d);
+                for (unsigned l = 0; l < PACKED_LANES; l++) {
+                        int32_t isum = 0;
                         for (unsigned k = 0; k < 4; k++) {
-                                uint8_t v = rec[q * 4 * PACKED_ROWS + 4 * lane + k];
+                                int32_t q;
                                 if (w->type == TENSOR_Q8_0)
-                                        isum += v * act[b].qs[4 * q + k];
-                                else
-                                        isum += (v & 15) * act[b].qs[4 * q + k] + (v >> 4) * act[b].qs[16 + 4 * q + k];
+                                        q = rec[l * 4 * PACKED_ROWS + 4 * r + k];
+                                else { /* lanes 0..3 are low nibbles, 4..7 the high ones of the same bytes */
+                                        uint8_t v = rec[l % 4 * 4 * PACKED_ROWS + 4 * r + k];
+                                        q = l < 4 ? v & 15 : v >> 4;
+                                }
+                                isum += (q - bias) * act[b].qs[4 * l + k];
                         }
-                for (int j = 0; j < QUANT_BLOCK; j++)
-                        asum += act[b].qs[j];
-                isum -= bias * asum;
-                sum = fmaf((float) isum, f16_to_f32(s[lane]) * f16_to_f32(act[b].d), sum);
+                        lanes[l] = fmaf((float) isum, scale, lanes[l]);
+                }
                 if (w->type == TENSOR_Q4_1)
-                        off = fmaf(f16_to_f32(s[PACKED_ROWS + lane]), f16_to_f32(act[b].s), off);
+                        off = fmaf(f16_to_f32(s[PACKED_ROWS + r]), f16_to_f32(act[b].s), off);
         }
-        return w->type == TENSOR_Q4_1 ? sum + off : sum;
+        return w->type == TENSOR_Q4_1 ? lanes_sum8(lanes) + off : lanes_sum8(lanes);
 }
 
 static void packed_scalar(const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,

@@ -1,17 +1,26 @@
 /* SPDX-License-Identifier: MIT */
-/* The exact-sum product on packed weights (dot.h, dot_packed_fn) for AVX-512 VNNI: one
- * 512-bit vector is the sixteen rows of a packed group, and eight vpdpbusd, each with four
- * activation bytes broadcast to every lane, leave the exact block sums of all sixteen rows.
- * Then per block and token: one conversion, one scale product and one fused multiply-add
- * (and for Q4_1 one more for m * s). Every lane does the scalar reference's operations in
- * its order, so the bits are the reference's. Included by dot-avx512vnni.c before
- * dot-x86-template.h, which puts these in the set's table. */
+/* The packed product (dot.h, dot_packed_fn) for AVX-512 VNNI: one 512-bit vector is the
+ * sixteen rows of a packed group, and one vpdpbusd with four activation bytes broadcast to
+ * every lane gives all sixteen rows' exact int32 for one of the block's eight lanes. Each
+ * lane then has its own float accumulator per row, as in llama.cpp's x86 block product: per
+ * block, lane and token one conversion and one fused multiply-add by d_w * d_a, which is the
+ * operation the single product and the tiles do in that lane, so every row gets their bits.
+ * At the end the eight lane vectors are added in lanes_sum8()'s tree, vector by vector: the
+ * horizontal sum of the single product, sixteen rows at a time. Included by dot-avx512vnni.c
+ * before dot-x86-template.h, which puts these in the set's table. */
 
 #include <immintrin.h>
 #include <string.h>
 
 #ifndef PACKED_PREFETCH
 #define PACKED_PREFETCH 2048
+#endif
+
+/* Tokens per pass over a group's blocks: each token holds eight accumulators (nine for
+ * Q4_1) of the 32 registers, so two tokens leave room for the weights and scales while a
+ * third would spill. The group's weights stay in L1 from one pass to the next. */
+#ifndef PACKED_PASS_TOKENS
+#define PACKED_PASS_TOKENS 2
 #endif
 
 #define PACKED_ATTRS __attribute__((target(DOT_TARGET), always_inline)) static inline
@@ -23,73 +32,72 @@ PACKED_ATTRS __m512i packed_broadcast4(const int8_t *p) {
         return _mm512_set1_epi32(v);
 }
 
-/* One group of rows against T tokens. kind 0: Q4_0, 1: Q4_1, 2: Q8_0 (constants after
- * inlining, as T is). */
-PACKED_ATTRS void packed_group_512(const struct packed_weights *w, uint64_t g, const struct packed_activations *a,
-                                   const unsigned T, float *out, size_t out_stride, bool accumulate, const int kind) {
-        /* Independent integer chains for few tokens: vpdpbusd's latency would otherwise bound them. */
-        const unsigned chains = T == 1 ? 4 : T == 2 ? 2 : 1;
+/* Group g's rows against tokens t0..t0+T-1. kind 0: Q4_0, 1: Q4_1, 2: Q8_0 (constants after
+ * inlining, as T is). The first pass over a group prefetches the stream ahead of it. */
+PACKED_ATTRS void packed_pass_512(const struct packed_weights *w, uint64_t g, const struct packed_activations *a,
+                                  unsigned t0, const unsigned T, float *out, size_t out_stride, bool accumulate,
+                                  bool prefetch, const int kind) {
         const size_t quant_bytes = kind == 2 ? PACKED_ROWS * QUANT_BLOCK : PACKED_ROWS * QUANT_BLOCK / 2;
         const size_t scale_bytes = kind == 1 ? 64 : 32;
-        const int32_t bias = kind == 0 ? 8 : 128;
+        const unsigned correction = packed_correction_offset(kind == 2 ? TENSOR_Q8_0 : TENSOR_Q4_0);
         const uint64_t n_blocks = w->n_blocks;
         const uint8_t *quants = w->data + g * w->group_bytes, *scales = quants + n_blocks * quant_bytes;
-        __m512 acc[PACKED_TOKENS_MAX], off[PACKED_TOKENS_MAX];
+        __m512 acc[PACKED_PASS_TOKENS][PACKED_LANES], off[PACKED_PASS_TOKENS];
 
-        _Pragma("GCC unroll 8") for (unsigned t = 0; t < T; t++) {
-                acc[t] = _mm512_setzero_ps();
+        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                _Pragma("GCC unroll 8") for (unsigned l = 0; l < PACKED_LANES; l++)
+                        acc[t][l] = _mm512_setzero_ps();
                 off[t] = _mm512_setzero_ps();
         }
         for (uint64_t b = 0; b < n_blocks; b++) {
-                /* u[k]: the rows' elements 4k..4k+3 as unsigned bytes, lane by lane */
-                __m512i u[8];
                 const uint8_t *rec = quants + b * quant_bytes;
                 /* The group's bytes, and the next groups', are one stream: fetch it PACKED_PREFETCH
                  * bytes ahead at the pace it is consumed. The hardware prefetcher alone left
                  * decode at half the bandwidth a plain read gets. */
-                const uint8_t *ahead = quants + b * (quant_bytes + scale_bytes) + PACKED_PREFETCH;
-                _Pragma("GCC unroll 10") for (size_t line = 0; line < quant_bytes + scale_bytes; line += 64)
-                        _mm_prefetch((const char *) ahead + line, _MM_HINT_T0);
-                if (kind == 2) {
-                        _Pragma("GCC unroll 8") for (unsigned k = 0; k < 8; k++)
-                                u[k] = _mm512_load_si512(rec + 64 * k);
-                } else {
-                        const __m512i low4 = _mm512_set1_epi8(0x0f);
-                        _Pragma("GCC unroll 4") for (unsigned q = 0; q < 4; q++) {
-                                __m512i v = _mm512_load_si512(rec + 64 * q);
-                                u[q] = _mm512_and_si512(v, low4);
-                                u[4 + q] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-                        }
+                if (prefetch) {
+                        const uint8_t *ahead = quants + b * (quant_bytes + scale_bytes) + PACKED_PREFETCH;
+                        _Pragma("GCC unroll 10") for (size_t line = 0; line < quant_bytes + scale_bytes; line += 64)
+                                _mm_prefetch((const char *) ahead + line, _MM_HINT_T0);
                 }
                 __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * scale_bytes)));
-                __m512 mw = kind == 1 ? _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * scale_bytes + 32)))
-                                      : _mm512_setzero_ps();
-                _Pragma("GCC unroll 8") for (unsigned t = 0; t < T; t++) {
-                        size_t ab = t * a->stride + b;
-                        const int8_t *qs = a->xq[ab].qs;
-                        __m512i isum[4];
-                        isum[0] = kind == 1 ? _mm512_setzero_si512() : _mm512_set1_epi32(-bias * a->sums[ab]);
-                        _Pragma("GCC unroll 4") for (unsigned c = 1; c < chains; c++)
-                                isum[c] = _mm512_setzero_si512();
-                        _Pragma("GCC unroll 8") for (unsigned k = 0; k < 8; k++)
-                                isum[k % chains] = _mm512_dpbusd_epi32(isum[k % chains], u[k], packed_broadcast4(qs + 4 * k));
-                        if (chains == 4)
-                                isum[0] = _mm512_add_epi32(_mm512_add_epi32(isum[0], isum[1]), _mm512_add_epi32(isum[2], isum[3]));
-                        else if (chains == 2)
-                                isum[0] = _mm512_add_epi32(isum[0], isum[1]);
-                        __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(a->ds[2 * ab]));
-                        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[0]), scale, acc[t]);
-                        if (kind == 1)
+                __m512 scale[PACKED_PASS_TOKENS];
+                _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                        size_t ab = (t0 + t) * a->stride + b;
+                        scale[t] = _mm512_mul_ps(dw, _mm512_set1_ps(a->ds[2 * ab]));
+                        if (kind == 1) {
+                                __m512 mw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * scale_bytes + 32)));
                                 off[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a->ds[2 * ab + 1]), off[t]);
+                        }
+                }
+                _Pragma("GCC unroll 8") for (unsigned l = 0; l < PACKED_LANES; l++) {
+                        /* the sixteen rows' elements 4l..4l+3 as unsigned bytes */
+                        __m512i u;
+                        if (kind == 2)
+                                u = _mm512_load_si512(rec + 64 * l);
+                        else {
+                                __m512i v = _mm512_load_si512(rec + 64 * (l % 4));
+                                u = _mm512_and_si512(l < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
+                        }
+                        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                                size_t ab = (t0 + t) * a->stride + b;
+                                __m512i start = kind == 1 ? _mm512_setzero_si512()
+                                                          : _mm512_set1_epi32(a->corrections[ab * PACKED_CORRECTIONS + correction + l]);
+                                __m512i isum = _mm512_dpbusd_epi32(start, u, packed_broadcast4(a->xq[ab].qs + 4 * l));
+                                acc[t][l] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale[t], acc[t][l]);
+                        }
                 }
         }
 
         uint64_t row0 = g * PACKED_ROWS;
         uint64_t n_valid = w->n_rows - row0 < PACKED_ROWS ? w->n_rows - row0 : PACKED_ROWS;
         __mmask16 mask = (__mmask16) ((1u << n_valid) - 1);
-        _Pragma("GCC unroll 8") for (unsigned t = 0; t < T; t++) {
-                __m512 v = kind == 1 ? _mm512_add_ps(acc[t], off[t]) : acc[t];
-                float *o = out + t * out_stride + row0;
+        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                const __m512 *l = acc[t];
+                __m512 v = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[2], l[6])),
+                                         _mm512_add_ps(_mm512_add_ps(l[1], l[5]), _mm512_add_ps(l[3], l[7])));
+                if (kind == 1)
+                        v = _mm512_add_ps(v, off[t]);
+                float *o = out + (t0 + t) * out_stride + row0;
                 if (accumulate)
                         v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, o), v);
                 _mm512_mask_storeu_ps(o, mask, v);
@@ -97,26 +105,28 @@ PACKED_ATTRS void packed_group_512(const struct packed_weights *w, uint64_t g, c
 }
 
 PACKED_ATTRS void packed_groups_512(const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,
-                                    const struct packed_activations *a, const unsigned T, float *out, size_t out_stride,
+                                    const struct packed_activations *a, unsigned n_tokens, float *out, size_t out_stride,
                                     bool accumulate, const int kind) {
         for (uint64_t g = group_begin; g < group_end; g++)
-                packed_group_512(w, g, a, T, out, out_stride, accumulate, kind);
+                for (unsigned t0 = 0; t0 < n_tokens; t0 += PACKED_PASS_TOKENS) {
+                        bool first = t0 == 0;
+                        switch (n_tokens - t0) {
+                        case 1: packed_pass_512(w, g, a, t0, 1, out, out_stride, accumulate, first, kind); break;
+#if PACKED_PASS_TOKENS > 2
+                        case 2: packed_pass_512(w, g, a, t0, 2, out, out_stride, accumulate, first, kind); break;
+#endif
+                        default:
+                                packed_pass_512(w, g, a, t0, PACKED_PASS_TOKENS, out, out_stride, accumulate, first, kind);
+                                break;
+                        }
+                }
 }
 
 #define PACKED_ENTRY_512(name, kind)                                                                                   \
         __attribute__((target(DOT_TARGET))) static void packed_##name##_512(                                          \
                 const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,                              \
                 const struct packed_activations *a, unsigned n_tokens, float *out, size_t out_stride, bool accumulate) { \
-                switch (n_tokens) {                                                                                    \
-                case 1: packed_groups_512(w, group_begin, group_end, a, 1, out, out_stride, accumulate, kind); break;  \
-                case 2: packed_groups_512(w, group_begin, group_end, a, 2, out, out_stride, accumulate, kind); break;  \
-                case 3: packed_groups_512(w, group_begin, group_end, a, 3, out, out_stride, accumulate, kind); break;  \
-                case 4: packed_groups_512(w, group_begin, group_end, a, 4, out, out_stride, accumulate, kind); break;  \
-                case 5: packed_groups_512(w, group_begin, group_end, a, 5, out, out_stride, accumulate, kind); break;  \
-                case 6: packed_groups_512(w, group_begin, group_end, a, 6, out, out_stride, accumulate, kind); break;  \
-                case 7: packed_groups_512(w, group_begin, group_end, a, 7, out, out_stride, accumulate, kind); break;  \
-                default: packed_groups_512(w, group_begin, group_end, a, 8, out, out_stride, accumulate, kind); break; \
-                }                                                                                                      \
+                packed_groups_512(w, group_begin, group_end, a, n_tokens, out, out_stride, accumulate, kind);          \
         }
 
 PACKED_ENTRY_512(q4_0, 0)

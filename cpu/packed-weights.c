@@ -103,11 +103,13 @@ void packed_weights_free(struct packed_weights *p) {
         *p = (struct packed_weights) { 0 };
 }
 
-void packed_activation_sums(const struct block_q8_1 *xq, size_t n_blocks, int32_t *sums) {
-        for (size_t b = 0; b < n_blocks; b++) {
-                int32_t s = 0;
-                for (int j = 0; j < QUANT_BLOCK; j++)
-                        s += xq[b].qs[j];
-                sums[b] = s;
-        }
+void packed_activation_corrections(const struct block_q8_1 *xq, size_t n_blocks, int32_t *corrections) {
+        static const enum tensor_type signed_types[] = { TENSOR_Q4_0, TENSOR_Q8_0 };
+        for (size_t b = 0; b < n_blocks; b++)
+                for (unsigned l = 0; l < PACKED_LANES; l++) {
+                        int32_t lane_sum = xq[b].qs[4 * l] + xq[b].qs[4 * l + 1] + xq[b].qs[4 * l + 2] + xq[b].qs[4 * l + 3];
+                        for (size_t i = 0; i < sizeof(signed_types) / sizeof(signed_types[0]); i++)
+                                corrections[b * PACKED_CORRECTIONS + packed_correction_offset(signed_types[i]) + l] =
+                                        -packed_quant_bias(signed_types[i]) * lane_sum;
+                }
 }

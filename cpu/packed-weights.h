@@ -1,24 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 #pragma once
 
-/* Quantized weight matrices repacked for the exact-sum product (cpu/dot.h, dot_packed_fn):
+/* Quantized weight matrices repacked for the packed product (cpu/dot.h, dot_packed_fn):
  * PACKED_ROWS rows interleaved so that one vector lane belongs to one row. For each block of
  * 32 columns, dword q of every row's quants sits in lane q of one 64-byte vector: one
  * unsigned-by-signed dot instruction (vpdpbusd) then multiplies four consecutive elements of
- * all sixteen rows by the same four activation bytes, and eight of them leave each lane with
- * its row's exact int32 block sum. The float work is one fused multiply-add per block and
- * row instead of one per element lane.
+ * all sixteen rows by the same four activation bytes. Those four elements are one of the
+ * eight lanes of llama.cpp's x86 block product (PACKED_LANES), so each instruction leaves the
+ * sixteen rows' exact int32 of one lane, which the kernels accumulate in floats lane by lane
+ * as llama.cpp does: the bits of today's tiles, with the rows side by side.
  *
  * A group of PACKED_ROWS rows (the last one padded with zero rows) is one stretch of
  * group_bytes at data + g * group_bytes:
  *   quants: n_blocks records of quant_bytes; record b holds quant_bytes / 64 vectors, and
  *           vector q lane r (bytes 4r..4r+3) is bytes 4q..4q+3 of row r's block b.
- *           For 4-bit types the low nibbles of vector q are elements 4q..4q+3 and the high
- *           nibbles elements 16+4q..16+4q+3, as in the GGUF block. Q8_0 quants are stored
- *           biased as unsigned bytes (w + 128), so that vpdpbusd takes them as they are.
+ *           For 4-bit types the low nibbles of vector q are elements 4q..4q+3 (lane q) and
+ *           the high nibbles elements 16+4q..16+4q+3 (lane 4+q), as in the GGUF block. Q8_0
+ *           quants are stored biased as unsigned bytes (w + 128), so that vpdpbusd takes them
+ *           as they are.
  *   scales: n_blocks records of scale_bytes: the 16 rows' d as f16, then for Q4_1 their m.
- * The integer block sums are exact; for Q4_0 and Q8_0 the kernels subtract bias * sum(a),
- * with sum(a) the activation block's exact sum of quants (packed_activation_sums()). */
+ * For Q4_0 (nibbles 0..15 for w + 8) and Q8_0 the kernels start each lane's integer sum at
+ * -bias * (the sum of the lane's four activation quants), from packed_activation_corrections(),
+ * which leaves the exact int32 of the signed weights. */
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -29,6 +32,12 @@
 #define PACKED_ROWS 16
 #define PACKED_TOKENS_MAX 8
 #define PACKED_ALIGN 64
+
+/* llama.cpp's x86 block product sums a block's 32 products in 8 int32 lanes, lane l holding
+ * elements 4l..4l+3, and keeps one float accumulator per lane. */
+#define PACKED_LANES 8
+/* Per activation block: the lanes' corrections for Q4_0, then those for Q8_0. */
+#define PACKED_CORRECTIONS (2 * PACKED_LANES)
 
 struct packed_weights {
         enum tensor_type type; /* TENSOR_Q4_0, TENSOR_Q4_1 or TENSOR_Q8_0 */
@@ -41,10 +50,15 @@ struct packed_weights {
         uint8_t *data;        /* PACKED_ALIGN-aligned, n_groups * group_bytes; NULL when empty */
 };
 
-/* What the kernels subtract per activation block, times sum(a): 8 for Q4_0 (nibbles stored
- * as 0..15), 128 for Q8_0 (stored w + 128), 0 for Q4_1 (its offset is m * s). */
+/* The bias of the stored quants: 8 for Q4_0 (nibbles stored as 0..15), 128 for Q8_0
+ * (stored w + 128), 0 for Q4_1 (unsigned already; its offset is the separate m * s). */
 static inline int32_t packed_quant_bias(enum tensor_type type) {
         return type == TENSOR_Q4_0 ? 8 : type == TENSOR_Q8_0 ? 128 : 0;
+}
+
+/* Where a type's corrections start within a block's PACKED_CORRECTIONS. */
+static inline unsigned packed_correction_offset(enum tensor_type type) {
+        return type == TENSOR_Q8_0 ? PACKED_LANES : 0;
 }
 
 /* Whether packed_weights_build() takes this type. */
@@ -72,5 +86,8 @@ int packed_weights_build(enum tensor_type type, const void *rows, uint64_t row_b
 
 void packed_weights_free(struct packed_weights *p);
 
-/* sums[b] = the sum of activation block b's 32 quants, exact. */
-void packed_activation_sums(const struct block_q8_1 *xq, size_t n_blocks, int32_t *sums);
+/* For each activation block b and lane l: corrections[b * PACKED_CORRECTIONS +
+ * packed_correction_offset(type) + l] = -packed_quant_bias(type) * (the sum of the block's
+ * quants 4l..4l+3), for Q4_0 and Q8_0; exact. Computed once per activation, shared by every
+ * matrix and row that meets it. */
+void packed_activation_corrections(const struct block_q8_1 *xq, size_t n_blocks, int32_t *corrections);

@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* The exact-sum product on packed weights (cpu/packed-weights.h, dot.h dot_packed_fn): the
- * repacked layout holds every quant where it should, the scalar reference computes dot.h's
- * formula from the original rows bit for bit and stays within rounding of the exact value,
- * and every SIMD set gives the reference's bits on odd shapes. */
+/* The packed product on packed weights (cpu/packed-weights.h, dot.h dot_packed_fn): the
+ * repacked layout holds every quant where it should, the per-lane corrections are the
+ * activation's lane sums times the bias, the test's own statement of llama.cpp's x86 order
+ * (eight lanes, lanes_sum8) gives the bits of the AVX2 and AVX-512 single products (whose
+ * tiles test-kernels holds to those bits), the scalar reference gives the formula's bits and
+ * stays within rounding of the exact value, and every set, the scalar one included, gives
+ * the single products' bits on odd shapes. */
 #include "config.h"
 
 #include <check.h>
@@ -53,11 +56,12 @@ static void random_rows(enum tensor_type type, uint8_t *rows, size_t row_bytes, 
                 }
 }
 
-/* Activations as the runner makes them: q8_1 blocks, their d and s as floats, their sums. */
+/* Activations as the runner makes them: q8_1 blocks, their d and s as floats, their lanes'
+ * corrections. */
 struct acts {
         struct block_q8_1 xq[MAX_TOKENS * 2 * MAX_BLOCKS];
         float ds[MAX_TOKENS * 2 * MAX_BLOCKS * 2];
-        int32_t sums[MAX_TOKENS * 2 * MAX_BLOCKS];
+        int32_t corrections[MAX_TOKENS * 2 * MAX_BLOCKS * PACKED_CORRECTIONS];
 };
 
 static void random_acts(struct acts *a, size_t n_blocks_total, bool extreme) {
@@ -68,7 +72,7 @@ static void random_acts(struct acts *a, size_t n_blocks_total, bool extreme) {
                         x[i] = extreme ? (i % 3 ? scale : -scale) : next_float(scale);
                 dot_kernels_scalar.quantize_q8_1(x, &a->xq[b], &a->ds[2 * b], QUANT_BLOCK);
         }
-        packed_activation_sums(a->xq, n_blocks_total, a->sums);
+        packed_activation_corrections(a->xq, n_blocks_total, a->corrections);
 }
 
 /* The element-wise quants of a row's block as integers (weights as their type defines them). */
@@ -96,24 +100,27 @@ static void row_block_quants(enum tensor_type type, const uint8_t *block, int q[
         *m = f16_to_f32(mh);
 }
 
-/* dot.h's formula straight from a GGUF row, and the exact value in double (with the bound
+/* dot.h's formula straight from a GGUF row: eight lanes of four elements, one float
+ * accumulator each, summed by lanes_sum8(); and the exact value in double (with the bound
  * its float rounding can reach). */
 static float formula_from_row(enum tensor_type type, const uint8_t *row, const struct block_q8_1 *act, size_t n_blocks,
                               double *exact, double *bound) {
         size_t block_bytes = tensor_type_info(type)->block_bytes;
-        float sum = 0.0f, off = 0.0f;
+        float lanes[PACKED_LANES] = { 0 }, off = 0.0f;
         double e = 0.0, magnitude = 0.0;
         for (size_t b = 0; b < n_blocks; b++) {
                 int q[QUANT_BLOCK];
                 float d, m;
                 row_block_quants(type, row + b * block_bytes, q, &d, &m);
-                int32_t isum = 0;
-                for (int j = 0; j < QUANT_BLOCK; j++)
-                        isum += q[j] * act[b].qs[j];
                 float da = f16_to_f32(act[b].d), sa = f16_to_f32(act[b].s);
-                sum = fmaf((float) isum, d * da, sum);
-                e += (double) isum * d * da;
-                magnitude += fabs((double) isum * d * da);
+                for (int l = 0; l < PACKED_LANES; l++) {
+                        int32_t isum = 0;
+                        for (int j = 4 * l; j < 4 * l + 4; j++)
+                                isum += q[j] * act[b].qs[j];
+                        lanes[l] = fmaf((float) isum, d * da, lanes[l]);
+                        e += (double) isum * d * da;
+                        magnitude += fabs((double) isum * d * da);
+                }
                 if (type == TENSOR_Q4_1) {
                         off = fmaf(m, sa, off);
                         e += (double) m * sa;
@@ -121,9 +128,17 @@ static float formula_from_row(enum tensor_type type, const uint8_t *row, const s
                 }
         }
         *exact = e;
-        /* per block: the scale product's rounding and the sum's, each at most 2^-24 relative */
-        *bound = magnitude * ldexp(2.0 * (double) n_blocks + 4.0, -24);
-        return type == TENSOR_Q4_1 ? sum + off : sum;
+        /* per block: the scale product's rounding and the lane's sum's, each at most 2^-24
+         * relative; then the lanes' tree and the offset */
+        *bound = magnitude * ldexp(2.0 * (double) n_blocks + 8.0, -24);
+        return type == TENSOR_Q4_1 ? lanes_sum8(lanes) + off : lanes_sum8(lanes);
+}
+
+/* The x86 set whose single products every packed set must match: AVX-512 VNNI, the set the
+ * fidelity test runs on, where the CPU has it; else AVX2; NULL elsewhere. */
+static const struct dot_kernels *x86_single_products(void) {
+        const struct dot_kernels *k = dot_kernels_by_name("avx512vnni");
+        return k ? k : dot_kernels_by_name("avx2");
 }
 
 static uint8_t rows_buf[MAX_ROWS * (MAX_BLOCKS * 34 + 8)];
@@ -191,7 +206,7 @@ START_TEST(test_reference_matches_formula) {
                         struct packed_weights p;
                         ck_assert_int_eq(packed_weights_build(type, rows_buf, row_bytes, n_rows, n_blocks * QUANT_BLOCK, &p), 0);
                         static float out[MAX_TOKENS * MAX_ROWS];
-                        struct packed_activations a = { acts.xq, acts.ds, acts.sums, n_blocks };
+                        struct packed_activations a = { acts.xq, acts.ds, acts.corrections, n_blocks };
                         dot_packed_kernel_for(&dot_kernels_scalar, type)(&p, 0, p.n_groups, &a, n_tokens, out, n_rows, false);
                         for (unsigned t = 0; t < n_tokens; t++)
                                 for (size_t r = 0; r < n_rows; r++) {
@@ -209,10 +224,41 @@ START_TEST(test_reference_matches_formula) {
 }
 END_TEST
 
-/* One set against the reference: random shapes, group sub-ranges, strided tokens, output
- * strides wider than the rows, accumulation; rows outside the range stay untouched. */
+/* The formula is llama.cpp's x86 order as our x86 single products (and so their tiles)
+ * compute it: bit for bit against every x86 set this CPU has, on random and extreme data. */
+START_TEST(test_formula_matches_x86_single_products) {
+        static const char *const names[] = { "avx2", "avx512vnni" };
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+                const struct dot_kernels *k = dot_kernels_by_name(names[i]);
+                if (!k) {
+                        fprintf(stderr, "SKIP part: this CPU lacks %s; the formula was not compared with it\n", names[i]);
+                        continue;
+                }
+                for (size_t ti = 0; ti < N_TYPES; ti++)
+                        for (int rep = 0; rep < 200; rep++) {
+                                enum tensor_type type = types[ti];
+                                bool extreme = rep % 10 == 9;
+                                size_t n_blocks = 1 + next_u32() % MAX_BLOCKS;
+                                size_t row_bytes = tensor_row_bytes(type, n_blocks * QUANT_BLOCK);
+                                random_rows(type, rows_buf, row_bytes, 1, n_blocks, extreme);
+                                random_acts(&acts, n_blocks, extreme);
+                                double exact, bound;
+                                float want = formula_from_row(type, rows_buf, acts.xq, n_blocks, &exact, &bound);
+                                float got = dot_kernel_for(k, type)(rows_buf, acts.xq, n_blocks);
+                                ck_assert_msg(memcmp(&got, &want, sizeof(got)) == 0, "%s %s blocks %zu: %a vs formula %a", k->name,
+                                              tensor_type_info(type)->name, n_blocks, got, want);
+                        }
+        }
+}
+END_TEST
+
+/* One packed set against the single products: random shapes (rows not a multiple of
+ * sixteen), group sub-ranges, 1..PACKED_TOKENS_MAX tokens, strided tokens, output strides
+ * wider than the rows, accumulation; rows outside the range stay untouched. The expected
+ * bits are those of x86_single_products() where the CPU has one, else the formula's. */
 static void compare_set(const struct dot_kernels *k) {
         static float want[MAX_TOKENS * (MAX_ROWS + 9)], got[MAX_TOKENS * (MAX_ROWS + 9)];
+        const struct dot_kernels *single = x86_single_products();
         for (size_t ti = 0; ti < N_TYPES; ti++)
                 for (int rep = 0; rep < 300; rep++) {
                         enum tensor_type type = types[ti];
@@ -231,22 +277,35 @@ static void compare_set(const struct dot_kernels *k) {
                         uint64_t g0 = next_u32() % p.n_groups, g1 = g0 + 1 + next_u32() % (p.n_groups - g0);
                         for (size_t i = 0; i < n_tokens * out_stride; i++)
                                 want[i] = got[i] = next_float(1.0f);
-                        struct packed_activations a = { acts.xq, acts.ds, acts.sums, stride };
-                        dot_packed_kernel_for(&dot_kernels_scalar, type)(&p, g0, g1, &a, n_tokens, want, out_stride, accumulate);
+                        for (unsigned t = 0; t < n_tokens; t++)
+                                for (size_t r = g0 * PACKED_ROWS; r < g1 * PACKED_ROWS && r < n_rows; r++) {
+                                        const uint8_t *row = rows_buf + r * row_bytes;
+                                        const struct block_q8_1 *act = acts.xq + t * stride;
+                                        double exact, bound;
+                                        float v = single ? dot_kernel_for(single, type)(row, act, n_blocks)
+                                                         : formula_from_row(type, row, act, n_blocks, &exact, &bound);
+                                        float *o = &want[t * out_stride + r];
+                                        *o = accumulate ? *o + v : v;
+                                }
+                        struct packed_activations a = { acts.xq, acts.ds, acts.corrections, stride };
                         dot_packed_kernel_for(k, type)(&p, g0, g1, &a, n_tokens, got, out_stride, accumulate);
                         for (unsigned t = 0; t < n_tokens; t++)
                                 for (size_t r = 0; r < out_stride; r++) {
                                         size_t i = t * out_stride + r;
                                         ck_assert_msg(memcmp(&got[i], &want[i], sizeof(float)) == 0,
-                                                      "%s %s rows %zu blocks %zu tokens %u groups [%lu, %lu) row %zu token %u: %a vs %a",
+                                                      "%s %s rows %zu blocks %zu tokens %u groups [%lu, %lu) row %zu token %u: %a vs %s %a",
                                                       k->name, tensor_type_info(type)->name, n_rows, n_blocks, n_tokens,
-                                                      (unsigned long) g0, (unsigned long) g1, r, t, got[i], want[i]);
+                                                      (unsigned long) g0, (unsigned long) g1, r, t, got[i],
+                                                      single ? single->name : "formula", want[i]);
                                 }
                         packed_weights_free(&p);
                 }
 }
 
-START_TEST(test_sets_match_reference) {
+START_TEST(test_sets_match_single_products) {
+        if (!x86_single_products())
+                fprintf(stderr, "SKIP part: no x86 single products here; the sets were compared with the formula\n");
+        compare_set(&dot_kernels_scalar);
         static const char *const names[] = { "avx2", "avx512vnni" };
         for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
                 const struct dot_kernels *k = dot_kernels_by_name(names[i]);
@@ -260,14 +319,18 @@ START_TEST(test_sets_match_reference) {
 }
 END_TEST
 
-START_TEST(test_activation_sums) {
+START_TEST(test_activation_corrections) {
+        random_acts(&acts, 3 * MAX_BLOCKS, true);
         random_acts(&acts, 3 * MAX_BLOCKS, false);
-        for (size_t b = 0; b < 3 * MAX_BLOCKS; b++) {
-                int32_t s = 0;
-                for (int j = 0; j < QUANT_BLOCK; j++)
-                        s += acts.xq[b].qs[j];
-                ck_assert_int_eq(acts.sums[b], s);
-        }
+        for (size_t b = 0; b < 3 * MAX_BLOCKS; b++)
+                for (int l = 0; l < PACKED_LANES; l++) {
+                        int32_t s = 0;
+                        for (int j = 4 * l; j < 4 * l + 4; j++)
+                                s += acts.xq[b].qs[j];
+                        const int32_t *c = acts.corrections + b * PACKED_CORRECTIONS;
+                        ck_assert_int_eq(c[packed_correction_offset(TENSOR_Q4_0) + l], -8 * s);
+                        ck_assert_int_eq(c[packed_correction_offset(TENSOR_Q8_0) + l], -128 * s);
+                }
 }
 END_TEST
 
@@ -276,9 +339,10 @@ int main(void) {
         TCase *tc = tcase_create("packed-dot");
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_repacked_layout);
-        tcase_add_test(tc, test_activation_sums);
+        tcase_add_test(tc, test_activation_corrections);
+        tcase_add_test(tc, test_formula_matches_x86_single_products);
         tcase_add_test(tc, test_reference_matches_formula);
-        tcase_add_test(tc, test_sets_match_reference);
+        tcase_add_test(tc, test_sets_match_single_products);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
