@@ -377,6 +377,16 @@ static void matmul(const struct cpu_runner *r, const struct weight *w, const str
         }
 }
 
+/* Quantizes token row i of a (width elements at x) for the matmuls: its q8_1 blocks, their
+ * scales as floats, and, when the packed product runs, the lanes' corrections it reads. */
+static void quantize_row(const struct cpu_runner *r, const struct activations *a, const float *x, uint64_t i,
+                         uint32_t width) {
+        size_t n_blocks = width / QUANT_BLOCK;
+        r->kernels->quantize_q8_1(x, a->xq + i * n_blocks, a->ds + i * n_blocks * 2, width);
+        if (r->packed.arena)
+                packed_activation_corrections(a->xq + i * n_blocks, n_blocks, a->corrections + i * n_blocks * PACKED_CORRECTIONS);
+}
+
 /* Normalizes and quantizes this thread's share of tokens: xn = norm(x) * weight, xq = q8(xn). */
 static void norm_tokens(struct cpu_runner *r, const struct activations *a, const float *weight, const int32_t *rows,
                         uint32_t n_rows, unsigned ith, unsigned nth) {
@@ -386,10 +396,8 @@ static void norm_tokens(struct cpu_runner *r, const struct activations *a, const
         for (uint64_t i = begin; i < end; i++) {
                 uint32_t t = rows ? (uint32_t) rows[i] : (uint32_t) i;
                 float *xn = a->xn + i * hp->n_embd;
-                size_t n_blocks = hp->n_embd / QUANT_BLOCK;
                 rms_norm(r->x + (size_t) t * hp->n_embd, weight, xn, hp->n_embd, hp->rms_eps);
-                r->kernels->quantize_q8_1(xn, a->xq + i * n_blocks, a->ds + i * n_blocks * 2, hp->n_embd);
-                packed_activation_corrections(a->xq + i * n_blocks, n_blocks, a->corrections + i * n_blocks * PACKED_CORRECTIONS);
+                quantize_row(r, a, xn, i, hp->n_embd);
         }
 }
 
@@ -397,11 +405,8 @@ static void quantize_tokens(struct cpu_runner *r, const struct activations *a, c
                             uint32_t n_tokens, unsigned ith, unsigned nth) {
         uint64_t begin, end;
         split(n_tokens, ith, nth, &begin, &end);
-        for (uint64_t t = begin; t < end; t++) {
-                size_t n_blocks = width / QUANT_BLOCK;
-                r->kernels->quantize_q8_1(x + t * width, a->xq + t * n_blocks, a->ds + t * n_blocks * 2, width);
-                packed_activation_corrections(a->xq + t * n_blocks, n_blocks, a->corrections + t * n_blocks * PACKED_CORRECTIONS);
-        }
+        for (uint64_t t = begin; t < end; t++)
+                quantize_row(r, a, x + t * width, t, width);
 }
 
 /* Rotates adjacent pairs (x[2i], x[2i+1]) of each head by position * theta^(-2i / rope_dim). */
@@ -567,9 +572,7 @@ static void swiglu(struct cpu_runner *r, const struct activations *a, unsigned i
         for (uint64_t t = begin; t < end; t++) {
                 float *h = a->xn + t * n_ff;
                 r->kernels->swiglu(h, r->gate + t * n_ff, r->up + t * n_ff, n_ff);
-                size_t n_blocks = n_ff / QUANT_BLOCK;
-                r->kernels->quantize_q8_1(h, a->xq + t * n_blocks, a->ds + t * n_blocks * 2, n_ff);
-                packed_activation_corrections(a->xq + t * n_blocks, n_blocks, a->corrections + t * n_blocks * PACKED_CORRECTIONS);
+                quantize_row(r, a, h, t, n_ff);
         }
 }
 
