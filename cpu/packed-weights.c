@@ -104,12 +104,15 @@ void packed_weights_free(struct packed_weights *p) {
 }
 
 void packed_activation_corrections(const struct block_q8_1 *xq, size_t n_blocks, int32_t *corrections) {
-        static const enum tensor_type signed_types[] = { TENSOR_Q4_0, TENSOR_Q8_0 };
-        for (size_t b = 0; b < n_blocks; b++)
+        const int32_t bias_q4_0 = packed_quant_bias(TENSOR_Q4_0), bias_q8_0 = packed_quant_bias(TENSOR_Q8_0);
+        const unsigned at_q4_0 = packed_correction_offset(TENSOR_Q4_0), at_q8_0 = packed_correction_offset(TENSOR_Q8_0);
+        for (size_t b = 0; b < n_blocks; b++) {
+                int32_t *c = corrections + b * PACKED_CORRECTIONS;
                 for (unsigned l = 0; l < PACKED_LANES; l++) {
-                        int32_t lane_sum = xq[b].qs[4 * l] + xq[b].qs[4 * l + 1] + xq[b].qs[4 * l + 2] + xq[b].qs[4 * l + 3];
-                        for (size_t i = 0; i < sizeof(signed_types) / sizeof(signed_types[0]); i++)
-                                corrections[b * PACKED_CORRECTIONS + packed_correction_offset(signed_types[i]) + l] =
-                                        -packed_quant_bias(signed_types[i]) * lane_sum;
+                        const int8_t *q = xq[b].qs + 4 * l;
+                        int32_t lane_sum = q[0] + q[1] + q[2] + q[3];
+                        c[at_q4_0 + l] = -bias_q4_0 * lane_sum;
+                        c[at_q8_0 + l] = -bias_q8_0 * lane_sum;
                 }
+        }
 }
