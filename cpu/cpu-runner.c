@@ -5,11 +5,14 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "cpu-runner.h"
 #include "dot.h"
 #include "float16.h"
 #include "kv-pool.h"
+#include "packed-weights.h"
 #include "quantize.h"
 #include "thread-pool.h"
 
@@ -19,6 +22,16 @@ struct activations {
         float *xn;             /* (tokens, max_dim) */
         struct block_q8_1 *xq; /* (tokens, max_dim / 32) */
         float *ds;             /* (tokens, max_dim / 32, 2) */
+        int32_t *corrections;  /* (tokens, max_dim / 32, PACKED_CORRECTIONS) for packed Q4_0 and Q8_0 */
+};
+
+/* The matmul weights repacked for the packed product (packed-weights.h), all in one
+ * anonymous arena on large pages; the file's pages of those tensors are given back. */
+#define WEIGHTS_PER_LAYER 7
+struct packed_model {
+        uint8_t *arena;
+        size_t arena_bytes;
+        struct packed_weights *weights; /* (n_layer * WEIGHTS_PER_LAYER + 1), the output last; data NULL if not packed */
 };
 
 #define SMALL_BATCH 4
@@ -31,6 +44,8 @@ struct cpu_runner {
         struct kv_pool *kv;
         uint32_t q_dim, kv_dim, max_dim;
         unsigned released; /* enum backend_memory bits */
+        bool use_packed;   /* $ASYNCLLM_CPU_PACKED=0 keeps the tiles on the original rows */
+        struct packed_model packed;
 
         /* Scratch for one step, T = max_batch_tokens, reused across steps. */
         float *x;                /* (T, n_embd) the residual stream */
@@ -69,13 +84,95 @@ static bool activations_alloc(struct cpu_runner *r, size_t tokens, struct activa
         a->xn = alloc_floats(r, tokens * r->max_dim);
         a->xq = alloc_scratch(r, tokens * (r->max_dim / QUANT_BLOCK), sizeof(struct block_q8_1));
         a->ds = alloc_floats(r, tokens * (r->max_dim / QUANT_BLOCK) * 2);
-        return a->xn && a->xq && a->ds;
+        a->corrections = alloc_scratch(r, tokens * (r->max_dim / QUANT_BLOCK), PACKED_CORRECTIONS * sizeof(int32_t));
+        return a->xn && a->xq && a->ds && a->corrections;
 }
 
 static void activations_free(struct activations *a) {
         free(a->xn);
         free(a->xq);
         free(a->ds);
+        free(a->corrections);
+}
+
+static const struct weight *layer_weight(const struct model_layer *l, unsigned k) {
+        const struct weight *w[WEIGHTS_PER_LAYER] = { &l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down };
+        return w[k];
+}
+
+static const struct weight *matmul_weight(const struct model *m, size_t i) {
+        return i == (size_t) m->hp.n_layer * WEIGHTS_PER_LAYER ? &m->output
+                                                                  : layer_weight(&m->layers[i / WEIGHTS_PER_LAYER], i % WEIGHTS_PER_LAYER);
+}
+
+static size_t n_matmul_weights(const struct model *m) {
+        return (size_t) m->hp.n_layer * WEIGHTS_PER_LAYER + 1;
+}
+
+static bool packable(const struct cpu_runner *r, const struct weight *w) {
+        return packed_type_supported(w->type) && dot_packed_kernel_for(r->kernels, w->type) && w->n_cols % QUANT_BLOCK == 0;
+}
+
+/* The file's whole pages inside [p, p + n) are dropped from this process: the mapping is
+ * shared and read-only, so a later read faults the bytes back in from the page cache. */
+static void drop_file_pages(const void *p, uint64_t n) {
+        uintptr_t page = (uintptr_t) sysconf(_SC_PAGESIZE);
+        uintptr_t begin = ((uintptr_t) p + page - 1) / page * page, end = ((uintptr_t) p + n) / page * page;
+        if (end > begin)
+                (void) madvise((void *) begin, end - begin, MADV_DONTNEED);
+}
+
+static void packed_model_free(struct packed_model *pm) {
+        if (pm->arena)
+                munmap(pm->arena, pm->arena_bytes);
+        free(pm->weights);
+        *pm = (struct packed_model) { 0 };
+}
+
+/* Repacks every quantized matmul weight into one arena. The tied output is repacked too; the
+ * token embedding lookup keeps reading the original rows. */
+static int packed_model_build(struct cpu_runner *r, struct error *err) {
+        const struct model *m = r->model;
+        struct packed_model *pm = &r->packed;
+        size_t n = n_matmul_weights(m);
+        uint64_t total = 0;
+
+        pm->weights = calloc(n, sizeof(*pm->weights));
+        if (!pm->weights)
+                return error_set(err, ENOMEM, "out of memory");
+        for (size_t i = 0; i < n; i++) {
+                const struct weight *w = matmul_weight(m, i);
+                if (packable(r, w) && packed_weights_init(&pm->weights[i], w->type, w->n_rows, w->n_cols) == 0)
+                        total += packed_weights_bytes(&pm->weights[i]);
+        }
+        if (total == 0)
+                return 0;
+        const size_t huge = 2u << 20;
+        pm->arena_bytes = (total + huge - 1) / huge * huge;
+        pm->arena = mmap(NULL, pm->arena_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (pm->arena == MAP_FAILED) {
+                pm->arena = NULL;
+                packed_model_free(pm);
+                return error_set(err, ENOMEM, "cannot allocate %llu bytes for the repacked weights", (unsigned long long) total);
+        }
+        /* one stream per matmul: large pages spare the TLB and let the prefetch run on */
+        (void) madvise(pm->arena, pm->arena_bytes, MADV_HUGEPAGE);
+        uint64_t offset = 0;
+        for (size_t i = 0; i < n; i++) {
+                struct packed_weights *p = &pm->weights[i];
+                const struct weight *w = matmul_weight(m, i);
+                if (p->n_groups == 0)
+                        continue;
+                packed_weights_fill(p, pm->arena + offset, w->data, w->row_bytes);
+                offset += packed_weights_bytes(p);
+                if (m->file->mapping)
+                        drop_file_pages(w->data, w->n_rows * w->row_bytes);
+        }
+        return 0;
+}
+
+static const struct packed_weights *packed_for(const struct cpu_runner *r, size_t i) {
+        return r->packed.weights && r->packed.weights[i].data ? &r->packed.weights[i] : NULL;
 }
 
 static bool all_weights_tiled(const struct cpu_runner *r) {
@@ -113,6 +210,8 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
         r->model = model;
         r->config = *config;
         r->kernels = dot_kernels_select();
+        const char *packed_env = getenv("ASYNCLLM_CPU_PACKED");
+        r->use_packed = !(packed_env && strcmp(packed_env, "0") == 0);
         r->q_dim = hp->n_head * hp->head_dim;
         r->kv_dim = hp->n_head_kv * hp->head_dim;
         r->max_dim = hp->n_embd;
@@ -122,7 +221,8 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
                 r->max_dim = hp->n_ff;
 
         if ((rc = thread_pool_new(config->n_threads, &r->pool, err)) < 0 ||
-            (rc = kv_pool_new(hp->n_layer, config->n_kv_blocks, config->block_size, r->kv_dim, &r->kv, err)) < 0) {
+            (rc = kv_pool_new(hp->n_layer, config->n_kv_blocks, config->block_size, r->kv_dim, &r->kv, err)) < 0 ||
+            (r->use_packed && (rc = packed_model_build(r, err)) < 0)) {
                 cpu_runner_free(r);
                 return rc;
         }
@@ -163,6 +263,7 @@ void cpu_runner_free(struct cpu_runner *r) {
                 return;
         thread_pool_free(r->pool);
         kv_pool_free(r->kv);
+        packed_model_free(&r->packed);
         free(r->x);
         activations_free(&r->shared);
         for (unsigned i = 0; r->own && i < r->config.n_threads; i++)
@@ -207,8 +308,9 @@ static void rms_norm(const float *x, const float *weight, float *out, uint32_t n
  * result depends only on its row and token, never on the split or the batch: the tiles give
  * the bits of the single products. Rows go in tiles of four across the threads, and each
  * tile of weights (in L1) meets every token before the next is loaded. */
-static void matmul(const struct cpu_runner *r, const struct weight *w, const struct activations *a, uint32_t n_tokens,
-                   float *out, uint32_t out_stride, bool accumulate, float *row_scratch, unsigned ith, unsigned nth) {
+static void matmul(const struct cpu_runner *r, const struct weight *w, const struct packed_weights *packed,
+                   const struct activations *a, uint32_t n_tokens, float *out, uint32_t out_stride, bool accumulate,
+                   float *row_scratch, unsigned ith, unsigned nth) {
         const float *x = a->xn;
         const struct block_q8_1 *xq = a->xq;
         uint64_t begin, end;
@@ -216,6 +318,27 @@ static void matmul(const struct cpu_runner *r, const struct weight *w, const str
         dot_q_fn dot = dot_kernel_for(r->kernels, w->type);
         dot_tile_fn tile = dot_tile_kernel_for(r->kernels, w->type);
         uint64_t n_tiles = tile ? w->n_rows / DOT_TILE_ROWS : 0;
+
+        /* Packed: groups of sixteen rows across the threads; a few tokens in one call per
+         * thread, more per group eight at a time, the group's weights staying in L1. */
+        if (packed) {
+                dot_packed_fn fn = dot_packed_kernel_for(r->kernels, w->type);
+                split(packed->n_groups, ith, nth, &begin, &end);
+                if (n_tokens <= PACKED_TOKENS_MAX) {
+                        struct packed_activations pa = { xq, a->ds, a->corrections, n_blocks };
+                        fn(packed, begin, end, &pa, n_tokens, out, out_stride, accumulate);
+                        return;
+                }
+                for (uint64_t g = begin; g < end; g++)
+                        for (uint32_t t0 = 0; t0 < n_tokens; t0 += PACKED_TOKENS_MAX) {
+                                unsigned n = n_tokens - t0 < PACKED_TOKENS_MAX ? n_tokens - t0 : PACKED_TOKENS_MAX;
+                                size_t at = (size_t) t0 * n_blocks;
+                                struct packed_activations pa = { xq + at, a->ds + 2 * at, a->corrections + at * PACKED_CORRECTIONS,
+                                                                 n_blocks };
+                                fn(packed, g, g + 1, &pa, n, out + (size_t) t0 * out_stride, out_stride, accumulate);
+                        }
+                return;
+        }
 
         split(n_tiles, ith, nth, &begin, &end);
         for (uint64_t g = begin; g < end; g++) {
@@ -254,6 +377,16 @@ static void matmul(const struct cpu_runner *r, const struct weight *w, const str
         }
 }
 
+/* Quantizes token row i of a (width elements at x) for the matmuls: its q8_1 blocks, their
+ * scales as floats, and, when the packed product runs, the lanes' corrections it reads. */
+static void quantize_row(const struct cpu_runner *r, const struct activations *a, const float *x, uint64_t i,
+                         uint32_t width) {
+        size_t n_blocks = width / QUANT_BLOCK;
+        r->kernels->quantize_q8_1(x, a->xq + i * n_blocks, a->ds + i * n_blocks * 2, width);
+        if (r->packed.arena)
+                packed_activation_corrections(a->xq + i * n_blocks, n_blocks, a->corrections + i * n_blocks * PACKED_CORRECTIONS);
+}
+
 /* Normalizes and quantizes this thread's share of tokens: xn = norm(x) * weight, xq = q8(xn). */
 static void norm_tokens(struct cpu_runner *r, const struct activations *a, const float *weight, const int32_t *rows,
                         uint32_t n_rows, unsigned ith, unsigned nth) {
@@ -264,8 +397,7 @@ static void norm_tokens(struct cpu_runner *r, const struct activations *a, const
                 uint32_t t = rows ? (uint32_t) rows[i] : (uint32_t) i;
                 float *xn = a->xn + i * hp->n_embd;
                 rms_norm(r->x + (size_t) t * hp->n_embd, weight, xn, hp->n_embd, hp->rms_eps);
-                r->kernels->quantize_q8_1(xn, a->xq + i * (hp->n_embd / QUANT_BLOCK), a->ds + i * (hp->n_embd / QUANT_BLOCK) * 2,
-                                          hp->n_embd);
+                quantize_row(r, a, xn, i, hp->n_embd);
         }
 }
 
@@ -274,8 +406,7 @@ static void quantize_tokens(struct cpu_runner *r, const struct activations *a, c
         uint64_t begin, end;
         split(n_tokens, ith, nth, &begin, &end);
         for (uint64_t t = begin; t < end; t++)
-                r->kernels->quantize_q8_1(x + t * width, a->xq + t * (width / QUANT_BLOCK), a->ds + t * (width / QUANT_BLOCK) * 2,
-                                          width);
+                quantize_row(r, a, x + t * width, t, width);
 }
 
 /* Rotates adjacent pairs (x[2i], x[2i+1]) of each head by position * theta^(-2i / rope_dim). */
@@ -441,7 +572,7 @@ static void swiglu(struct cpu_runner *r, const struct activations *a, unsigned i
         for (uint64_t t = begin; t < end; t++) {
                 float *h = a->xn + t * n_ff;
                 r->kernels->swiglu(h, r->gate + t * n_ff, r->up + t * n_ff, n_ff);
-                r->kernels->quantize_q8_1(h, a->xq + t * (n_ff / QUANT_BLOCK), a->ds + t * (n_ff / QUANT_BLOCK) * 2, n_ff);
+                quantize_row(r, a, h, t, n_ff);
         }
 }
 
@@ -481,9 +612,9 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
                 norm_tokens(r, a, l->attn_norm, NULL, T, feed_ith, feed_nth);
                 if (!small)
                         thread_pool_barrier(pool);
-                matmul(r, &l->wq, a, T, r->q, r->q_dim, false, row_scratch, ith, nth);
-                matmul(r, &l->wk, a, T, r->k, r->kv_dim, false, row_scratch, ith, nth);
-                matmul(r, &l->wv, a, T, r->v, r->kv_dim, false, row_scratch, ith, nth);
+                matmul(r, &l->wq, packed_for(r, (size_t) layer * WEIGHTS_PER_LAYER + 0), a, T, r->q, r->q_dim, false, row_scratch, ith, nth);
+                matmul(r, &l->wk, packed_for(r, (size_t) layer * WEIGHTS_PER_LAYER + 1), a, T, r->k, r->kv_dim, false, row_scratch, ith, nth);
+                matmul(r, &l->wv, packed_for(r, (size_t) layer * WEIGHTS_PER_LAYER + 2), a, T, r->v, r->kv_dim, false, row_scratch, ith, nth);
                 thread_pool_barrier(pool);
                 store_kv(r, layer, ith, nth);
                 thread_pool_barrier(pool);
@@ -492,26 +623,26 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
                 quantize_tokens(r, a, r->shared.xn, r->q_dim, T, feed_ith, feed_nth);
                 if (!small)
                         thread_pool_barrier(pool);
-                matmul(r, &l->wo, a, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
+                matmul(r, &l->wo, packed_for(r, (size_t) layer * WEIGHTS_PER_LAYER + 3), a, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
                 thread_pool_barrier(pool);
 
                 norm_tokens(r, a, l->ffn_norm, NULL, T, feed_ith, feed_nth);
                 if (!small)
                         thread_pool_barrier(pool);
-                matmul(r, &l->w_gate, a, T, r->gate, hp->n_ff, false, row_scratch, ith, nth);
-                matmul(r, &l->w_up, a, T, r->up, hp->n_ff, false, row_scratch, ith, nth);
+                matmul(r, &l->w_gate, packed_for(r, (size_t) layer * WEIGHTS_PER_LAYER + 4), a, T, r->gate, hp->n_ff, false, row_scratch, ith, nth);
+                matmul(r, &l->w_up, packed_for(r, (size_t) layer * WEIGHTS_PER_LAYER + 5), a, T, r->up, hp->n_ff, false, row_scratch, ith, nth);
                 thread_pool_barrier(pool);
                 swiglu(r, a, feed_ith, feed_nth);
                 if (!small)
                         thread_pool_barrier(pool);
-                matmul(r, &l->w_down, a, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
+                matmul(r, &l->w_down, packed_for(r, (size_t) layer * WEIGHTS_PER_LAYER + 6), a, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
                 thread_pool_barrier(pool);
         }
 
         norm_tokens(r, a, m->output_norm, b->output_tokens, b->n_outputs, feed_ith, feed_nth);
         if (!small)
                 thread_pool_barrier(pool);
-        matmul(r, &m->output, a, b->n_outputs, r->logits, hp->n_vocab, false, row_scratch, ith, nth);
+        matmul(r, &m->output, packed_for(r, n_matmul_weights(m) - 1), a, b->n_outputs, r->logits, hp->n_vocab, false, row_scratch, ith, nth);
 }
 
 static int validate_batch(const struct cpu_runner *r, const struct batch *b, struct error *err) {
@@ -580,6 +711,7 @@ int cpu_runner_release_memory(struct cpu_runner *r, unsigned what, struct error 
         if (what & BACKEND_MEMORY_WEIGHTS) {
                 if ((rc = gguf_release_mapping(r->model->file, err)) < 0)
                         return rc;
+                packed_model_free(&r->packed);
                 r->released |= BACKEND_MEMORY_WEIGHTS;
         }
         if (what & BACKEND_MEMORY_KV_CACHE) {
@@ -596,6 +728,12 @@ int cpu_runner_restore_memory(struct cpu_runner *r, unsigned what, struct error 
         if (what & BACKEND_MEMORY_WEIGHTS) {
                 if ((rc = gguf_restore_mapping(r->model->file, err)) < 0)
                         return rc;
+                if (r->use_packed && (rc = packed_model_build(r, err)) < 0) {
+                        /* back to asleep: the state the call found */
+                        struct error ignored;
+                        (void) gguf_release_mapping(r->model->file, &ignored);
+                        return rc;
+                }
                 r->released &= ~(unsigned) BACKEND_MEMORY_WEIGHTS;
         }
         if (what & BACKEND_MEMORY_KV_CACHE) {

@@ -16,5 +16,6 @@ __attribute__((target(DOT_TARGET))) static inline __m256i dot_u8_s8(__m256i u, _
 }
 
 #include "dot-avx512-tiles.h"
+#include "packed-dot-avx512.h"
 #include "dot-x86-template.h"
 #endif

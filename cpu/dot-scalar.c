@@ -61,6 +61,51 @@ SCALAR_TILE(q4_0)
 SCALAR_TILE(q4_1)
 SCALAR_TILE(q8_0)
 
+/* The reference for the packed product: one row and token at a time, in dot.h's order (eight
+ * lanes, one float accumulator each), from the packed bytes themselves, with the weights'
+ * bias taken off each quant and the activation's scales converted here (the ds and
+ * corrections tables are the SIMD sets' shortcuts, checked against this). */
+static float packed_row_scalar(const struct packed_weights *w, uint64_t row, const struct block_q8_1 *act) {
+        unsigned r = (unsigned) (row % PACKED_ROWS);
+        const uint8_t *quants = w->data + row / PACKED_ROWS * w->group_bytes;
+        const uint8_t *scales = quants + w->n_blocks * w->quant_bytes;
+        int32_t bias = packed_quant_bias(w->type);
+        float lanes[PACKED_LANES] = { 0 }, off = 0.0f;
+        for (uint64_t b = 0; b < w->n_blocks; b++) {
+                const uint8_t *rec = quants + b * w->quant_bytes;
+                const f16_bits *s = (const f16_bits *) (scales + b * w->scale_bytes);
+                float scale = f16_to_f32(s[r]) * f16_to_f32(act[b].d);
+                for (unsigned l = 0; l < PACKED_LANES; l++) {
+                        int32_t isum = 0;
+                        for (unsigned k = 0; k < 4; k++) {
+                                int32_t q;
+                                if (w->type == TENSOR_Q8_0)
+                                        q = rec[l * 4 * PACKED_ROWS + 4 * r + k];
+                                else { /* lanes 0..3 are low nibbles, 4..7 the high ones of the same bytes */
+                                        uint8_t v = rec[l % 4 * 4 * PACKED_ROWS + 4 * r + k];
+                                        q = l < 4 ? v & 15 : v >> 4;
+                                }
+                                isum += (q - bias) * act[b].qs[4 * l + k];
+                        }
+                        lanes[l] = fmaf((float) isum, scale, lanes[l]);
+                }
+                if (w->type == TENSOR_Q4_1)
+                        off = fmaf(f16_to_f32(s[PACKED_ROWS + r]), f16_to_f32(act[b].s), off);
+        }
+        return w->type == TENSOR_Q4_1 ? lanes_sum8(lanes) + off : lanes_sum8(lanes);
+}
+
+static void packed_scalar(const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,
+                          const struct packed_activations *a, unsigned n_tokens, float *out, size_t out_stride,
+                          bool accumulate) {
+        for (uint64_t row = group_begin * PACKED_ROWS; row < group_end * PACKED_ROWS && row < w->n_rows; row++)
+                for (unsigned t = 0; t < n_tokens; t++) {
+                        float v = packed_row_scalar(w, row, a->xq + t * a->stride);
+                        float *o = &out[t * out_stride + row];
+                        *o = accumulate ? *o + v : v;
+                }
+}
+
 static void dot_f16_scalar(const f16_bits *k, const float *q, size_t q_stride, unsigned n_q, size_t n, float *out) {
         for (unsigned g = 0; g < n_q; g++) {
                 float lanes[16] = { 0 };
@@ -130,6 +175,9 @@ const struct dot_kernels dot_kernels_scalar = {
         .tile_q4_0 = tile_q4_0_scalar,
         .tile_q4_1 = tile_q4_1_scalar,
         .tile_q8_0 = tile_q8_0_scalar,
+        .packed_q4_0 = packed_scalar,
+        .packed_q4_1 = packed_scalar,
+        .packed_q8_0 = packed_scalar,
         .dot_f16 = dot_f16_scalar,
         .dot_f16_wide = dot_f16_wide_scalar,
         .axpy_f16 = axpy_f16_scalar,

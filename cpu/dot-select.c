@@ -48,3 +48,12 @@ dot_tile_fn dot_tile_kernel_for(const struct dot_kernels *k, enum tensor_type ty
         default: return NULL;
         }
 }
+
+dot_packed_fn dot_packed_kernel_for(const struct dot_kernels *k, enum tensor_type type) {
+        switch (type) {
+        case TENSOR_Q4_0: return k->packed_q4_0;
+        case TENSOR_Q4_1: return k->packed_q4_1;
+        case TENSOR_Q8_0: return k->packed_q8_0;
+        default: return NULL;
+        }
+}

@@ -240,6 +240,11 @@ DOT_TILE_ENTRY(tile_q8_0)
 #define DOT_TILE_FN(name) DOT_FN(name)
 #endif
 
+/* A set with a wider packed product of its own (packed-dot-avx512.h) defines DOT_PACKED_FN first. */
+#ifndef DOT_PACKED_FN
+#include "packed-dot-x86-template.h"
+#endif
+
 /* The key or value in floats, converted once for the whole group (the conversion is exact,
  * so the products below are those of the f16 values). */
 __attribute__((target(DOT_TARGET))) static inline void DOT_FN(f16_to_floats)(const f16_bits *k, size_t n, float *out) {
@@ -413,6 +418,9 @@ const struct dot_kernels DOT_CONCAT(dot_kernels, DOT_SET) = {
         .tile_q4_0 = DOT_TILE_FN(tile_q4_0),
         .tile_q4_1 = DOT_TILE_FN(tile_q4_1),
         .tile_q8_0 = DOT_TILE_FN(tile_q8_0),
+        .packed_q4_0 = DOT_PACKED_FN(q4_0),
+        .packed_q4_1 = DOT_PACKED_FN(q4_1),
+        .packed_q8_0 = DOT_PACKED_FN(q8_0),
         .dot_f16 = DOT_FN(dot_f16),
         .dot_f16_wide = DOT_FN(dot_f16_wide),
         .axpy_f16 = DOT_FN(axpy_f16),

@@ -7,8 +7,10 @@
  * between instruction sets. The scalar set is the reference every other one is tested
  * against. */
 
+#include <stdbool.h>
 #include <stddef.h>
 
+#include "packed-weights.h"
 #include "tensor-types.h"
 
 /* Sum over n_blocks blocks of weight_row (of the kernel's weight type) times act. */
@@ -28,6 +30,29 @@ typedef float (*dot_q_fn)(const void *weight_row, const struct block_q8_1 *act, 
 typedef void (*dot_tile_fn)(const void *weight_rows, size_t row_bytes, const struct block_q8_1 *act, const float *act_ds,
                             size_t act_stride, unsigned n_tokens, size_t n_blocks, float out[DOT_TILE_TOKENS * DOT_TILE_ROWS]);
 
+/* The packed product on repacked weights (packed-weights.h): for the rows of groups
+ * [group_begin, group_end) and n_tokens (1..PACKED_TOKENS_MAX) tokens, token t's row at
+ * out[t * out_stride + row] is set to (or, with accumulate, has added to it) the product in
+ * llama.cpp's x86 order, which the x86 single products and tiles follow:
+ *     lane[l] = 0 (l < 8); for each block b in order, for each lane l:
+ *         lane[l] = fmaf((float) isum_bl, d_w[b] * d_a[b], lane[l])
+ *     result = lanes_sum8(lane), for Q4_1 + off with off = fmaf(m_w[b], s_a[b], off) in order,
+ * isum_bl being the exact integer product of the block's elements 4l..4l+3 (for 4-bit weights
+ * in the dequantized element order: the low nibbles are elements 0..15). So each result has
+ * the bits of the AVX2 and AVX-512 sets' dot_q_fn for that row and token, and depends only on
+ * its row and token; every set, the scalar one included, gives those bits. Rows past n_rows
+ * (the last group's padding) are not written. */
+struct packed_activations {
+        const struct block_q8_1 *xq; /* token t's blocks at xq + t * stride */
+        const float *ds;             /* their d and s as floats: ds[2 * (t * stride + b)] and the next */
+        const int32_t *corrections;  /* packed_activation_corrections(), block (t * stride + b)'s at
+                                      * corrections + (t * stride + b) * PACKED_CORRECTIONS; Q4_0 and Q8_0 only */
+        size_t stride;               /* blocks from one token to the next */
+};
+typedef void (*dot_packed_fn)(const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,
+                              const struct packed_activations *a, unsigned n_tokens, float *out, size_t out_stride,
+                              bool accumulate);
+
 struct dot_kernels {
         const char *name;
         dot_q_fn q4_0;
@@ -36,6 +61,9 @@ struct dot_kernels {
         dot_tile_fn tile_q4_0;
         dot_tile_fn tile_q4_1;
         dot_tile_fn tile_q8_0;
+        dot_packed_fn packed_q4_0;
+        dot_packed_fn packed_q4_1;
+        dot_packed_fn packed_q8_0;
         /* Attention over the f16 KV cache, for a group of n_q queries (the heads that share a
          * key-value head; n_q <= DOT_GROUP_MAX, n <= DOT_F16_MAX_DIM): each key or value is
          * converted once for the whole group, and each query's result is what it alone
@@ -62,6 +90,12 @@ struct dot_kernels {
         void (*quantize_q8_1)(const float *x, struct block_q8_1 *out, float *ds, size_t n);
         void (*swiglu)(float *h, const float *g, const float *u, size_t n);
 };
+
+/* The sum of 8 lanes as the 256-bit horizontal add of llama.cpp's x86 block products does
+ * it: each lane with the one 4 apart, then 2 apart, then the last pair. */
+static inline float lanes_sum8(const float l[8]) {
+        return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
 
 /* The sum of 16 lanes as a halving tree: (l[e] + l[e + 8]), then + 4 apart, then + 2 apart,
  * then the last pair; the order a 512-bit horizontal add uses. */
@@ -99,3 +133,4 @@ const struct dot_kernels *dot_kernels_by_name(const char *name);
 /* The kernel for a quantized weight type, NULL for float types. */
 dot_q_fn dot_kernel_for(const struct dot_kernels *k, enum tensor_type type);
 dot_tile_fn dot_tile_kernel_for(const struct dot_kernels *k, enum tensor_type type);
+dot_packed_fn dot_packed_kernel_for(const struct dot_kernels *k, enum tensor_type type);

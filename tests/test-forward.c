@@ -2,7 +2,8 @@
 /* The CPU forward pass on synthetic Llama models of several shapes and weight types (files
  * the test writes itself): against a plain token-at-a-time reference written here, and for
  * invariance: the same logits alone or batched with other sequences, however the prompt is
- * chunked, whatever blocks hold its KV cache, with any thread count. */
+ * chunked, whatever blocks hold its KV cache, with any thread count; and the same logits
+ * with the packed product as with the tiles. */
 #include "config.h"
 
 #include <check.h>
@@ -308,6 +309,50 @@ START_TEST(test_invariance) {
 }
 END_TEST
 
+/* The packed product (ASYNCLLM_CPU_PACKED, on by default) computes llama.cpp's x86 order, as
+ * the x86 tiles do: the whole forward pass has the same bits either way, for a prompt in one
+ * pass, in chunks beside other sequences (more than PACKED_TOKENS_MAX tokens at once), and
+ * token by token. The scalar set's tiles keep an order of their own, so that set is left out. */
+START_TEST(test_packed_matches_tiles) {
+        const struct synthetic_llama_config *cfg = &shapes[_i];
+        if (strcmp(dot_kernels_select()->name, "scalar") == 0) {
+                fprintf(stderr, "SKIP part: the scalar kernels' tiles do not use llama.cpp's x86 order\n");
+                return;
+        }
+        struct model *m = load_synthetic(cfg);
+        uint32_t V = m->hp.n_vocab, lens[3] = { 23, 9, 31 };
+        int32_t tokens[3][31];
+        struct test_seq seqs[3];
+        float *got[2][3];
+        for (uint32_t s = 0; s < 3; s++) {
+                make_tokens(tokens[s], lens[s], V, s + 5);
+                seqs[s] = (struct test_seq) { tokens[s], lens[s], { 0 } };
+                for (uint32_t i = 0; i < MAX_LEN / BLOCK_SIZE; i++)
+                        seqs[s].block_table[i] = (int32_t) (i * 3 + s);
+        }
+        static const uint32_t chunks[] = { 1, 5, 64 };
+        for (size_t c = 0; c < sizeof(chunks) / sizeof(chunks[0]); c++) {
+                for (int packed = 0; packed < 2; packed++) {
+                        ck_assert_int_eq(setenv("ASYNCLLM_CPU_PACKED", packed ? "1" : "0", 1), 0);
+                        struct cpu_runner *r = new_runner(m, 2, 256);
+                        for (uint32_t s = 0; s < 3; s++)
+                                got[packed][s] = calloc((size_t) lens[s] * V, sizeof(float));
+                        run_batched(r, m, seqs, 3, chunks[c], got[packed]);
+                        cpu_runner_free(r);
+                }
+                for (uint32_t s = 0; s < 3; s++) {
+                        ck_assert_msg(memcmp(got[0][s], got[1][s], sizeof(float) * lens[s] * V) == 0,
+                                      "shape %d (%s weights): sequence %u differs packed, in chunks of %u", _i,
+                                      tensor_type_info(cfg->weight_type)->name, s, chunks[c]);
+                        free(got[0][s]);
+                        free(got[1][s]);
+                }
+        }
+        ck_assert_int_eq(unsetenv("ASYNCLLM_CPU_PACKED"), 0);
+        model_free(m);
+}
+END_TEST
+
 START_TEST(test_rejects_bad_batches) {
         struct model *m = load_synthetic(&shapes[0]);
         struct cpu_runner *r = new_runner(m, 2, 8);
@@ -349,6 +394,7 @@ int main(void) {
         int n_shapes = (int) (sizeof(shapes) / sizeof(shapes[0]));
         tcase_add_loop_test(tc, test_matches_reference, 0, n_shapes);
         tcase_add_loop_test(tc, test_invariance, 0, n_shapes);
+        tcase_add_loop_test(tc, test_packed_matches_tiles, 0, n_shapes);
         tcase_add_test(tc, test_rejects_bad_batches);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);

@@ -1,0 +1,136 @@
+/* SPDX-License-Identifier: MIT */
+/* The packed product (dot.h, dot_packed_fn) for AVX-512 VNNI: one 512-bit vector is the
+ * sixteen rows of a packed group, and one vpdpbusd with four activation bytes broadcast to
+ * every lane gives all sixteen rows' exact int32 for one of the block's eight lanes. Each
+ * lane then has its own float accumulator per row, as in llama.cpp's x86 block product: per
+ * block, lane and token one conversion and one fused multiply-add by d_w * d_a, which is the
+ * operation the single product and the tiles do in that lane, so every row gets their bits.
+ * At the end the eight lane vectors are added in lanes_sum8()'s tree, vector by vector: the
+ * horizontal sum of the single product, sixteen rows at a time. Included by dot-avx512vnni.c
+ * before dot-x86-template.h, which puts these in the set's table. */
+
+#include <immintrin.h>
+#include <string.h>
+
+#ifndef PACKED_PREFETCH
+#define PACKED_PREFETCH 2048
+#endif
+
+/* Tokens per pass over a group's blocks: each token holds eight accumulators (nine for
+ * Q4_1) of the 32 registers, so two tokens leave room for the weights and scales while a
+ * third would spill. The group's weights stay in L1 from one pass to the next. */
+#ifndef PACKED_PASS_TOKENS
+#define PACKED_PASS_TOKENS 2
+#endif
+
+#define PACKED_ATTRS __attribute__((target(DOT_TARGET), always_inline)) static inline
+
+/* Four activation bytes in every lane (the compiler folds this into vpdpbusd's broadcast). */
+PACKED_ATTRS __m512i packed_broadcast4(const int8_t *p) {
+        int32_t v;
+        memcpy(&v, p, sizeof(v));
+        return _mm512_set1_epi32(v);
+}
+
+/* Group g's rows against tokens t0..t0+T-1. kind 0: Q4_0, 1: Q4_1, 2: Q8_0 (constants after
+ * inlining, as T is). The first pass over a group prefetches the stream ahead of it. */
+PACKED_ATTRS void packed_pass_512(const struct packed_weights *w, uint64_t g, const struct packed_activations *a,
+                                  unsigned t0, const unsigned T, float *out, size_t out_stride, bool accumulate,
+                                  bool prefetch, const int kind) {
+        const size_t quant_bytes = kind == 2 ? PACKED_ROWS * QUANT_BLOCK : PACKED_ROWS * QUANT_BLOCK / 2;
+        const size_t scale_bytes = kind == 1 ? 64 : 32;
+        const unsigned correction = packed_correction_offset(kind == 2 ? TENSOR_Q8_0 : TENSOR_Q4_0);
+        const uint64_t n_blocks = w->n_blocks;
+        const uint8_t *quants = w->data + g * w->group_bytes, *scales = quants + n_blocks * quant_bytes;
+        __m512 acc[PACKED_PASS_TOKENS][PACKED_LANES], off[PACKED_PASS_TOKENS];
+
+        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                _Pragma("GCC unroll 8") for (unsigned l = 0; l < PACKED_LANES; l++)
+                        acc[t][l] = _mm512_setzero_ps();
+                off[t] = _mm512_setzero_ps();
+        }
+        for (uint64_t b = 0; b < n_blocks; b++) {
+                const uint8_t *rec = quants + b * quant_bytes;
+                /* The group's bytes, and the next groups', are one stream: fetch it PACKED_PREFETCH
+                 * bytes ahead at the pace it is consumed. The hardware prefetcher alone left
+                 * decode at half the bandwidth a plain read gets. */
+                if (prefetch) {
+                        const uint8_t *ahead = quants + b * (quant_bytes + scale_bytes) + PACKED_PREFETCH;
+                        _Pragma("GCC unroll 10") for (size_t line = 0; line < quant_bytes + scale_bytes; line += 64)
+                                _mm_prefetch((const char *) ahead + line, _MM_HINT_T0);
+                }
+                __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * scale_bytes)));
+                __m512 scale[PACKED_PASS_TOKENS];
+                _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                        size_t ab = (t0 + t) * a->stride + b;
+                        scale[t] = _mm512_mul_ps(dw, _mm512_set1_ps(a->ds[2 * ab]));
+                        if (kind == 1) {
+                                __m512 mw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * scale_bytes + 32)));
+                                off[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a->ds[2 * ab + 1]), off[t]);
+                        }
+                }
+                _Pragma("GCC unroll 8") for (unsigned l = 0; l < PACKED_LANES; l++) {
+                        /* the sixteen rows' elements 4l..4l+3 as unsigned bytes */
+                        __m512i u;
+                        if (kind == 2)
+                                u = _mm512_load_si512(rec + 64 * l);
+                        else {
+                                __m512i v = _mm512_load_si512(rec + 64 * (l % 4));
+                                u = _mm512_and_si512(l < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
+                        }
+                        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                                size_t ab = (t0 + t) * a->stride + b;
+                                __m512i start = kind == 1 ? _mm512_setzero_si512()
+                                                          : _mm512_set1_epi32(a->corrections[ab * PACKED_CORRECTIONS + correction + l]);
+                                __m512i isum = _mm512_dpbusd_epi32(start, u, packed_broadcast4(a->xq[ab].qs + 4 * l));
+                                acc[t][l] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale[t], acc[t][l]);
+                        }
+                }
+        }
+
+        uint64_t row0 = g * PACKED_ROWS;
+        uint64_t n_valid = w->n_rows - row0 < PACKED_ROWS ? w->n_rows - row0 : PACKED_ROWS;
+        __mmask16 mask = (__mmask16) ((1u << n_valid) - 1);
+        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                const __m512 *l = acc[t];
+                __m512 v = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[2], l[6])),
+                                         _mm512_add_ps(_mm512_add_ps(l[1], l[5]), _mm512_add_ps(l[3], l[7])));
+                if (kind == 1)
+                        v = _mm512_add_ps(v, off[t]);
+                float *o = out + (t0 + t) * out_stride + row0;
+                if (accumulate)
+                        v = _mm512_add_ps(_mm512_maskz_loadu_ps(mask, o), v);
+                _mm512_mask_storeu_ps(o, mask, v);
+        }
+}
+
+PACKED_ATTRS void packed_groups_512(const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,
+                                    const struct packed_activations *a, unsigned n_tokens, float *out, size_t out_stride,
+                                    bool accumulate, const int kind) {
+        for (uint64_t g = group_begin; g < group_end; g++)
+                for (unsigned t0 = 0; t0 < n_tokens; t0 += PACKED_PASS_TOKENS) {
+                        bool first = t0 == 0;
+                        switch (n_tokens - t0) {
+                        case 1: packed_pass_512(w, g, a, t0, 1, out, out_stride, accumulate, first, kind); break;
+#if PACKED_PASS_TOKENS > 2
+                        case 2: packed_pass_512(w, g, a, t0, 2, out, out_stride, accumulate, first, kind); break;
+#endif
+                        default:
+                                packed_pass_512(w, g, a, t0, PACKED_PASS_TOKENS, out, out_stride, accumulate, first, kind);
+                                break;
+                        }
+                }
+}
+
+#define PACKED_ENTRY_512(name, kind)                                                                                   \
+        __attribute__((target(DOT_TARGET))) static void packed_##name##_512(                                          \
+                const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,                              \
+                const struct packed_activations *a, unsigned n_tokens, float *out, size_t out_stride, bool accumulate) { \
+                packed_groups_512(w, group_begin, group_end, a, n_tokens, out, out_stride, accumulate, kind);          \
+        }
+
+PACKED_ENTRY_512(q4_0, 0)
+PACKED_ENTRY_512(q4_1, 1)
+PACKED_ENTRY_512(q8_0, 2)
+
+#define DOT_PACKED_FN(name) packed_##name##_512

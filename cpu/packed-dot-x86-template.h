@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+/* The packed product on packed weights (dot.h, dot_packed_fn) with 256-bit vectors: a packed
+ * group of sixteen rows is two halves of eight lanes, each half done as the 512-bit kernel
+ * (packed-dot-avx512.h) does the whole group, one token at a time: eight accumulators per
+ * token fill half of the sixteen registers. dot_u8_s8() gives each lane its four products'
+ * sum (vpmaddubsw and vpmaddwd without VNNI: exact here, as pairs of nibble products fit
+ * int16); Q8_0's biased bytes go back to signed and take the sign trick instead, since
+ * (w + 128) * a pairs would saturate vpmaddubsw. Either way the lane's int32 is the exact
+ * sum of its four products, so the bits are those of the single product. Included by
+ * dot-x86-template.h for a set without a wider kernel of its own; DOT_TARGET, DOT_FN and
+ * dot_u8_s8 come from there. */
+
+#define PACKED_ATTRS_256 __attribute__((target(DOT_TARGET), always_inline)) static inline
+
+PACKED_ATTRS_256 __m256i DOT_FN(packed_broadcast4)(const int8_t *p) {
+        int32_t v;
+        memcpy(&v, p, sizeof(v));
+        return _mm256_set1_epi32(v);
+}
+
+/* Rows 8h..8h+7 of group g against token t; kind 0: Q4_0, 1: Q4_1, 2: Q8_0. */
+PACKED_ATTRS_256 void DOT_FN(packed_half)(const struct packed_weights *w, uint64_t g, unsigned h,
+                                          const struct packed_activations *a, unsigned t, float *out,
+                                          size_t out_stride, bool accumulate, const int kind) {
+        const size_t quant_bytes = kind == 2 ? PACKED_ROWS * QUANT_BLOCK : PACKED_ROWS * QUANT_BLOCK / 2;
+        const size_t scale_bytes = kind == 1 ? 64 : 32;
+        const unsigned correction = packed_correction_offset(TENSOR_Q4_0);
+        const uint64_t n_blocks = w->n_blocks;
+        const uint8_t *quants = w->data + g * w->group_bytes + 32 * h;
+        const uint8_t *scales = w->data + g * w->group_bytes + n_blocks * quant_bytes + 16 * h;
+        __m256 acc[PACKED_LANES], off = _mm256_setzero_ps();
+
+        _Pragma("GCC unroll 8") for (unsigned l = 0; l < PACKED_LANES; l++)
+                acc[l] = _mm256_setzero_ps();
+        for (uint64_t b = 0; b < n_blocks; b++) {
+                const uint8_t *rec = quants + b * quant_bytes;
+                size_t ab = t * a->stride + b;
+                __m256 dw = _mm256_cvtph_ps(_mm_load_si128((const __m128i *) (scales + b * scale_bytes)));
+                __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(a->ds[2 * ab]));
+                if (kind == 1) {
+                        __m256 mw = _mm256_cvtph_ps(_mm_load_si128((const __m128i *) (scales + b * scale_bytes + 32)));
+                        off = _mm256_fmadd_ps(mw, _mm256_set1_ps(a->ds[2 * ab + 1]), off);
+                }
+                _Pragma("GCC unroll 8") for (unsigned l = 0; l < PACKED_LANES; l++) {
+                        __m256i act = DOT_FN(packed_broadcast4)(a->xq[ab].qs + 4 * l);
+                        __m256i isum;
+                        if (kind == 2) {
+                                __m256i s = _mm256_xor_si256(_mm256_load_si256((const __m256i *) (rec + 64 * l)),
+                                                             _mm256_set1_epi8((char) 0x80));
+                                isum = dot_u8_s8(_mm256_sign_epi8(s, s), _mm256_sign_epi8(act, s));
+                        } else {
+                                __m256i v = _mm256_load_si256((const __m256i *) (rec + 64 * (l % 4)));
+                                __m256i u = _mm256_and_si256(l < 4 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
+                                isum = dot_u8_s8(u, act);
+                                if (kind == 0)
+                                        isum = _mm256_add_epi32(
+                                                isum, _mm256_set1_epi32(a->corrections[ab * PACKED_CORRECTIONS + correction + l]));
+                        }
+                        acc[l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[l]);
+                }
+        }
+
+        uint64_t row0 = g * PACKED_ROWS + 8 * h;
+        if (row0 >= w->n_rows)
+                return;
+        unsigned n_valid = w->n_rows - row0 < 8 ? (unsigned) (w->n_rows - row0) : 8;
+        __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6])),
+                                   _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7])));
+        if (kind == 1)
+                sum = _mm256_add_ps(sum, off);
+        float v[8];
+        _mm256_storeu_ps(v, sum);
+        float *o = out + t * out_stride + row0;
+        for (unsigned r = 0; r < n_valid; r++)
+                o[r] = accumulate ? o[r] + v[r] : v[r];
+}
+
+/* Token by token over a group, its weights staying in L1 after the first. */
+#define PACKED_ENTRY_256(name, kind)                                                                                   \
+        __attribute__((target(DOT_TARGET))) static void DOT_FN(packed_##name)(                                        \
+                const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,                              \
+                const struct packed_activations *a, unsigned n_tokens, float *out, size_t out_stride, bool accumulate) { \
+                for (uint64_t g = group_begin; g < group_end; g++)                                                     \
+                        for (unsigned h = 0; h < 2; h++)                                                               \
+                                for (unsigned t = 0; t < n_tokens; t++)                                                \
+                                        DOT_FN(packed_half)(w, g, h, a, t, out, out_stride, accumulate, kind);         \
+        }
+
+PACKED_ENTRY_256(q4_0, 0)
+PACKED_ENTRY_256(q4_1, 1)
+PACKED_ENTRY_256(q8_0, 2)
+
+#define DOT_PACKED_FN(name) DOT_FN(packed_##name)

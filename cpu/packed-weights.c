@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "packed-weights.h"
+
+/* The block's f16 scale(s) and the address of its quants, per type. */
+static const uint8_t *block_quants(enum tensor_type type, const uint8_t *block, f16_bits *d, f16_bits *m) {
+        switch (type) {
+        case TENSOR_Q4_0: {
+                const struct block_q4_0 *b = (const void *) block;
+                *d = b->d;
+                *m = 0;
+                return b->qs;
+        }
+        case TENSOR_Q4_1: {
+                const struct block_q4_1 *b = (const void *) block;
+                *d = b->d;
+                *m = b->m;
+                return b->qs;
+        }
+        default: {
+                const struct block_q8_0 *b = (const void *) block;
+                *d = b->d;
+                *m = 0;
+                return (const uint8_t *) b->qs;
+        }
+        }
+}
+
+int packed_weights_init(struct packed_weights *p, enum tensor_type type, uint64_t n_rows, uint64_t n_cols) {
+        *p = (struct packed_weights) { 0 };
+        if (!packed_type_supported(type) || n_cols % QUANT_BLOCK != 0)
+                return -EINVAL;
+        *p = (struct packed_weights) {
+                .type = type,
+                .n_rows = n_rows,
+                .n_cols = n_cols,
+                .n_groups = (n_rows + PACKED_ROWS - 1) / PACKED_ROWS,
+                .n_blocks = n_cols / QUANT_BLOCK,
+                .quant_bytes = type == TENSOR_Q8_0 ? PACKED_ROWS * QUANT_BLOCK : PACKED_ROWS * QUANT_BLOCK / 2,
+                .scale_bytes = type == TENSOR_Q4_1 ? 2 * PACKED_ROWS * sizeof(f16_bits) : PACKED_ROWS * sizeof(f16_bits),
+        };
+        p->group_bytes = (p->n_blocks * (p->quant_bytes + p->scale_bytes) + PACKED_ALIGN - 1) / PACKED_ALIGN * PACKED_ALIGN;
+        return 0;
+}
+
+void packed_weights_fill(struct packed_weights *p, uint8_t *dest, const void *rows, uint64_t row_bytes) {
+        uint64_t block_bytes = tensor_type_info(p->type)->block_bytes;
+        uint32_t quant_dwords = p->quant_bytes / PACKED_ROWS / 4; /* dwords of one row's block */
+
+        p->data = dest;
+        memset(dest, 0, packed_weights_bytes(p)); /* padding rows: zero quants and scales */
+        for (uint64_t row = 0; row < p->n_rows; row++) {
+                unsigned lane = (unsigned) (row % PACKED_ROWS);
+                uint8_t *quants = dest + row / PACKED_ROWS * p->group_bytes;
+                uint8_t *scales = quants + p->n_blocks * p->quant_bytes;
+                const uint8_t *src = (const uint8_t *) rows + row * row_bytes;
+                for (uint64_t b = 0; b < p->n_blocks; b++) {
+                        f16_bits d, m;
+                        const uint8_t *qs = block_quants(p->type, src + b * block_bytes, &d, &m);
+                        uint8_t *rec = quants + b * p->quant_bytes;
+                        for (uint32_t q = 0; q < quant_dwords; q++)
+                                for (unsigned k = 0; k < 4; k++) {
+                                        uint8_t v = qs[4 * q + k];
+                                        /* Q8_0 as unsigned w + 128: flipping the sign bit adds 128 mod 256 */
+                                        rec[q * 4 * PACKED_ROWS + 4 * lane + k] = p->type == TENSOR_Q8_0 ? v ^ 0x80 : v;
+                                }
+                        f16_bits *s = (f16_bits *) (scales + b * p->scale_bytes);
+                        s[lane] = d;
+                        if (p->type == TENSOR_Q4_1)
+                                s[PACKED_ROWS + lane] = m;
+                }
+        }
+}
+
+int packed_weights_build(enum tensor_type type, const void *rows, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
+                         struct packed_weights *ret) {
+        int rc = packed_weights_init(ret, type, n_rows, n_cols);
+        if (rc < 0)
+                return rc;
+        if (row_bytes < tensor_row_bytes(type, n_cols)) {
+                *ret = (struct packed_weights) { 0 };
+                return -EINVAL;
+        }
+        uint64_t size = packed_weights_bytes(ret);
+        if (size == 0)
+                return 0;
+        uint8_t *data = aligned_alloc(PACKED_ALIGN, size);
+        if (!data) {
+                *ret = (struct packed_weights) { 0 };
+                return -ENOMEM;
+        }
+        packed_weights_fill(ret, data, rows, row_bytes);
+        return 0;
+}
+
+void packed_weights_free(struct packed_weights *p) {
+        free(p->data);
+        *p = (struct packed_weights) { 0 };
+}
+
+void packed_activation_corrections(const struct block_q8_1 *xq, size_t n_blocks, int32_t *corrections) {
+        const int32_t bias_q4_0 = packed_quant_bias(TENSOR_Q4_0), bias_q8_0 = packed_quant_bias(TENSOR_Q8_0);
+        const unsigned at_q4_0 = packed_correction_offset(TENSOR_Q4_0), at_q8_0 = packed_correction_offset(TENSOR_Q8_0);
+        for (size_t b = 0; b < n_blocks; b++) {
+                int32_t *c = corrections + b * PACKED_CORRECTIONS;
+                for (unsigned l = 0; l < PACKED_LANES; l++) {
+                        const int8_t *q = xq[b].qs + 4 * l;
+                        int32_t lane_sum = q[0] + q[1] + q[2] + q[3];
+                        c[at_q4_0 + l] = -bias_q4_0 * lane_sum;
+                        c[at_q8_0 + l] = -bias_q8_0 * lane_sum;
+                }
+        }
+}

@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* Quantized weight matrices repacked for the packed product (cpu/dot.h, dot_packed_fn):
+ * PACKED_ROWS rows interleaved so that one vector lane belongs to one row. For each block of
+ * 32 columns, dword q of every row's quants sits in lane q of one 64-byte vector: one
+ * unsigned-by-signed dot instruction (vpdpbusd) then multiplies four consecutive elements of
+ * all sixteen rows by the same four activation bytes. Those four elements are one of the
+ * eight lanes of llama.cpp's x86 block product (PACKED_LANES), so each instruction leaves the
+ * sixteen rows' exact int32 of one lane, which the kernels accumulate in floats lane by lane
+ * as llama.cpp does: the bits of today's tiles, with the rows side by side.
+ *
+ * A group of PACKED_ROWS rows (the last one padded with zero rows) is one stretch of
+ * group_bytes at data + g * group_bytes:
+ *   quants: n_blocks records of quant_bytes; record b holds quant_bytes / 64 vectors, and
+ *           vector q lane r (bytes 4r..4r+3) is bytes 4q..4q+3 of row r's block b.
+ *           For 4-bit types the low nibbles of vector q are elements 4q..4q+3 (lane q) and
+ *           the high nibbles elements 16+4q..16+4q+3 (lane 4+q), as in the GGUF block. Q8_0
+ *           quants are stored biased as unsigned bytes (w + 128), so that vpdpbusd takes them
+ *           as they are.
+ *   scales: n_blocks records of scale_bytes: the 16 rows' d as f16, then for Q4_1 their m.
+ * For Q4_0 (nibbles 0..15 for w + 8) and Q8_0 the kernels start each lane's integer sum at
+ * -bias * (the sum of the lane's four activation quants), from packed_activation_corrections(),
+ * which leaves the exact int32 of the signed weights. */
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tensor-types.h"
+
+#define PACKED_ROWS 16
+#define PACKED_TOKENS_MAX 8
+#define PACKED_ALIGN 64
+
+/* llama.cpp's x86 block product sums a block's 32 products in 8 int32 lanes, lane l holding
+ * elements 4l..4l+3, and keeps one float accumulator per lane. */
+#define PACKED_LANES 8
+/* Per activation block: the lanes' corrections for Q4_0, then those for Q8_0. */
+#define PACKED_CORRECTIONS (2 * PACKED_LANES)
+
+struct packed_weights {
+        enum tensor_type type; /* TENSOR_Q4_0, TENSOR_Q4_1 or TENSOR_Q8_0 */
+        uint64_t n_rows, n_cols;
+        uint64_t n_groups; /* ceil(n_rows / PACKED_ROWS) */
+        uint64_t n_blocks; /* n_cols / QUANT_BLOCK */
+        uint32_t quant_bytes; /* per block of a group: 256 (4-bit) or 512 (Q8_0) */
+        uint32_t scale_bytes; /* per block of a group: 32 (d), 64 (d, m) */
+        uint64_t group_bytes; /* a multiple of PACKED_ALIGN */
+        uint8_t *data;        /* PACKED_ALIGN-aligned, n_groups * group_bytes; NULL when empty */
+};
+
+/* The bias of the stored quants: 8 for Q4_0 (nibbles stored as 0..15), 128 for Q8_0
+ * (stored w + 128), 0 for Q4_1 (unsigned already; its offset is the separate m * s). */
+static inline int32_t packed_quant_bias(enum tensor_type type) {
+        return type == TENSOR_Q4_0 ? 8 : type == TENSOR_Q8_0 ? 128 : 0;
+}
+
+/* Where a type's corrections start within a block's PACKED_CORRECTIONS. */
+static inline unsigned packed_correction_offset(enum tensor_type type) {
+        return type == TENSOR_Q8_0 ? PACKED_LANES : 0;
+}
+
+/* Whether packed_weights_build() takes this type. */
+static inline bool packed_type_supported(enum tensor_type type) {
+        return type == TENSOR_Q4_0 || type == TENSOR_Q4_1 || type == TENSOR_Q8_0;
+}
+
+/* The layout for n_rows rows of n_cols (a multiple of 32) elements, data left NULL. -EINVAL
+ * for an unsupported type or shape. */
+int packed_weights_init(struct packed_weights *p, enum tensor_type type, uint64_t n_rows, uint64_t n_cols);
+
+/* Bytes the repacked copy takes. */
+static inline uint64_t packed_weights_bytes(const struct packed_weights *p) {
+        return p->n_groups * p->group_bytes;
+}
+
+/* Repacks the rows (row_bytes apart) into dest (PACKED_ALIGN-aligned, packed_weights_bytes()
+ * long, owned by the caller), which becomes p->data. Callers that pack many matrices put
+ * them in one arena: large pages then serve the whole stream. */
+void packed_weights_fill(struct packed_weights *p, uint8_t *dest, const void *rows, uint64_t row_bytes);
+
+/* init and fill into memory of its own, which packed_weights_free() releases. -EINVAL, -ENOMEM. */
+int packed_weights_build(enum tensor_type type, const void *rows, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
+                         struct packed_weights *ret);
+
+void packed_weights_free(struct packed_weights *p);
+
+/* For each activation block b and lane l: corrections[b * PACKED_CORRECTIONS +
+ * packed_correction_offset(type) + l] = -packed_quant_bias(type) * (the sum of the block's
+ * quants 4l..4l+3), for Q4_0 and Q8_0; exact. Computed once per activation, shared by every
+ * matrix and row that meets it. */
+void packed_activation_corrections(const struct block_q8_1 *xq, size_t n_blocks, int32_t *corrections);
