@@ -154,9 +154,15 @@ static bool fits(const struct step_plan *p, const struct request *r, uint32_t n)
         return step_time_model_predict(&p->s->model, &shape) * p->margin <= p->limit;
 }
 
+/* Before the model has learned, prompt chunks stay this small: an untimed 512-token step
+ * takes over a second here, and a cold engine under load would start with a run of them. */
+#define UNTIMED_CHUNK 32
+
 /* The most prompt tokens of r (at most cap) the step's time still allows. */
 static uint32_t fitting_chunk(const struct step_plan *p, const struct request *r, uint32_t cap) {
-        if (!p->timed || fits(p, r, cap))
+        if (!p->timed)
+                return cap < UNTIMED_CHUNK ? cap : UNTIMED_CHUNK;
+        if (fits(p, r, cap))
                 return cap;
         uint32_t lo = 0, hi = cap; /* fits(lo) holds or lo == 0; fits(hi) does not */
         while (hi - lo > 1) {
@@ -213,6 +219,18 @@ static int plan_prompt(struct step_plan *p, struct request *r, enum chunk_rule r
                 return rc;
         uint32_t cap = prompt_cap(p, r);
         uint32_t n = rule == CHUNK_FIT ? fitting_chunk(p, r, cap) : cap;
+        if (rule == CHUNK_FIT && r->latency_sensitive && p->timed) {
+                /* its own first token is due too: at least its share of the prompt per step
+                 * from now to that deadline, even if the step runs past the decodes' slack */
+                struct step_shape with = p->shape;
+                add_to_shape(&with, r, n);
+                double step = step_time_model_predict(&s->model, &with) * p->margin;
+                double steps_left = step > 0 ? floor((next_deadline(r) - p->now) / step) : 1;
+                uint32_t left = r->n_tokens - r->num_computed_tokens;
+                uint32_t share = steps_left >= 1 ? (uint32_t) ceil(left / steps_left) : left;
+                if (share > n)
+                        n = share < cap ? share : cap;
+        }
         if (rule == CHUNK_ONE_BLOCK && n > s->config->block_size && s->config->enable_chunked_prefill)
                 n = s->config->block_size;
         if (n > 0 && waiting && s->n_running >= s->config->max_num_seqs) {

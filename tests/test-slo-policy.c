@@ -256,7 +256,28 @@ START_TEST(test_prompts_by_earliest_deadline) {
         ck_assert_uint_eq(planned(&h.s, decode), 1);
         ck_assert_uint_ge(planned(&h.s, early), 35); /* 30 - 12 ms = 18 ms = 36 tokens */
         ck_assert_uint_le(planned(&h.s, early), 36);
-        ck_assert_uint_eq(planned(&h.s, late), 0);
+        /* the later one gets no time, only its share of its prompt per step until its own
+         * deadline: 64 tokens over the ~60 steps of 30 ms in 2 s */
+        ck_assert_uint_le(planned(&h.s, late), 2);
+        ck_assert_uint_lt(position(&h.s, early), position(&h.s, late));
+        teardown(&h);
+}
+END_TEST
+
+START_TEST(test_prompt_paced_to_its_deadline) {
+        struct harness h;
+        setup(&h, 512, 0);
+        double now = 50.0;
+        struct request *decode = add_decoding(&h, true, 16, 0.050, now - 0.037, 1); /* due in 13 ms */
+        warm(&h.s);
+        h.s.last_best_effort_run = now;
+        /* due in 0.1 s with 64 tokens: hardly any room beside the decode (2 tokens), but
+         * only about 7 steps of 13 ms left, so it takes a seventh of its prompt now */
+        struct request *due = add(&h, true, 64, 0.050, 0.1, now);
+        ck_assert_int_eq(scheduler_schedule(&h.s, now), 0);
+        ck_assert_uint_eq(planned(&h.s, decode), 1);
+        uint32_t n = planned(&h.s, due);
+        ck_assert_msg(n >= 9 && n <= 12, "chunk %u", n);
         teardown(&h);
 }
 END_TEST
@@ -400,6 +421,7 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_fill_order_and_deadlines);
         tcase_add_test(tc, test_slack_lets_best_effort_in);
         tcase_add_test(tc, test_prompts_by_earliest_deadline);
+        tcase_add_test(tc, test_prompt_paced_to_its_deadline);
         tcase_add_test(tc, test_reserve_and_eviction);
         tcase_add_test(tc, test_best_effort_alone_may_use_the_reserve);
         tcase_add_test(tc, test_admission);
