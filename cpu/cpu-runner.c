@@ -725,7 +725,8 @@ int cpu_runner_restore_memory(struct cpu_runner *r, unsigned what, struct error 
         int rc = check_memory_bits(what, err);
         if (rc < 0)
                 return rc;
-        if (what & BACKEND_MEMORY_WEIGHTS) {
+        /* restoring what is not released does nothing (and must not build a second packed copy) */
+        if ((what & BACKEND_MEMORY_WEIGHTS) && (r->released & BACKEND_MEMORY_WEIGHTS)) {
                 if ((rc = gguf_restore_mapping(r->model->file, err)) < 0)
                         return rc;
                 if (r->use_packed && (rc = packed_model_build(r, err)) < 0) {
