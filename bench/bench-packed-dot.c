@@ -17,19 +17,8 @@
 #include "float16.h"
 #include "packed-weights.h"
 #include "tensor-types.h"
+#include "../tests/test-random.h"
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint32_t next_u32(void) {
-        rng_state ^= rng_state << 13;
-        rng_state ^= rng_state >> 7;
-        rng_state ^= rng_state << 17;
-        return (uint32_t) (rng_state >> 16);
-}
-
-static float next_float(float scale) {
-        return ((float) (next_u32() & 0xffffff) / 8388608.0f - 1.0f) * scale;
-}
 
 struct shape {
         const char *name;

@@ -17,22 +17,11 @@
 #include "quantize.h"
 #include "tensor-types.h"
 #include "thread-pool.h"
+#include "test-random.h"
 
 #define N_BLOCKS 48
 #define N (N_BLOCKS * QUANT_BLOCK)
 
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint32_t next_u32(void) {
-        rng_state ^= rng_state << 13;
-        rng_state ^= rng_state >> 7;
-        rng_state ^= rng_state << 17;
-        return (uint32_t) (rng_state >> 16);
-}
-
-static float next_float(float scale) {
-        return ((float) (next_u32() & 0xffffff) / 8388608.0f - 1.0f) * scale;
-}
 
 static void random_weights(enum tensor_type type, void *out) {
         uint8_t *p = out;

@@ -18,6 +18,7 @@
 #include "float16.h"
 #include "packed-weights.h"
 #include "tensor-types.h"
+#include "test-random.h"
 
 #define MAX_BLOCKS 50
 #define MAX_ROWS 72
@@ -26,18 +27,6 @@
 static const enum tensor_type types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q8_0 };
 #define N_TYPES (sizeof(types) / sizeof(types[0]))
 
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-
-static uint32_t next_u32(void) {
-        rng_state ^= rng_state << 13;
-        rng_state ^= rng_state >> 7;
-        rng_state ^= rng_state << 17;
-        return (uint32_t) (rng_state >> 16);
-}
-
-static float next_float(float scale) {
-        return ((float) (next_u32() & 0xffffff) / 8388608.0f - 1.0f) * scale;
-}
 
 /* n_rows random rows of n_blocks blocks, row_bytes apart; extreme makes every quant the
  * largest magnitude its type has (15, or -128 for Q8_0) to catch saturation. */
