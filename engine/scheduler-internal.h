@@ -27,8 +27,17 @@ int scheduler_match_prefix(struct scheduler *s, struct request *req);
 /* Moves waiting[index] to running and plans its first chunk of n tokens. */
 void scheduler_admit(struct scheduler *s, uint32_t index, uint32_t n);
 
-/* Fills n_plan_decode_tokens and plan_shape from the plan. */
-void scheduler_summarize_plan(struct scheduler *s);
+/* Adds a chunk of n tokens of r to a step's shape. */
+static inline void step_shape_add_chunk(struct step_shape *shape, const struct request *r, uint32_t n) {
+        if (request_is_decode(r))
+                shape->n_decode++;
+        else
+                shape->n_prompt += n;
+        shape->n_context += step_shape_context(r->num_computed_tokens, n);
+}
+
+/* The shape of the plan as it stands. */
+struct step_shape scheduler_plan_shape(const struct scheduler *s);
 
 /* The slo policy's step (slo-policy.c). */
 int slo_policy_schedule(struct scheduler *s, double now);

@@ -233,7 +233,7 @@ static int schedule_in_order(struct scheduler *s) {
 int scheduler_schedule(struct scheduler *s, double now) {
         int rc = s->config->scheduling_policy == SCHEDULING_SLO ? slo_policy_schedule(s, now) : schedule_in_order(s);
         if (rc >= 0)
-                scheduler_summarize_plan(s);
+                s->plan_shape = scheduler_plan_shape(s);
         return rc;
 }
 
@@ -259,22 +259,15 @@ void scheduler_admit(struct scheduler *s, uint32_t index, uint32_t n) {
         s->plan[s->n_plan++] = (struct scheduled_chunk) { req, n };
 }
 
-void scheduler_summarize_plan(struct scheduler *s) {
-        s->n_plan_decode_tokens = 0;
-        s->plan_shape = (struct step_shape) { 0 };
-        for (uint32_t i = 0; i < s->n_plan; i++) {
-                const struct scheduled_chunk *c = &s->plan[i];
-                if (request_is_decode(c->req)) {
-                        s->n_plan_decode_tokens++;
-                        s->plan_shape.n_decode++;
-                } else
-                        s->plan_shape.n_prompt += c->n_tokens;
-                s->plan_shape.n_context += step_shape_context(c->req->num_computed_tokens, c->n_tokens);
-        }
+struct step_shape scheduler_plan_shape(const struct scheduler *s) {
+        struct step_shape shape = { 0 };
+        for (uint32_t i = 0; i < s->n_plan; i++)
+                step_shape_add_chunk(&shape, s->plan[i].req, s->plan[i].n_tokens);
+        return shape;
 }
 
 void scheduler_record_step(struct scheduler *s, double seconds) {
-        stall_guard_record(&s->guard, s->n_plan_decode_tokens, s->plan_shape.n_prompt, seconds);
+        stall_guard_record(&s->guard, s->plan_shape.n_decode, s->plan_shape.n_prompt, seconds);
         step_time_model_record(&s->model, &s->plan_shape, seconds);
 }
 

@@ -33,8 +33,7 @@ struct scheduler {
         uint32_t n_plan;
         uint64_t n_preemptions;
         struct stall_guard guard;
-        uint32_t n_plan_decode_tokens; /* of the current plan: decodes, the rest is prompt work */
-        struct step_shape plan_shape;  /* of the current plan, for the step-time model */
+        struct step_shape plan_shape;  /* of the current plan: for the stall guard and the step-time model */
         /* The slo policy (engine/slo-policy.c); the model learns under every policy. */
         struct step_time_model model;
         uint32_t reserve_blocks;    /* free blocks best-effort work may not take */

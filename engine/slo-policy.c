@@ -61,25 +61,11 @@ static bool in_plan(const struct scheduler *s, const struct request *r) {
         return false;
 }
 
-static void add_to_shape(struct step_shape *shape, const struct request *r, uint32_t n) {
-        if (request_is_decode(r))
-                shape->n_decode++;
-        else
-                shape->n_prompt += n;
-        shape->n_context += step_shape_context(r->num_computed_tokens, n);
-}
-
-static void reshape(struct step_plan *p) {
-        p->shape = (struct step_shape) { 0 };
-        for (uint32_t i = 0; i < p->s->n_plan; i++)
-                add_to_shape(&p->shape, p->s->plan[i].req, p->s->plan[i].n_tokens);
-}
-
 static void preempt_request(struct step_plan *p, const struct request *r) {
         for (uint32_t i = 0; i < p->s->n_running; i++)
                 if (p->s->running[i] == r) {
                         scheduler_preempt(p->s, i, &p->budget);
-                        reshape(p);
+                        p->shape = scheduler_plan_shape(p->s);
                         return;
                 }
 }
@@ -150,7 +136,7 @@ static bool grow_best_effort(struct step_plan *p, struct request *r, uint32_t n,
 
 static bool fits(const struct step_plan *p, const struct request *r, uint32_t n) {
         struct step_shape shape = p->shape;
-        add_to_shape(&shape, r, n);
+        step_shape_add_chunk(&shape, r, n);
         return step_time_model_predict(&p->s->model, &shape) * p->margin <= p->limit;
 }
 
@@ -186,7 +172,7 @@ static uint32_t prompt_cap(const struct step_plan *p, const struct request *r) {
 }
 
 static void plan_chunk(struct step_plan *p, struct request *r, uint32_t n) {
-        add_to_shape(&p->shape, r, n);
+        step_shape_add_chunk(&p->shape, r, n);
         p->s->plan[p->s->n_plan++] = (struct scheduled_chunk) { r, n };
         p->budget -= n;
 }
@@ -223,7 +209,7 @@ static int plan_prompt(struct step_plan *p, struct request *r, enum chunk_rule r
                 /* its own first token is due too: at least its share of the prompt per step
                  * from now to that deadline, even if the step runs past the decodes' slack */
                 struct step_shape with = p->shape;
-                add_to_shape(&with, r, n);
+                step_shape_add_chunk(&with, r, n);
                 double step = step_time_model_predict(&s->model, &with) * p->margin;
                 double steps_left = step > 0 ? floor((next_deadline(r) - p->now) / step) : 1;
                 uint32_t left = r->n_tokens - r->num_computed_tokens;
@@ -248,7 +234,7 @@ static int plan_prompt(struct step_plan *p, struct request *r, enum chunk_rule r
         }
         if (waiting) {
                 scheduler_admit(s, waiting_index(s, r), n);
-                add_to_shape(&p->shape, r, n);
+                step_shape_add_chunk(&p->shape, r, n);
                 p->budget -= n;
         } else
                 plan_chunk(p, r, n);
