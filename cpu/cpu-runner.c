@@ -500,7 +500,6 @@ static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
         float *scores = r->thread_scratch + ith * r->thread_scratch_stride; /* (group, scores_stride) */
         float *q16 = scores + group * scores_stride;                        /* (group, hd) */
         float *lanes = q16 + r->max_dim;                                    /* (group, 64, hd) */
-        float dots[DOT_GROUP_MAX], weights[DOT_GROUP_MAX], max[DOT_GROUP_MAX];
         uint64_t begin, end;
 
         uint64_t total = 0;
@@ -519,27 +518,23 @@ static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
                 const float *q = r->q + (size_t) t * r->q_dim + (size_t) kv_head * group * hd;
                 float *out = r->shared.xn + (size_t) t * r->q_dim + (size_t) kv_head * group * hd;
 
+                size_t layer_offset = kv_pool_slot(r->kv, layer, 0, 0) + head_offset;
+                struct f16_rows keys = { r->kv->k + layer_offset, seq->block_table, bs, r->kv_dim };
+                struct f16_rows values = { r->kv->v + layer_offset, seq->block_table, bs, r->kv_dim };
+
                 /* The queries meet the f16 keys at f16 precision, as in the reference. */
                 memcpy(q16, q, (size_t) group * hd * sizeof(float));
                 kern->round_f16(q16, (size_t) group * hd);
+                kern->attn_scores(&keys, n_ctx, q16, hd, group, hd, !prompt, scale, scores, scores_stride);
 
-                for (uint32_t g = 0; g < group; g++)
-                        max[g] = -INFINITY;
-                for (uint32_t j = 0; j < n_ctx; j++) {
-                        uint64_t slot = kv_pool_slot(r->kv, layer, (uint32_t) seq->block_table[j / bs], j % bs);
-                        const f16_bits *k = r->kv->k + slot + head_offset;
-                        (prompt ? kern->dot_f16 : kern->dot_f16_wide)(k, q16, hd, group, hd, dots);
-                        for (uint32_t g = 0; g < group; g++) {
-                                float v = dots[g] * scale;
-                                scores[g * scores_stride + j] = v;
-                                max[g] = v > max[g] ? v : max[g]; /* inline, unlike fmaxf */
-                        }
-                }
                 /* exp, summed per run of 16 positions in lane order, runs summed in double */
                 uint32_t padded = (n_ctx + 15) / 16 * 16;
                 for (uint32_t g = 0; g < group; g++) {
                         float *sg = scores + g * scores_stride;
-                        kern->exp_shifted(sg, max[g], n_ctx);
+                        float max = -INFINITY;
+                        for (uint32_t j = 0; j < n_ctx; j++)
+                                max = sg[j] > max ? sg[j] : max; /* inline, unlike fmaxf */
+                        kern->exp_shifted(sg, max, n_ctx);
                         for (uint32_t j = n_ctx; j < padded; j++)
                                 sg[j] = 0.0f;
                         double sum = 0.0;
@@ -551,15 +546,8 @@ static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
                         for (uint32_t j = 0; j < n_ctx; j++)
                                 sg[j] *= inv;
                         kern->round_f16(sg, n_ctx);
-                        memset(lanes + g * lanes_stride, 0, (size_t) (n_ctx < n_lanes ? n_ctx : n_lanes) * hd * sizeof(float));
                 }
-                for (uint32_t j = 0; j < n_ctx; j++) {
-                        uint64_t slot = kv_pool_slot(r->kv, layer, (uint32_t) seq->block_table[j / bs], j % bs);
-                        for (uint32_t g = 0; g < group; g++)
-                                weights[g] = scores[g * scores_stride + j];
-                        kern->axpy_f16(lanes + (size_t) (j % n_lanes) * hd, lanes_stride, r->kv->v + slot + head_offset, weights,
-                                       group, hd);
-                }
+                kern->attn_values(&values, n_ctx, scores, scores_stride, group, hd, n_lanes, lanes, lanes_stride);
                 for (uint32_t g = 0; g < group; g++)
                         kern->sum_lanes(lanes + g * lanes_stride, hd, n_lanes, n_ctx < n_lanes ? n_ctx : n_lanes, hd, out + g * hd);
         }

@@ -3,6 +3,7 @@
 
 #include <math.h>
 
+#include "attention-by-position.h"
 #include "dot.h"
 #include "exp-poly.h"
 #include "float16.h"
@@ -135,6 +136,17 @@ static void axpy_f16_scalar(float *acc, size_t acc_stride, const f16_bits *v, co
                         acc[g * acc_stride + i] = fmaf(f16_to_f32(v[i]), w[g], acc[g * acc_stride + i]);
 }
 
+static void attn_scores_scalar(const struct f16_rows *keys, unsigned n_pos, const float *q, size_t q_stride, unsigned n_q,
+                               size_t n, bool wide, float scale, float *scores, size_t scores_stride) {
+        attn_scores_by_position(wide ? dot_f16_wide_scalar : dot_f16_scalar, keys, n_pos, q, q_stride, n_q, n, scale, scores,
+                                scores_stride);
+}
+
+static void attn_values_scalar(const struct f16_rows *values, unsigned n_pos, const float *w, size_t w_stride, unsigned n_q,
+                               size_t n, unsigned n_lanes, float *lanes, size_t lanes_stride) {
+        attn_values_by_position(axpy_f16_scalar, values, n_pos, w, w_stride, n_q, n, n_lanes, lanes, lanes_stride);
+}
+
 static void quantize_q8_1_scalar(const float *x, struct block_q8_1 *out, float *ds, size_t n) {
         quantize_row_q8_1(x, out, n);
         for (size_t b = 0; ds && b < n / QUANT_BLOCK; b++) {
@@ -178,9 +190,8 @@ const struct dot_kernels dot_kernels_scalar = {
         .packed_q4_0 = packed_scalar,
         .packed_q4_1 = packed_scalar,
         .packed_q8_0 = packed_scalar,
-        .dot_f16 = dot_f16_scalar,
-        .dot_f16_wide = dot_f16_wide_scalar,
-        .axpy_f16 = axpy_f16_scalar,
+        .attn_scores = attn_scores_scalar,
+        .attn_values = attn_values_scalar,
         .round_f16 = round_f16_scalar,
         .sum_lanes = sum_lanes_scalar,
         .exp_shifted = exp_shifted_scalar,

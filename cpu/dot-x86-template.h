@@ -8,6 +8,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "attention-by-position.h"
 #include "exp-poly.h"
 #include "float16.h"
 
@@ -324,6 +325,25 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(axpy_f16)(float *acc, siz
         }
 }
 
+/* A set with vectors wide enough to take sixteen positions at once (attention-avx512.h)
+ * defines DOT_ATTENTION_POSITIONS; the others go one position at a time. */
+#ifdef DOT_ATTENTION_POSITIONS
+#include "attention-avx512.h"
+#else
+__attribute__((target(DOT_TARGET))) static void DOT_FN(attn_scores)(const struct f16_rows *keys, unsigned n_pos, const float *q,
+                                                                    size_t q_stride, unsigned n_q, size_t n, bool wide,
+                                                                    float scale, float *scores, size_t scores_stride) {
+        attn_scores_by_position(wide ? DOT_FN(dot_f16_wide) : DOT_FN(dot_f16), keys, n_pos, q, q_stride, n_q, n, scale, scores,
+                                scores_stride);
+}
+
+__attribute__((target(DOT_TARGET))) static void DOT_FN(attn_values)(const struct f16_rows *values, unsigned n_pos,
+                                                                    const float *w, size_t w_stride, unsigned n_q, size_t n,
+                                                                    unsigned n_lanes, float *lanes, size_t lanes_stride) {
+        attn_values_by_position(DOT_FN(axpy_f16), values, n_pos, w, w_stride, n_q, n, n_lanes, lanes, lanes_stride);
+}
+#endif
+
 __attribute__((target(DOT_TARGET))) static void DOT_FN(round_f16)(float *x, size_t n) {
         size_t i = 0;
         for (; i + 8 <= n; i += 8)
@@ -421,9 +441,8 @@ const struct dot_kernels DOT_CONCAT(dot_kernels, DOT_SET) = {
         .packed_q4_0 = DOT_PACKED_FN(q4_0),
         .packed_q4_1 = DOT_PACKED_FN(q4_1),
         .packed_q8_0 = DOT_PACKED_FN(q8_0),
-        .dot_f16 = DOT_FN(dot_f16),
-        .dot_f16_wide = DOT_FN(dot_f16_wide),
-        .axpy_f16 = DOT_FN(axpy_f16),
+        .attn_scores = DOT_FN(attn_scores),
+        .attn_values = DOT_FN(attn_values),
         .round_f16 = DOT_FN(round_f16),
         .sum_lanes = DOT_FN(sum_lanes),
         .exp_shifted = DOT_FN(exp_shifted),

@@ -25,6 +25,21 @@ typedef float (*dot_q_fn)(const void *weight_row, const struct block_q8_1 *act, 
 #define DOT_GROUP_MAX 8
 #define DOT_F16_MAX_DIM 256
 
+/* The f16 key (or value) rows of one sequence, layer and key-value head in the paged KV
+ * pool: position j's row is base + (block_table[j / block_size] * block_size +
+ * j % block_size) * row_stride. */
+struct f16_rows {
+        const f16_bits *base;
+        const int32_t *block_table;
+        uint32_t block_size;
+        size_t row_stride;
+};
+
+static inline const f16_bits *f16_row(const struct f16_rows *rows, uint32_t j) {
+        return rows->base +
+               ((size_t) rows->block_table[j / rows->block_size] * rows->block_size + j % rows->block_size) * rows->row_stride;
+}
+
 #define DOT_TILE_ROWS 4
 #define DOT_TILE_TOKENS 4
 typedef void (*dot_tile_fn)(const void *weight_rows, size_t row_bytes, const struct block_q8_1 *act, const float *act_ds,
@@ -64,19 +79,24 @@ struct dot_kernels {
         dot_packed_fn packed_q4_0;
         dot_packed_fn packed_q4_1;
         dot_packed_fn packed_q8_0;
-        /* Attention over the f16 KV cache, for a group of n_q queries (the heads that share a
-         * key-value head; n_q <= DOT_GROUP_MAX, n <= DOT_F16_MAX_DIM): each key or value is
-         * converted once for the whole group, and each query's result is what it alone
-         * would get. dot_f16: out[g] = sum(k[i] * q_g[i]) with q_g = q + g * q_stride, in
-         * 16-lane order: element i goes to lane i % 16 by fused multiply-add, then the lanes
-         * are summed as lanes_sum16() does; this is the order llama.cpp's f16 matrix products
-         * use on x86, and every set gives the same bits. dot_f16_wide: the same product in
-         * 64-lane order (lanes_sum64), whole runs of 64 only, the rest added in double: the
-         * order of llama.cpp's f16 vector dot product, which it uses for a single query token.
-         * axpy_f16: acc_g[i] = fma(v[i], w[g], acc_g[i]) with acc_g = acc + g * acc_stride. */
-        void (*dot_f16)(const f16_bits *k, const float *q, size_t q_stride, unsigned n_q, size_t n, float *out);
-        void (*dot_f16_wide)(const f16_bits *k, const float *q, size_t q_stride, unsigned n_q, size_t n, float *out);
-        void (*axpy_f16)(float *acc, size_t acc_stride, const f16_bits *v, const float *w, unsigned n_q, size_t n);
+        /* Attention over the f16 KV cache of one sequence and key-value head, for a group of
+         * n_q queries (the heads that share it; n_q <= DOT_GROUP_MAX, n <= DOT_F16_MAX_DIM
+         * elements per head), positions 0..n_pos-1. Each query's numbers are what it alone
+         * would get, in the summation order of llama.cpp's f16 products on x86; every set
+         * gives the same bits.
+         * attn_scores: scores[g * scores_stride + j] = dot(keys' row j, q_g) * scale with
+         * q_g = q + g * q_stride. The dot: element i goes to lane i % 16 by fused multiply-add,
+         * then lanes_sum16() (llama.cpp's f16 matrix product, used for a prompt); or, wide,
+         * lane i % 64 over whole runs of 64 and lanes_sum64(), the rest added in double (its
+         * vector dot product, used for one generated token).
+         * attn_values: row l < min(n_pos, n_lanes) of lanes_g = lanes + g * lanes_stride,
+         * lanes_g[l * n + i], is the sum over positions j = l, l + n_lanes, ... in order of
+         * fma(values' row j [i], w[g * w_stride + j], sum) from +0: the lanes that
+         * sum_lanes() then adds. */
+        void (*attn_scores)(const struct f16_rows *keys, unsigned n_pos, const float *q, size_t q_stride, unsigned n_q,
+                            size_t n, bool wide, float scale, float *scores, size_t scores_stride);
+        void (*attn_values)(const struct f16_rows *values, unsigned n_pos, const float *w, size_t w_stride, unsigned n_q,
+                            size_t n, unsigned n_lanes, float *lanes, size_t lanes_stride);
         /* x[i] rounded to f16 and back: f16_to_f32(f32_to_f16(x[i])), NaNs aside. */
         void (*round_f16)(float *x, size_t n);
         /* out[i] = the sum of lanes[e * stride + i] over e < n_lanes (16 or 64) by the tree of

@@ -132,7 +132,6 @@ static void compare_sets(const struct dot_kernels *k) {
         uint8_t w[N * 2];
         float x[N];
         struct block_q8_1 xq[N_BLOCKS];
-        f16_bits h[N];
         for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++)
                 for (int rep = 0; rep < 200; rep++) {
                         size_t n_blocks = 1 + (size_t) rep % N_BLOCKS;
@@ -145,32 +144,109 @@ static void compare_sets(const struct dot_kernels *k) {
                         ck_assert_msg(fabsf(got - ref) <= 1e-4f * (1.0f + fabsf(ref)), "%s %s n_blocks %zu: %g vs %g",
                                       k->name, tensor_type_info(types[ti])->name, n_blocks, got, ref);
                 }
-        for (int rep = 0; rep < 200; rep++) {
-                size_t n = 1 + (size_t) rep % 130; /* tails included */
-                unsigned n_q = 1 + (unsigned) rep % 4;
-                static float q[4][130], acc_ref[4][130], acc[4][130];
-                float w4[4], ref[4], got[4];
-                for (size_t i = 0; i < n; i++) {
-                        h[i] = f32_to_f16(next_float(3.0f));
-                        for (unsigned g = 0; g < 4; g++) {
-                                q[g][i] = next_float(3.0f);
-                                acc_ref[g][i] = acc[g][i] = next_float(1.0f);
-                        }
-                }
-                for (unsigned g = 0; g < 4; g++)
-                        w4[g] = next_float(1.0f);
-                /* same lanes, same fused operations, same tree: the same bits, for each query */
-                dot_kernels_scalar.dot_f16(h, q[0], 130, n_q, n, ref);
-                k->dot_f16(h, q[0], 130, n_q, n, got);
-                ck_assert_msg(memcmp(got, ref, n_q * sizeof(float)) == 0, "%s dot_f16 n %zu", k->name, n);
-                dot_kernels_scalar.dot_f16_wide(h, q[0], 130, n_q, n, ref);
-                k->dot_f16_wide(h, q[0], 130, n_q, n, got);
-                ck_assert_msg(memcmp(got, ref, n_q * sizeof(float)) == 0, "%s dot_f16_wide n %zu", k->name, n);
-                dot_kernels_scalar.axpy_f16(acc_ref[0], 130, h, w4, n_q, n);
-                k->axpy_f16(acc[0], 130, h, w4, n_q, n);
-                ck_assert_msg(memcmp(acc, acc_ref, sizeof(acc)) == 0, "%s axpy_f16 n %zu", k->name, n);
+}
+
+/* Attention over a paged cache (blocks in a shuffled order, odd block sizes, head sizes that
+ * do and do not fit the wide vectors, partial runs of sixteen positions): scores and value
+ * lanes with the reference's bits, for every query of the group, and nothing written past the
+ * rows the definition names. */
+static void compare_attention(const struct dot_kernels *k) {
+        /* rows: the blocks that hold MAX_POS positions at the largest block size */
+        enum { MAX_POS = 200, MAX_DIM = 130, MAX_Q = 8, MAX_ROWS = MAX_POS + 32, MAX_STRIDE = MAX_DIM + 3 };
+        static const size_t dims[] = { 64, 128, 1, 17, 63, 96, 130 };
+        static const uint32_t block_sizes[] = { 16, 5, 32, 1 };
+        static f16_bits cache_k[MAX_ROWS * MAX_STRIDE + 2], cache_v[MAX_ROWS * MAX_STRIDE + 2];
+        static float q[MAX_Q * MAX_DIM], w[MAX_Q * (MAX_POS + 16)];
+        static float want[MAX_Q * 64 * MAX_DIM + 1], got[MAX_Q * 64 * MAX_DIM + 1];
+        int32_t table[MAX_POS];
+        for (size_t i = 0; i < sizeof(cache_k) / sizeof(cache_k[0]); i++) {
+                cache_k[i] = f32_to_f16(next_float(3.0f));
+                cache_v[i] = f32_to_f16(next_float(3.0f));
+        }
+        for (int rep = 0; rep < 120; rep++) {
+                size_t n = dims[rep % 7];
+                uint32_t bs = block_sizes[rep / 7 % 4];
+                unsigned n_pos = 1 + (unsigned) (next_u32() % MAX_POS), n_q = 1 + (unsigned) rep % MAX_Q;
+                unsigned n_lanes = rep % 2 ? 64 : 16, n_blocks = (MAX_POS + bs - 1) / bs;
+                bool wide = rep % 3 == 0;
+                for (unsigned b = 0; b < n_blocks; b++) /* a permutation: every block once */
+                        table[b] = (int32_t) ((b * 7 + 3) % n_blocks);
+                if (n_blocks % 7 == 0)
+                        for (unsigned b = 0; b < n_blocks; b++)
+                                table[b] = (int32_t) (n_blocks - 1 - b);
+                size_t head = (size_t) rep % 3;
+                size_t row_stride = MAX_DIM + 1 + (size_t) rep % 3;
+                struct f16_rows keys = { cache_k + head, table, bs, row_stride };
+                struct f16_rows values = { cache_v + head, table, bs, row_stride };
+                for (size_t i = 0; i < n_q * n; i++)
+                        q[i] = f16_to_f32(f32_to_f16(next_float(2.0f)));
+                for (size_t i = 0; i < sizeof(w) / sizeof(w[0]); i++)
+                        w[i] = next_float(1.0f);
+                float scale = 1.0f / sqrtf((float) n);
+
+                size_t scores_stride = MAX_POS + 16;
+                memset(want, 0x5a, sizeof(want));
+                memset(got, 0x5a, sizeof(got));
+                dot_kernels_scalar.attn_scores(&keys, n_pos, q, n, n_q, n, wide, scale, want, scores_stride);
+                k->attn_scores(&keys, n_pos, q, n, n_q, n, wide, scale, got, scores_stride);
+                ck_assert_msg(memcmp(want, got, sizeof(want)) == 0, "%s attn_scores n %zu, %u positions, %u queries, %s",
+                              k->name, n, n_pos, n_q, wide ? "wide" : "16 lanes");
+
+                size_t lanes_stride = 64 * n;
+                memset(want, 0x5a, sizeof(want));
+                memset(got, 0x5a, sizeof(got));
+                dot_kernels_scalar.attn_values(&values, n_pos, w, MAX_POS + 16, n_q, n, n_lanes, want, lanes_stride);
+                k->attn_values(&values, n_pos, w, MAX_POS + 16, n_q, n, n_lanes, got, lanes_stride);
+                ck_assert_msg(memcmp(want, got, sizeof(want)) == 0, "%s attn_values n %zu, %u positions, %u queries, %u lanes",
+                              k->name, n, n_pos, n_q, n_lanes);
         }
 }
+
+/* The scalar reference's scores are the plain dot product, and its value lanes add up to the
+ * plain weighted sum, up to float rounding. */
+START_TEST(test_attention_reference_matches_float) {
+        enum { POS = 70, DIM = 64 };
+        static f16_bits cache_k[POS * DIM], cache_v[POS * DIM];
+        static float q[DIM], w[POS], scores[POS + 16], lanes[64 * DIM], out[DIM];
+        int32_t table[POS];
+        for (unsigned j = 0; j < POS; j++)
+                table[j] = (int32_t) j;
+        for (size_t i = 0; i < POS * DIM; i++) {
+                cache_k[i] = f32_to_f16(next_float(2.0f));
+                cache_v[i] = f32_to_f16(next_float(2.0f));
+        }
+        for (size_t i = 0; i < DIM; i++)
+                q[i] = next_float(2.0f);
+        for (unsigned j = 0; j < POS; j++)
+                w[j] = next_float(1.0f);
+        struct f16_rows keys = { cache_k, table, 1, DIM }, values = { cache_v, table, 1, DIM };
+        for (int wide = 0; wide < 2; wide++) {
+                dot_kernels_scalar.attn_scores(&keys, POS, q, DIM, 1, DIM, wide, 0.5f, scores, POS + 16);
+                for (unsigned j = 0; j < POS; j++) {
+                        double expect = 0.0, magnitude = 0.0;
+                        for (size_t i = 0; i < DIM; i++) {
+                                expect += 0.5 * f16_to_f32(cache_k[j * DIM + i]) * q[i];
+                                magnitude += fabs(0.5 * f16_to_f32(cache_k[j * DIM + i]) * q[i]);
+                        }
+                        ck_assert_msg(fabs(scores[j] - expect) <= 1e-5 * magnitude + 1e-7, "score %u: %g vs %g", j,
+                                      scores[j], expect);
+                }
+        }
+        for (unsigned n_lanes = 16; n_lanes <= 64; n_lanes *= 4) {
+                dot_kernels_scalar.attn_values(&values, POS, w, POS, 1, DIM, n_lanes, lanes, DIM * 64);
+                dot_kernels_scalar.sum_lanes(lanes, DIM, n_lanes, n_lanes, DIM, out);
+                for (size_t i = 0; i < DIM; i++) {
+                        double expect = 0.0, magnitude = 0.0;
+                        for (unsigned j = 0; j < POS; j++) {
+                                expect += (double) f16_to_f32(cache_v[j * DIM + i]) * w[j];
+                                magnitude += fabs((double) f16_to_f32(cache_v[j * DIM + i]) * w[j]);
+                        }
+                        ck_assert_msg(fabs(out[i] - expect) <= 1e-5 * magnitude + 1e-7, "value %zu (%u lanes): %g vs %g", i,
+                                      n_lanes, out[i], expect);
+                }
+        }
+}
+END_TEST
 
 static void compare_quantize(const struct dot_kernels *k) {
         float x[N];
@@ -259,6 +335,7 @@ START_TEST(test_simd_sets_match_scalar) {
                 compare_exp(k);
                 compare_quantize(k);
                 compare_attention_helpers(k);
+                compare_attention(k);
         }
         ck_assert_ptr_nonnull(dot_kernels_select());
 }
@@ -366,6 +443,7 @@ int main(void) {
         tcase_add_test(tc, test_quantize_q8_1);
         tcase_add_test(tc, test_scalar_matches_float);
         tcase_add_test(tc, test_simd_sets_match_scalar);
+        tcase_add_test(tc, test_attention_reference_matches_float);
         tcase_add_test(tc, test_tiles_match_single_products);
         tcase_add_test(tc, test_exp_poly_accuracy);
         tcase_add_test(tc, test_thread_pool_barriers);

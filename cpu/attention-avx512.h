@@ -1,0 +1,139 @@
+/* SPDX-License-Identifier: MIT */
+/* attn_scores and attn_values (dot.h) for AVX-512, sixteen positions at a time. One position's
+ * 16 lanes are one 512-bit vector, built with the same fused multiply-adds as the single
+ * product; then sixteen positions' vectors are summed together, each by lanes_sum16()'s tree,
+ * with shuffles that pair halves, quarters, pairs and single lanes of two vectors, so that
+ * every add is the tree's add for two positions at once. The single product spent most of its
+ * time on that horizontal sum, one position at a time. Values go lane by lane: the positions
+ * of one lane (j = l, l + n_lanes, ...) accumulate in registers for every query of the group,
+ * each row converted from f16 once. Heads whose size is not a multiple of 64 go one position
+ * at a time (attention-by-position.h). Included by dot-x86-template.h for the AVX-512 set,
+ * after its single-position products. */
+
+#define ATTN_ATTRS __attribute__((target(DOT_TARGET), always_inline)) static inline
+
+/* The lanes_sum16() of each of l[0..15], position p's in lane p. */
+ATTN_ATTRS __m512 attn_sum16_each(const __m512 l[16]) {
+        __m512 a[8], b[4], c[2];
+        /* l[e] + l[e + 8]: the 256-bit halves, for positions 2k and 2k + 1 */
+        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)
+                a[k] = _mm512_add_ps(_mm512_shuffle_f32x4(l[2 * k], l[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm512_shuffle_f32x4(l[2 * k], l[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+        /* + 4 apart: the 128-bit quarters; b[k]'s quarter q is position 4k + q */
+        _Pragma("GCC unroll 4") for (int k = 0; k < 4; k++)
+                b[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                     _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+        /* (b0 + b2) and (b1 + b3) within each quarter */
+        _Pragma("GCC unroll 2") for (int k = 0; k < 2; k++)
+                c[k] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * k], b[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm512_shuffle_ps(b[2 * k], b[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+        /* the last pair: lane 4q + r now holds position q + 4r */
+        __m512 d = _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+        return _mm512_permutexvar_ps(_mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0), d);
+}
+
+/* Element i of row k (n of them, a multiple of 64) against q: lane i % 16 (wide: i % 64, then
+ * lanes_sum64()'s first fold to 16), fused multiply-adds from +0. */
+ATTN_ATTRS __m512 attn_key_lanes(const f16_bits *k, const float *q, size_t n, bool wide) {
+        const __m512 zero = _mm512_setzero_ps();
+        __m512 acc[4] = { zero, zero, zero, zero };
+        for (size_t i = 0; i < n; i += 64)
+                _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {
+                        __m512 kf = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (k + i + 16 * c)));
+                        __m512 qf = _mm512_loadu_ps(q + i + 16 * c);
+                        if (wide)
+                                acc[c] = _mm512_fmadd_ps(kf, qf, acc[c]);
+                        else
+                                acc[0] = _mm512_fmadd_ps(kf, qf, acc[0]);
+                }
+        if (!wide)
+                return acc[0];
+        return _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]));
+}
+
+__attribute__((target(DOT_TARGET))) static void DOT_FN(attn_scores)(const struct f16_rows *keys, unsigned n_pos, const float *q,
+                                                                    size_t q_stride, unsigned n_q, size_t n, bool wide,
+                                                                    float scale, float *scores, size_t scores_stride) {
+        if (n % 64 != 0) {
+                attn_scores_by_position(wide ? DOT_FN(dot_f16_wide) : DOT_FN(dot_f16), keys, n_pos, q, q_stride, n_q, n, scale,
+                                        scores, scores_stride);
+                return;
+        }
+        /* The query meets its key in the wide product's lanes; no remainder, so the double
+         * sum of the single product is the float one. */
+        const __m512 scale_v = _mm512_set1_ps(scale);
+        const f16_bits *rows[16];
+        uint32_t block = 0, offset = 0;
+        for (unsigned j0 = 0; j0 < n_pos; j0 += 16) {
+                unsigned m = n_pos - j0 < 16 ? n_pos - j0 : 16;
+                for (unsigned p = 0; p < m; p++) {
+                        rows[p] = keys->base +
+                                  ((size_t) keys->block_table[block] * keys->block_size + offset) * keys->row_stride;
+                        if (++offset == keys->block_size) {
+                                offset = 0;
+                                block++;
+                        }
+                }
+                for (unsigned g = 0; g < n_q; g++) {
+                        const float *qg = q + g * q_stride;
+                        __m512 l[16];
+                        _Pragma("GCC unroll 16") for (unsigned p = 0; p < 16; p++)
+                                l[p] = p < m ? attn_key_lanes(rows[p], qg, n, wide) : _mm512_setzero_ps();
+                        __m512 dots = attn_sum16_each(l);
+                        _mm512_mask_storeu_ps(scores + g * scores_stride + j0, (__mmask16) ((1u << m) - 1),
+                                              _mm512_mul_ps(dots, scale_v));
+                }
+        }
+}
+
+/* One lane's sums for n_q (<= 4) queries and 64 elements from column i0: positions j = l,
+ * l + n_lanes, ... below n_pos, each value row converted once. */
+ATTN_ATTRS void attn_values_lane(const struct f16_rows *values, unsigned l, unsigned n_lanes, unsigned n_pos, const float *w,
+                                 size_t w_stride, unsigned n_q, size_t i0, size_t n, float *lanes, size_t lanes_stride) {
+        __m512 acc[4][4];
+        _Pragma("GCC unroll 4") for (unsigned g = 0; g < 4; g++)
+                _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)
+                        acc[g][c] = _mm512_setzero_ps();
+        uint32_t block = l / values->block_size, offset = l % values->block_size;
+        for (unsigned j = l; j < n_pos; j += n_lanes) {
+                const f16_bits *v = values->base +
+                                    ((size_t) values->block_table[block] * values->block_size + offset) * values->row_stride + i0;
+                __m512 vf[4];
+                _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)
+                        vf[c] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (v + 16 * c)));
+                _Pragma("GCC unroll 4") for (unsigned g = 0; g < n_q; g++) {
+                        __m512 wg = _mm512_set1_ps(w[g * w_stride + j]);
+                        _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)
+                                acc[g][c] = _mm512_fmadd_ps(vf[c], wg, acc[g][c]);
+                }
+                for (offset += n_lanes; offset >= values->block_size; offset -= values->block_size)
+                        block++;
+        }
+        _Pragma("GCC unroll 4") for (unsigned g = 0; g < n_q; g++)
+                _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)
+                        _mm512_storeu_ps(lanes + g * lanes_stride + (size_t) l * n + i0 + 16 * c, acc[g][c]);
+}
+
+__attribute__((target(DOT_TARGET))) static void DOT_FN(attn_values)(const struct f16_rows *values, unsigned n_pos,
+                                                                    const float *w, size_t w_stride, unsigned n_q, size_t n,
+                                                                    unsigned n_lanes, float *lanes, size_t lanes_stride) {
+        if (n % 64 != 0) {
+                attn_values_by_position(DOT_FN(axpy_f16), values, n_pos, w, w_stride, n_q, n, n_lanes, lanes, lanes_stride);
+                return;
+        }
+        unsigned n_rows = n_pos < n_lanes ? n_pos : n_lanes;
+        for (unsigned l = 0; l < n_rows; l++)
+                for (size_t i0 = 0; i0 < n; i0 += 64)
+                        for (unsigned g0 = 0; g0 < n_q; g0 += 4) {
+                                const float *wg = w + g0 * w_stride;
+                                float *lg = lanes + g0 * lanes_stride;
+                                /* a constant count of queries keeps the sums in registers */
+                                switch (n_q - g0) {
+                                case 1: attn_values_lane(values, l, n_lanes, n_pos, wg, w_stride, 1, i0, n, lg, lanes_stride); break;
+                                case 2: attn_values_lane(values, l, n_lanes, n_pos, wg, w_stride, 2, i0, n, lg, lanes_stride); break;
+                                case 3: attn_values_lane(values, l, n_lanes, n_pos, wg, w_stride, 3, i0, n, lg, lanes_stride); break;
+                                default: attn_values_lane(values, l, n_lanes, n_pos, wg, w_stride, 4, i0, n, lg, lanes_stride); break;
+                                }
+                        }
+}

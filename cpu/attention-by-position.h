@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* attn_scores and attn_values (dot.h) one position at a time, on a set's single-position
+ * products: the scalar reference, the AVX2 set, and the AVX-512 set for head sizes its
+ * vectors do not fit. The single-position products follow dot.h's definitions for one key
+ * or value row:
+ *   dot(k, q, q_stride, n_q, n, out): out[g] = the product of k and q + g * q_stride;
+ *   axpy(acc, acc_stride, v, w, n_q, n): acc_g[i] = fma(v[i], w[g], acc_g[i]). */
+
+#include <string.h>
+
+#include "dot.h"
+
+typedef void (*f16_dot_fn)(const f16_bits *k, const float *q, size_t q_stride, unsigned n_q, size_t n, float *out);
+typedef void (*f16_axpy_fn)(float *acc, size_t acc_stride, const f16_bits *v, const float *w, unsigned n_q, size_t n);
+
+static inline void attn_scores_by_position(f16_dot_fn dot, const struct f16_rows *keys, unsigned n_pos, const float *q,
+                                           size_t q_stride, unsigned n_q, size_t n, float scale, float *scores,
+                                           size_t scores_stride) {
+        float dots[DOT_GROUP_MAX];
+        for (unsigned j = 0; j < n_pos; j++) {
+                dot(f16_row(keys, j), q, q_stride, n_q, n, dots);
+                for (unsigned g = 0; g < n_q; g++)
+                        scores[g * scores_stride + j] = dots[g] * scale;
+        }
+}
+
+static inline void attn_values_by_position(f16_axpy_fn axpy, const struct f16_rows *values, unsigned n_pos,
+                                           const float *w, size_t w_stride, unsigned n_q, size_t n, unsigned n_lanes,
+                                           float *lanes, size_t lanes_stride) {
+        unsigned n_rows = n_pos < n_lanes ? n_pos : n_lanes;
+        float wj[DOT_GROUP_MAX];
+        for (unsigned g = 0; g < n_q; g++)
+                memset(lanes + g * lanes_stride, 0, (size_t) n_rows * n * sizeof(float));
+        for (unsigned j = 0; j < n_pos; j++) {
+                for (unsigned g = 0; g < n_q; g++)
+                        wj[g] = w[g * w_stride + j];
+                axpy(lanes + (size_t) (j % n_lanes) * n, lanes_stride, f16_row(values, j), wj, n_q, n);
+        }
+}
