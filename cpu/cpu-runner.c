@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -36,6 +37,14 @@ struct packed_model {
 
 #define SMALL_BATCH 4
 
+/* The next group of rows of one matmul that no thread has taken yet: threads take chunks as
+ * they finish, so one that runs slow (a busy core, a stalled stream) does not hold the other
+ * at the barrier. Each row is still computed whole by one thread, so the numbers do not
+ * depend on who takes it. One cache line each. */
+struct matmul_cursor {
+        _Atomic uint64_t next_group;
+} __attribute__((aligned(64)));
+
 struct cpu_runner {
         const struct model *model;
         struct cpu_runner_config config;
@@ -46,6 +55,7 @@ struct cpu_runner {
         unsigned released; /* enum backend_memory bits */
         bool use_packed;   /* $ASYNCLLM_CPU_PACKED=0 keeps the tiles on the original rows */
         struct packed_model packed;
+        struct matmul_cursor *cursors; /* (n_matmul_weights), reset before each step */
 
         /* Scratch for one step, T = max_batch_tokens, reused across steps. */
         float *x;                /* (T, n_embd) the residual stream */
@@ -249,8 +259,9 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
         r->rope_cos = alloc_floats(r, T * (hp->rope_dim / 2));
         r->rope_sin = alloc_floats(r, T * (hp->rope_dim / 2));
         r->thread_scratch = alloc_floats(r, config->n_threads * r->thread_scratch_stride);
+        r->cursors = aligned_alloc(_Alignof(struct matmul_cursor), n_matmul_weights(r->model) * sizeof(struct matmul_cursor));
         if (!ok || !r->x || !r->q || !r->k || !r->v || !r->gate || !r->up || !r->rope_cos ||
-            !r->rope_sin || !r->thread_scratch) {
+            !r->rope_sin || !r->thread_scratch || !r->cursors) {
                 cpu_runner_free(r);
                 return error_set(err, ENOMEM, "cannot allocate scratch for %zu tokens per step", T);
         }
@@ -277,6 +288,7 @@ void cpu_runner_free(struct cpu_runner *r) {
         free(r->rope_cos);
         free(r->rope_sin);
         free(r->thread_scratch);
+        free(r->cursors);
         free(r);
 }
 
@@ -308,9 +320,10 @@ static void rms_norm(const float *x, const float *weight, float *out, uint32_t n
  * result depends only on its row and token, never on the split or the batch: the tiles give
  * the bits of the single products. Rows go in tiles of four across the threads, and each
  * tile of weights (in L1) meets every token before the next is loaded. */
-static void matmul(const struct cpu_runner *r, const struct weight *w, const struct packed_weights *packed,
-                   const struct activations *a, uint32_t n_tokens, float *out, uint32_t out_stride, bool accumulate,
-                   float *row_scratch, unsigned ith, unsigned nth) {
+static void matmul(const struct cpu_runner *r, size_t weight_index, const struct activations *a, uint32_t n_tokens,
+                   float *out, uint32_t out_stride, bool accumulate, float *row_scratch, unsigned ith, unsigned nth) {
+        const struct weight *w = matmul_weight(r->model, weight_index);
+        const struct packed_weights *packed = packed_for(r, weight_index);
         const float *x = a->xn;
         const struct block_q8_1 *xq = a->xq;
         uint64_t begin, end;
@@ -323,21 +336,25 @@ static void matmul(const struct cpu_runner *r, const struct weight *w, const str
          * thread, more per group eight at a time, the group's weights staying in L1. */
         if (packed) {
                 dot_packed_fn fn = dot_packed_kernel_for(r->kernels, w->type);
-                split(packed->n_groups, ith, nth, &begin, &end);
-                if (n_tokens <= PACKED_TOKENS_MAX) {
-                        struct packed_activations pa = { xq, a->ds, a->corrections, n_blocks };
-                        fn(packed, begin, end, &pa, n_tokens, out, out_stride, accumulate);
-                        return;
-                }
-                for (uint64_t g = begin; g < end; g++)
+                _Atomic uint64_t *next = &r->cursors[weight_index].next_group;
+                /* about eight chunks per thread: enough to even out, few enough that taking
+                 * one costs little next to computing it */
+                uint64_t chunk = packed->n_groups / (8 * (uint64_t) nth);
+                if (chunk == 0 || n_tokens > PACKED_TOKENS_MAX)
+                        chunk = 1;
+                for (;;) {
+                        uint64_t g0 = atomic_fetch_add_explicit(next, chunk, memory_order_relaxed);
+                        if (g0 >= packed->n_groups)
+                                return;
+                        uint64_t g1 = g0 + chunk < packed->n_groups ? g0 + chunk : packed->n_groups;
                         for (uint32_t t0 = 0; t0 < n_tokens; t0 += PACKED_TOKENS_MAX) {
                                 unsigned n = n_tokens - t0 < PACKED_TOKENS_MAX ? n_tokens - t0 : PACKED_TOKENS_MAX;
                                 size_t at = (size_t) t0 * n_blocks;
                                 struct packed_activations pa = { xq + at, a->ds + 2 * at, a->corrections + at * PACKED_CORRECTIONS,
                                                                  n_blocks };
-                                fn(packed, g, g + 1, &pa, n, out + (size_t) t0 * out_stride, out_stride, accumulate);
+                                fn(packed, g0, g1, &pa, n, out + (size_t) t0 * out_stride, out_stride, accumulate);
                         }
-                return;
+                }
         }
 
         split(n_tiles, ith, nth, &begin, &end);
@@ -600,9 +617,9 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
                 norm_tokens(r, a, l->attn_norm, NULL, T, feed_ith, feed_nth);
                 if (!small)
                         thread_pool_barrier(pool);
-                matmul(r, &l->wq, packed_for(r, (size_t) layer * WEIGHTS_PER_LAYER + 0), a, T, r->q, r->q_dim, false, row_scratch, ith, nth);
-                matmul(r, &l->wk, packed_for(r, (size_t) layer * WEIGHTS_PER_LAYER + 1), a, T, r->k, r->kv_dim, false, row_scratch, ith, nth);
-                matmul(r, &l->wv, packed_for(r, (size_t) layer * WEIGHTS_PER_LAYER + 2), a, T, r->v, r->kv_dim, false, row_scratch, ith, nth);
+                matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 0, a, T, r->q, r->q_dim, false, row_scratch, ith, nth);
+                matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 1, a, T, r->k, r->kv_dim, false, row_scratch, ith, nth);
+                matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 2, a, T, r->v, r->kv_dim, false, row_scratch, ith, nth);
                 thread_pool_barrier(pool);
                 store_kv(r, layer, ith, nth);
                 thread_pool_barrier(pool);
@@ -611,26 +628,26 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
                 quantize_tokens(r, a, r->shared.xn, r->q_dim, T, feed_ith, feed_nth);
                 if (!small)
                         thread_pool_barrier(pool);
-                matmul(r, &l->wo, packed_for(r, (size_t) layer * WEIGHTS_PER_LAYER + 3), a, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
+                matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 3, a, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
                 thread_pool_barrier(pool);
 
                 norm_tokens(r, a, l->ffn_norm, NULL, T, feed_ith, feed_nth);
                 if (!small)
                         thread_pool_barrier(pool);
-                matmul(r, &l->w_gate, packed_for(r, (size_t) layer * WEIGHTS_PER_LAYER + 4), a, T, r->gate, hp->n_ff, false, row_scratch, ith, nth);
-                matmul(r, &l->w_up, packed_for(r, (size_t) layer * WEIGHTS_PER_LAYER + 5), a, T, r->up, hp->n_ff, false, row_scratch, ith, nth);
+                matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 4, a, T, r->gate, hp->n_ff, false, row_scratch, ith, nth);
+                matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 5, a, T, r->up, hp->n_ff, false, row_scratch, ith, nth);
                 thread_pool_barrier(pool);
                 swiglu(r, a, feed_ith, feed_nth);
                 if (!small)
                         thread_pool_barrier(pool);
-                matmul(r, &l->w_down, packed_for(r, (size_t) layer * WEIGHTS_PER_LAYER + 6), a, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
+                matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 6, a, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
                 thread_pool_barrier(pool);
         }
 
         norm_tokens(r, a, m->output_norm, b->output_tokens, b->n_outputs, feed_ith, feed_nth);
         if (!small)
                 thread_pool_barrier(pool);
-        matmul(r, &m->output, packed_for(r, n_matmul_weights(m) - 1), a, b->n_outputs, r->logits, hp->n_vocab, false, row_scratch, ith, nth);
+        matmul(r, n_matmul_weights(m) - 1, a, b->n_outputs, r->logits, hp->n_vocab, false, row_scratch, ith, nth);
 }
 
 static int validate_batch(const struct cpu_runner *r, const struct batch *b, struct error *err) {
@@ -675,6 +692,8 @@ int cpu_runner_forward(struct cpu_runner *r, const struct batch *batch, float *l
                 return rc;
         r->batch = batch;
         r->logits = logits;
+        for (size_t i = 0; i < n_matmul_weights(r->model); i++)
+                atomic_store_explicit(&r->cursors[i].next_group, 0, memory_order_relaxed);
         thread_pool_run(r->pool, forward_worker, r);
         r->batch = NULL;
         r->logits = NULL;
