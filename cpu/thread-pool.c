@@ -7,12 +7,19 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "thread-pool.h"
 
-#define BARRIER_SPINS 20000
+/* Pauses (about 25 ns each here) a barrier spins before it sleeps: long while the process
+ * has the cores to itself, where the partner is moments away; short once its threads are
+ * being preempted (more runnable threads than cores), where a spinning thread holds the
+ * core its partner needs: there, 20000 made decode 10x slower than 100. */
+#define BARRIER_SPINS_QUIET 20000
+#define BARRIER_SPINS_CONTENDED 100
 
 struct thread_pool {
         unsigned n_threads;
@@ -29,6 +36,9 @@ struct thread_pool {
         _Atomic unsigned barrier_arrived;
         _Atomic unsigned barrier_generation;
         _Atomic unsigned barrier_sleepers;
+        unsigned barrier_spins; /* set before each run */
+        long involuntary_switches; /* the process's, at the start of the last run */
+        struct timespec last_run;
 };
 
 struct worker_arg {
@@ -61,7 +71,7 @@ void thread_pool_barrier(struct thread_pool *pool) {
                         futex_wake_all(&pool->barrier_generation);
                 return;
         }
-        for (unsigned i = 0; i < BARRIER_SPINS; i++) {
+        for (unsigned i = 0; i < pool->barrier_spins; i++) {
                 if (atomic_load_explicit(&pool->barrier_generation, memory_order_acquire) != generation)
                         return;
                 cpu_relax();
@@ -91,11 +101,27 @@ static void *worker_main(void *p) {
         }
 }
 
+/* Contended when the process's threads were preempted at least twice, and at least once per
+ * 5 ms, since the last run began: on a quiet machine a step sees 0 or 1 preemptions (kernel
+ * threads), beside a busy process 4 or more. */
+static unsigned barrier_spins_now(struct thread_pool *pool) {
+        struct rusage usage;
+        struct timespec now;
+        if (getrusage(RUSAGE_SELF, &usage) < 0 || clock_gettime(CLOCK_MONOTONIC, &now) < 0)
+                return BARRIER_SPINS_CONTENDED;
+        long preemptions = usage.ru_nivcsw - pool->involuntary_switches;
+        double ms = (double) (now.tv_sec - pool->last_run.tv_sec) * 1e3 + (double) (now.tv_nsec - pool->last_run.tv_nsec) / 1e6;
+        pool->involuntary_switches = usage.ru_nivcsw;
+        pool->last_run = now;
+        return preemptions >= 2 && preemptions * 5.0 >= ms ? BARRIER_SPINS_CONTENDED : BARRIER_SPINS_QUIET;
+}
+
 void thread_pool_run(struct thread_pool *pool, thread_pool_fn fn, void *ctx) {
         if (pool->n_threads == 1) {
                 fn(ctx, 0, 1);
                 return;
         }
+        pool->barrier_spins = barrier_spins_now(pool);
         pool->fn = fn;
         pool->ctx = ctx;
         atomic_store_explicit(&pool->run_done, 0, memory_order_relaxed);
