@@ -8,8 +8,9 @@
  * one longer step; never longer than a quarter of the default ttft_slo, so that a new
  * arrival waits little for the step in progress. Within that time, predicted by the
  * step-time model with its safety margin, a step takes: latency-sensitive decodes;
- * latency-sensitive prompt chunks, earliest deadline first; best-effort decodes;
- * best-effort prompt chunks sized to the time left. Best-effort requests that do not fit
+ * latency-sensitive prompt chunks, earliest deadline first (one that ends its prompt
+ * bounds the step by its first token's deadline); best-effort decodes; best-effort prompt
+ * chunks sized to the time left. Best-effort requests that do not fit
  * wait with their KV blocks (with nothing latency-sensitive in the engine, only their
  * prompt chunks are cut to the time). They may not take the last reserve_blocks free blocks, which
  * are kept for latency-sensitive arrivals; a latency-sensitive request that finds no block
@@ -271,6 +272,14 @@ static bool still_eligible(const struct request *r, enum pick pick) {
         return pick == PICK_DECODES ? r->state == REQUEST_RUNNING && request_is_decode(r) : true;
 }
 
+/* A latency-sensitive token of r comes at the end of the step: the step must end by its
+ * deadline. */
+static void limit_to_deadline(struct step_plan *p, const struct request *r) {
+        double left = next_deadline(r) - p->now;
+        if (left < p->limit)
+                p->limit = left;
+}
+
 static int plan_latency_sensitive(struct step_plan *p) {
         struct scheduler *s = p->s;
         uint32_t n = collect(s, true, PICK_DECODES, p->now);
@@ -279,18 +288,22 @@ static int plan_latency_sensitive(struct step_plan *p) {
                 if (!still_eligible(r, PICK_DECODES) || in_plan(s, r) || !grow_latency_sensitive(p, r, 1))
                         continue;
                 plan_chunk(p, r, 1);
-                double left = next_deadline(r) - p->now;
-                if (left < p->limit)
-                        p->limit = left;
+                limit_to_deadline(p, r);
                 p->protects_decodes = true;
         }
         n = collect(s, true, PICK_PROMPTS, p->now);
         for (uint32_t i = 0; i < n && p->budget > 0; i++) {
+                struct request *r = s->candidates[i];
                 /* with no decode to protect a prompt takes a whole chunk: its own first
                  * token is what is due */
-                int rc = plan_prompt(p, s->candidates[i], p->protects_decodes ? CHUNK_FIT : CHUNK_WHOLE);
+                int rc = plan_prompt(p, r, p->protects_decodes ? CHUNK_FIT : CHUNK_WHOLE);
                 if (rc < 0)
                         return rc;
+                /* a chunk that ends the prompt brings a token due by its deadline: best-effort
+                 * work filling the step up to the decodes' slack (or the cap when there
+                 * are none) would make it late */
+                if (rc > 0 && r->num_computed_tokens + (uint32_t) rc == r->n_tokens)
+                        limit_to_deadline(p, r);
         }
         return 0;
 }

@@ -282,6 +282,25 @@ START_TEST(test_prompt_paced_to_its_deadline) {
 }
 END_TEST
 
+START_TEST(test_prompt_end_bounds_the_step) {
+        struct harness h;
+        setup(&h, 512, 0);
+        double now = 60.0;
+        warm(&h.s);
+        struct request *be = add(&h, false, 1000, 0, 0, now - 5);
+        /* no decodes to protect, but the whole prompt runs now and its first token is due
+         * in 100 ms: best-effort work fills the step up to that, not up to the cap (250 ms) */
+        struct request *ls = add(&h, true, 64, 0.050, 0.1, now);
+        ck_assert_int_eq(scheduler_schedule(&h.s, now), 0);
+        ck_assert_uint_eq(planned(&h.s, ls), 64);
+        uint32_t chunk = planned(&h.s, be); /* 100 - 10 - 32 ms: 116 tokens */
+        ck_assert_msg(chunk >= 114 && chunk <= 116, "chunk %u", chunk);
+        double predicted = step_time_model_predict(&h.s.model, &h.s.plan_shape);
+        ck_assert_double_le(predicted * step_time_model_margin(&h.s.model), 0.1 + 1e-9);
+        teardown(&h);
+}
+END_TEST
+
 START_TEST(test_reserve_and_eviction) {
         struct harness h;
         setup(&h, 20, 0.25); /* 5 blocks kept for latency-sensitive work */
@@ -422,6 +441,7 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_slack_lets_best_effort_in);
         tcase_add_test(tc, test_prompts_by_earliest_deadline);
         tcase_add_test(tc, test_prompt_paced_to_its_deadline);
+        tcase_add_test(tc, test_prompt_end_bounds_the_step);
         tcase_add_test(tc, test_reserve_and_eviction);
         tcase_add_test(tc, test_best_effort_alone_may_use_the_reserve);
         tcase_add_test(tc, test_admission);
