@@ -10,7 +10,8 @@
  * step-time model with its safety margin, a step takes: latency-sensitive decodes;
  * latency-sensitive prompt chunks, earliest deadline first (one that ends its prompt
  * bounds the step by its first token's deadline); best-effort decodes; best-effort prompt
- * chunks sized to the time left. Best-effort requests that do not fit
+ * chunks sized to the time left, none of a few tokens beside latency-sensitive work (the
+ * decodes bank slack for a bigger one instead). Best-effort requests that do not fit
  * wait with their KV blocks (with nothing latency-sensitive in the engine, only their
  * prompt chunks are cut to the time). They may not take the last reserve_blocks free blocks, which
  * are kept for latency-sensitive arrivals; a latency-sensitive request that finds no block
@@ -52,6 +53,7 @@ struct step_plan {
         uint32_t budget;
         bool latency_sensitive_present;
         bool protects_decodes; /* latency-sensitive decodes are planned */
+        bool latency_sensitive_planned; /* the step runs for latency-sensitive work anyway */
         struct step_shape shape;
 };
 
@@ -145,6 +147,14 @@ static bool fits(const struct step_plan *p, const struct request *r, uint32_t n)
  * takes over a second here, and a cold engine under load would start with a run of them. */
 #define UNTIMED_CHUNK 32
 
+/* A best-effort prompt chunk smaller than this is not planned beside latency-sensitive
+ * work (unless it ends the prompt). Sized by the time left alone, best-effort prompts
+ * advanced a few tokens a step, and on the machine such chunks cost more per token than
+ * big ones (bench/coserve: best-effort at 0.29x of its pace alone). Left out, the step is
+ * a short one, its latency-sensitive tokens come early, and the slack they bank lets a
+ * chunk at least this big in a step or two later. */
+#define MIN_BEST_EFFORT_CHUNK 32
+
 /* The most prompt tokens of r (at most cap) the step's time still allows. */
 static uint32_t fitting_chunk(const struct step_plan *p, const struct request *r, uint32_t cap) {
         if (!p->timed)
@@ -206,6 +216,9 @@ static int plan_prompt(struct step_plan *p, struct request *r, enum chunk_rule r
                 return rc;
         uint32_t cap = prompt_cap(p, r);
         uint32_t n = rule == CHUNK_FIT ? fitting_chunk(p, r, cap) : cap;
+        if (rule == CHUNK_FIT && !r->latency_sensitive && p->latency_sensitive_planned && n < cap &&
+            n < MIN_BEST_EFFORT_CHUNK)
+                n = 0;
         if (rule == CHUNK_FIT && r->latency_sensitive && p->timed) {
                 /* its own first token is due too: at least its share of the prompt per step
                  * from now to that deadline, even if the step runs past the decodes' slack */
@@ -289,7 +302,7 @@ static int plan_latency_sensitive(struct step_plan *p) {
                         continue;
                 plan_chunk(p, r, 1);
                 limit_to_deadline(p, r);
-                p->protects_decodes = true;
+                p->protects_decodes = p->latency_sensitive_planned = true;
         }
         n = collect(s, true, PICK_PROMPTS, p->now);
         for (uint32_t i = 0; i < n && p->budget > 0; i++) {
@@ -299,10 +312,13 @@ static int plan_latency_sensitive(struct step_plan *p) {
                 int rc = plan_prompt(p, r, p->protects_decodes ? CHUNK_FIT : CHUNK_WHOLE);
                 if (rc < 0)
                         return rc;
+                if (rc == 0)
+                        continue;
+                p->latency_sensitive_planned = true;
                 /* a chunk that ends the prompt brings a token due by its deadline: best-effort
                  * work filling the step up to the decodes' slack (or the cap when there
                  * are none) would make it late */
-                if (rc > 0 && r->num_computed_tokens + (uint32_t) rc == r->n_tokens)
+                if (r->num_computed_tokens + (uint32_t) rc == r->n_tokens)
                         limit_to_deadline(p, r);
         }
         return 0;

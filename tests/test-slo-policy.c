@@ -282,6 +282,80 @@ START_TEST(test_prompt_paced_to_its_deadline) {
 }
 END_TEST
 
+/* When the test's copy of the policy's deadline rule says r's next token is due. */
+static double due(const struct request *r) {
+        uint32_t n_out = request_num_output(r);
+        return n_out == 0 ? r->arrival_time + r->ttft_slo : r->first_token_time + n_out * r->slo;
+}
+
+/* Runs the plan of one step that takes its true cost from now; checks that every
+ * latency-sensitive token it brings is on time. Returns the step's end. */
+static double run_step_on_time(struct harness *h, double now) {
+        double end = now + true_cost(&h->s.plan_shape);
+        for (uint32_t i = 0; i < h->s.n_plan; i++) {
+                const struct request *r = h->s.plan[i].req;
+                if (r->latency_sensitive && r->num_computed_tokens + h->s.plan[i].n_tokens == r->n_tokens)
+                        ck_assert_msg(end <= due(r) + 1e-6, "a token due at %.4f came at %.4f", due(r), end);
+        }
+        run_plan(h, end);
+        return end;
+}
+
+START_TEST(test_best_effort_chunks_in_gaps) {
+        struct harness h;
+        setup(&h, 512, 0);
+        double now = 40.0;
+        /* two latency-sensitive decodes at 20 ms a token and a best-effort one: a step of
+         * the three costs 16 ms, so each step beside them had room for 4 ms (8 tokens) of a
+         * best-effort prompt */
+        add_decoding(&h, true, 32, 0.020, now, 1);
+        add_decoding(&h, true, 48, 0.020, now, 1);
+        add_decoding(&h, false, 40, 0, now - 1, 1);
+        warm(&h.s);
+        struct request *be = add(&h, false, 2000, 0, 0, now - 1);
+        h.s.last_best_effort_run = now;
+        uint32_t be_tokens = 0, n_chunks = 0;
+        bool arrived = false;
+        for (double start = now; now < start + 1.0;) {
+                if (!arrived && now >= start + 0.5) { /* a latency-sensitive prompt arrives */
+                        add(&h, true, 64, 0.020, 0.3, now);
+                        arrived = true;
+                }
+                ck_assert_int_eq(scheduler_schedule(&h.s, now), 0);
+                uint32_t chunk = planned(&h.s, be);
+                /* a chunk comes only once the decodes have banked the slack for a big one */
+                ck_assert_msg(chunk == 0 || chunk >= 32, "a best-effort chunk of %u tokens at %.3f", chunk,
+                              now - start);
+                be_tokens += chunk;
+                n_chunks += chunk > 0;
+                now = run_step_on_time(&h, now);
+        }
+        ck_assert(arrived);
+        /* about as far as the dribble got (286 tokens in 46 chunks): the latency-sensitive
+         * decodes need a step per token period either way, so in this linear cost model
+         * bigger chunks neither gain nor lose (they lose a little to rounding); what they
+         * save is what small chunks cost beyond the model on the machine */
+        ck_assert_msg(be_tokens >= 250, "%u best-effort prompt tokens in 1 s", be_tokens);
+        ck_assert_msg(n_chunks >= 6 && n_chunks <= 12, "%u chunks", n_chunks);
+        teardown(&h);
+}
+END_TEST
+
+START_TEST(test_best_effort_prompt_end_runs_beside_decodes) {
+        struct harness h;
+        setup(&h, 512, 0);
+        double now = 70.0;
+        struct request *ls = add_decoding(&h, true, 32, 0.020, now, 1); /* due in 20 ms */
+        warm(&h.s);
+        /* 8 tokens end the prompt: no bigger chunk is to be had by waiting (12 + 4 ms) */
+        struct request *be = add(&h, false, 8, 0, 0, now - 1);
+        ck_assert_int_eq(scheduler_schedule(&h.s, now), 0);
+        ck_assert_uint_eq(planned(&h.s, ls), 1);
+        ck_assert_uint_eq(planned(&h.s, be), 8);
+        teardown(&h);
+}
+END_TEST
+
 START_TEST(test_prompt_end_bounds_the_step) {
         struct harness h;
         setup(&h, 512, 0);
@@ -441,6 +515,8 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_slack_lets_best_effort_in);
         tcase_add_test(tc, test_prompts_by_earliest_deadline);
         tcase_add_test(tc, test_prompt_paced_to_its_deadline);
+        tcase_add_test(tc, test_best_effort_chunks_in_gaps);
+        tcase_add_test(tc, test_best_effort_prompt_end_runs_beside_decodes);
         tcase_add_test(tc, test_prompt_end_bounds_the_step);
         tcase_add_test(tc, test_reserve_and_eviction);
         tcase_add_test(tc, test_best_effort_alone_may_use_the_reserve);
