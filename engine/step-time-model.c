@@ -19,6 +19,16 @@
 #define MAX_COV_TRACE 1e4
 #define INITIAL_COV 1e2
 
+/* A step that took more than this times its prediction is taken for a descheduled one:
+ * on a shared machine another process's wake-up stalls every thread of a step at its next
+ * barrier. Such steps are rare and arbitrarily long; learning from them pulled the fit up
+ * for every step, and counting them in the margin (a 90th percentile) pushed it to its cap
+ * once they were a tenth of the steps, so every plan paid for them. */
+#define OUTLIER_RATIO 3.0
+/* Outlier-sized steps in a row after which they are not outliers any more: the machine
+ * (or the work) is that much slower, and the fit must follow. */
+#define MAX_OUTLIER_RUN 4
+
 void step_time_model_init(struct step_time_model *m) {
         memset(m, 0, sizeof(*m));
         for (int i = 0; i < STEP_MODEL_FEATURES; i++)
@@ -58,12 +68,22 @@ void step_time_model_record(struct step_time_model *m, const struct step_shape *
         features(shape, x);
         double predicted = step_time_model_predict(m, shape);
 
+        bool outlier = false;
         if (step_time_model_ready(m)) { /* judge the prediction made before learning from it */
+                if (predicted > 0 && seconds > OUTLIER_RATIO * predicted) {
+                        outlier = m->outlier_run < MAX_OUTLIER_RUN;
+                        if (outlier)
+                                m->outlier_run++;
+                } else
+                        m->outlier_run = 0;
                 m->errors[m->next_error] = (seconds - predicted) / seconds;
+                m->outliers[m->next_error] = outlier;
                 m->next_error = (m->next_error + 1) % STEP_MODEL_HISTORY;
                 if (m->n_errors < STEP_MODEL_HISTORY)
                         m->n_errors++;
         }
+        if (outlier)
+                return;
 
         /* Least squares on relative errors: each row divided by the step's time, so that a
          * 15 ms decode step counts as much as a 1.5 s prompt step. */
@@ -94,33 +114,34 @@ static int compare_double(const void *a, const void *b) {
         return (x > y) - (x < y);
 }
 
-/* The quantile of the recent errors, each mapped by f first. */
-static double quantile_of(const struct step_time_model *m, double quantile, double (*f)(double)) {
-        double sorted[STEP_MODEL_HISTORY];
-        if (m->n_errors == 0)
+/* The quantile of n values, sorting them. */
+static double quantile_of(double *values, uint32_t n, double quantile) {
+        if (n == 0)
                 return 0;
-        for (uint32_t i = 0; i < m->n_errors; i++)
-                sorted[i] = f(m->errors[i]);
-        qsort(sorted, m->n_errors, sizeof(*sorted), compare_double);
-        double at = quantile * (m->n_errors - 1);
+        qsort(values, n, sizeof(*values), compare_double);
+        double at = quantile * (n - 1);
         uint32_t lo = (uint32_t) at;
-        uint32_t hi = lo + 1 < m->n_errors ? lo + 1 : lo;
-        return sorted[lo] + (at - lo) * (sorted[hi] - sorted[lo]);
-}
-
-static double identity(double e) {
-        return e;
+        uint32_t hi = lo + 1 < n ? lo + 1 : lo;
+        return values[lo] + (at - lo) * (values[hi] - values[lo]);
 }
 
 double step_time_model_error(const struct step_time_model *m, double quantile) {
-        return quantile_of(m, quantile, fabs);
+        double values[STEP_MODEL_HISTORY];
+        for (uint32_t i = 0; i < m->n_errors; i++)
+                values[i] = fabs(m->errors[i]);
+        return quantile_of(values, m->n_errors, quantile);
 }
 
 double step_time_model_margin(const struct step_time_model *m) {
-        if (m->n_errors < 16)
+        double values[STEP_MODEL_HISTORY];
+        uint32_t n = 0;
+        for (uint32_t i = 0; i < m->n_errors; i++)
+                if (!m->outliers[i])
+                        values[n++] = m->errors[i];
+        if (n < 16)
                 return 1.25;
         /* a step that took (1 + u) times the prediction has error e = u / (1 + u) */
-        double e = quantile_of(m, 0.9, identity);
+        double e = quantile_of(values, n, 0.9);
         if (e <= 0)
                 return 1.0;
         if (e >= 0.5)

@@ -6,7 +6,10 @@
  * machine whose speed drifts). A step costs a fixed part (reading every weight once: the memory-bound floor),
  * a part per prompt token, a part per decoding sequence, and a part per key/value position
  * its attention reads. The slo policy plans steps and admits requests with it; a margin
- * taken from its recent under-predictions keeps the plans on the safe side. */
+ * taken from its recent under-predictions keeps the plans on the safe side. A step that
+ * took over three times its prediction is taken for a descheduled one (another process
+ * had the cores): it counts in the reported error but neither in the fit nor the margin,
+ * unless such steps keep coming (then the machine is slower, and the model follows). */
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -28,7 +31,9 @@ struct step_time_model {
         uint64_t n_samples;
         /* relative errors (measured - predicted) / measured of the latest steps, after warm-up */
         double errors[STEP_MODEL_HISTORY];
+        bool outliers[STEP_MODEL_HISTORY]; /* errors[i] is of a step left out of fit and margin */
         uint32_t n_errors, next_error;
+        uint32_t outlier_run; /* outlier-sized steps in a row */
 };
 
 void step_time_model_init(struct step_time_model *m);
@@ -46,9 +51,10 @@ void step_time_model_record(struct step_time_model *m, const struct step_shape *
 /* Predicted seconds, never below 0; meaningful once ready. */
 double step_time_model_predict(const struct step_time_model *m, const struct step_shape *shape);
 
-/* The factor to plan with: 1 + the 90th percentile of recent under-predictions (at most 2);
- * 1.25 before enough errors are known. */
+/* The factor to plan with: 1 + the 90th percentile of recent under-predictions, outliers
+ * left out (at most 2); 1.25 before enough errors are known. */
 double step_time_model_margin(const struct step_time_model *m);
 
-/* Percentile (0..1) of the recent absolute relative errors; 0 when none. */
+/* Percentile (0..1) of the recent absolute relative errors, outliers included; 0 when
+ * none. */
 double step_time_model_error(const struct step_time_model *m, double quantile);
