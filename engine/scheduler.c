@@ -4,11 +4,10 @@
 #include <string.h>
 
 #include "scheduler-internal.h"
+#include "stall-guard.h"
 
 int scheduler_init(struct scheduler *s, const struct engine_config *config, struct kv_blocks *kv, struct error *err) {
         *s = (struct scheduler) { .config = config, .kv = kv };
-        /* without chunked prefill a prompt runs whole: nothing to limit */
-        stall_guard_init(&s->guard, config->enable_chunked_prefill ? config->decode_stall_limit : 0);
         step_time_model_init(&s->model);
         struct kv_blocks_stats kv_stats;
         kv_blocks_stats(kv, &kv_stats);
@@ -129,14 +128,15 @@ void scheduler_preempt(struct scheduler *s, uint32_t index, uint32_t *budget) {
         waiting_insert(s, r, true);
 }
 
-static uint32_t chunk_size(const struct scheduler *s, const struct request *r, uint32_t budget, uint32_t prefill_left) {
+/* Tokens of r this step may compute: 0 when the stall guard keeps its prompt waiting. */
+static uint32_t chunk_size(const struct scheduler *s, struct stall_guard *guard, const struct request *r, uint32_t budget) {
         uint32_t n = r->n_tokens - r->num_computed_tokens;
         uint32_t cap = s->config->long_prefill_token_threshold;
         if (n > 1 && cap && n > cap)
                 n = cap;
-        if (n > 1 && n > prefill_left)
-                n = prefill_left;
-        return n < budget ? n : budget;
+        if (n > budget)
+                n = budget;
+        return request_is_decode(r) ? n : stall_guard_grant(guard, r->num_computed_tokens, n);
 }
 
 /* Under priority, a waiting request that would find no seat takes the seat of a worse
@@ -172,18 +172,22 @@ static int schedule_in_order(struct scheduler *s) {
         if (s->config->scheduling_policy == SCHEDULING_PRIORITY)
                 take_seats(s);
 
-        uint32_t n_decode = 0;
+        struct step_shape decodes = { 0 };
         for (uint32_t i = 0; i < s->n_running; i++)
-                n_decode += request_is_decode(s->running[i]);
-        uint32_t prefill_left = stall_guard_allowance(&s->guard, n_decode, budget);
+                if (request_is_decode(s->running[i]))
+                        step_shape_add_chunk(&decodes, s->running[i], 1);
+        /* without chunked prefill a prompt runs whole: nothing to limit */
+        struct stall_guard guard;
+        stall_guard_begin(&guard, s->config->enable_chunked_prefill ? s->config->decode_stall_limit : 0, &s->model,
+                          &decodes);
 
         for (uint32_t i = 0; i < s->n_running && budget > 0;) {
                 struct request *req = s->running[i];
-                if (!request_is_decode(req) && prefill_left == 0) {
+                uint32_t n = chunk_size(s, &guard, req, budget);
+                if (n == 0) {
                         i++;
                         continue;
                 }
-                uint32_t n = chunk_size(s, req, budget, prefill_left);
                 bool fits = true;
                 while (kv_blocks_allocate(s->kv, &req->blocks, req->num_computed_tokens + n) == -ENOSPC) {
                         uint32_t victim = pick_victim(s);
@@ -200,8 +204,6 @@ static int schedule_in_order(struct scheduler *s) {
                         continue; /* running[i] now holds the next request */
                 s->plan[s->n_plan++] = (struct scheduled_chunk) { req, n };
                 budget -= n;
-                if (!request_is_decode(req))
-                        prefill_left -= n;
                 i++;
         }
         for (uint32_t i = 0; i < s->n_plan; i++)
@@ -209,15 +211,14 @@ static int schedule_in_order(struct scheduler *s) {
 
         /* Admit waiting requests only when nothing had to be preempted this step; admission
          * never preempts, so every chunk committed above is computed. */
-        while (!preempted && s->n_waiting > 0 && budget > 0 && prefill_left > 0 && s->n_running < s->config->max_num_seqs) {
+        while (!preempted && s->n_waiting > 0 && budget > 0 && s->n_running < s->config->max_num_seqs) {
                 struct request *req = s->waiting[0];
                 int rc = scheduler_match_prefix(s, req);
                 if (rc < 0)
                         return rc;
-                uint32_t n = chunk_size(s, req, budget, prefill_left);
-                if (!s->config->enable_chunked_prefill && n < req->n_tokens - req->num_computed_tokens)
-                        break; /* the whole prompt must fit in this step */
-                if (kv_blocks_allocate(s->kv, &req->blocks, req->num_computed_tokens + n) < 0) {
+                uint32_t n = chunk_size(s, &guard, req, budget);
+                if (n == 0 || (!s->config->enable_chunked_prefill && n < req->n_tokens - req->num_computed_tokens) ||
+                    kv_blocks_allocate(s->kv, &req->blocks, req->num_computed_tokens + n) < 0) {
                         kv_blocks_release(s->kv, &req->blocks);
                         req->num_computed_tokens = 0;
                         break;
@@ -225,7 +226,6 @@ static int schedule_in_order(struct scheduler *s) {
                 scheduler_admit(s, 0, n);
                 scheduler_commit_chunk(s, &s->plan[s->n_plan - 1]);
                 budget -= n;
-                prefill_left -= n;
         }
         return 0;
 }
@@ -267,7 +267,6 @@ struct step_shape scheduler_plan_shape(const struct scheduler *s) {
 }
 
 void scheduler_record_step(struct scheduler *s, double seconds) {
-        stall_guard_record(&s->guard, s->plan_shape.n_decode, s->plan_shape.n_prompt, seconds);
         step_time_model_record(&s->model, &s->plan_shape, seconds);
 }
 

@@ -13,7 +13,6 @@
 #include "engine-config.h"
 #include "kv-blocks.h"
 #include "request.h"
-#include "stall-guard.h"
 #include "step-time-model.h"
 
 struct scheduled_chunk {
@@ -32,8 +31,7 @@ struct scheduler {
         struct scheduled_chunk *plan; /* the current step */
         uint32_t n_plan;
         uint64_t n_preemptions;
-        struct stall_guard guard;
-        struct step_shape plan_shape;  /* of the current plan: for the stall guard and the step-time model */
+        struct step_shape plan_shape;  /* of the current plan: for the step-time model */
         /* The slo policy (engine/slo-policy.c); the model learns under every policy. */
         struct step_time_model model;
         uint32_t reserve_blocks;    /* free blocks best-effort work may not take */

@@ -159,17 +159,7 @@ static bool fits(const struct step_plan *p, const struct request *r, uint32_t n)
 static uint32_t fitting_chunk(const struct step_plan *p, const struct request *r, uint32_t cap) {
         if (!p->timed)
                 return cap < UNTIMED_CHUNK ? cap : UNTIMED_CHUNK;
-        if (fits(p, r, cap))
-                return cap;
-        uint32_t lo = 0, hi = cap; /* fits(lo) holds or lo == 0; fits(hi) does not */
-        while (hi - lo > 1) {
-                uint32_t mid = lo + (hi - lo) / 2;
-                if (fits(p, r, mid))
-                        lo = mid;
-                else
-                        hi = mid;
-        }
-        return lo > 0 && fits(p, r, lo) ? lo : 0;
+        return step_time_model_fitting_chunk(&p->s->model, &p->shape, r->num_computed_tokens, cap, p->limit / p->margin);
 }
 
 static uint32_t prompt_cap(const struct step_plan *p, const struct request *r) {

@@ -3,41 +3,33 @@
 
 #include "stall-guard.h"
 
-/* Weight of the newest measurement: follows a prompt whose tokens get dearer as it deepens
- * within a few steps, while one noisy step moves the estimate only halfway. */
-#define SMOOTHING 0.5
-
-void stall_guard_init(struct stall_guard *g, double limit) {
-        *g = (struct stall_guard) { .limit = limit };
-}
-
-static void smooth(double *estimate, double sample) {
-        *estimate = *estimate > 0 ? *estimate + SMOOTHING * (sample - *estimate) : sample;
-}
-
-void stall_guard_record(struct stall_guard *g, uint32_t n_decode, uint32_t n_prefill, double seconds) {
-        if (g->limit <= 0 || n_decode == 0 || !(seconds > 0))
+void stall_guard_begin(struct stall_guard *g, double limit, const struct step_time_model *m,
+                       const struct step_shape *decodes) {
+        *g = (struct stall_guard) { .model = m, .shape = *decodes, .active = limit > 0 && decodes->n_decode > 0 };
+        if (!g->active)
                 return;
-        if (n_prefill == 0) {
-                smooth(&g->decode_token_time, seconds / n_decode);
-                return;
+        double decode_step = step_time_model_ready(m) ? step_time_model_predict(m, decodes) : 0;
+        if (decode_step > 0)
+                g->allowed = limit * decode_step;
+        else {
+                double n = floor((limit - 1) * decodes->n_decode);
+                g->untimed_left = n >= 1 ? (n < UINT32_MAX ? (uint32_t) n : UINT32_MAX) : 1;
         }
-        if (g->decode_token_time <= 0)
-                return;
-        double prefill = seconds - g->decode_token_time * n_decode;
-        if (prefill < 0)
-                prefill = 0;
-        smooth(&g->prefill_token_time, prefill / n_prefill);
 }
 
-uint32_t stall_guard_allowance(const struct stall_guard *g, uint32_t n_decode, uint32_t budget) {
-        if (g->limit <= 0 || n_decode == 0 || g->decode_token_time <= 0)
-                return budget;
-        double decode_step = g->decode_token_time * n_decode;
-        /* before any mixed step, price a prompt token like a decode */
-        double per_token = g->prefill_token_time > 0 ? g->prefill_token_time : g->decode_token_time;
-        double n = floor((g->limit - 1) * decode_step / per_token);
-        if (!(n >= 1))
-                return 1;
-        return n < budget ? (uint32_t) n : budget;
+uint32_t stall_guard_grant(struct stall_guard *g, uint32_t start, uint32_t cap) {
+        if (!g->active || cap == 0)
+                return cap;
+        uint32_t n;
+        if (g->allowed > 0)
+                n = step_time_model_fitting_chunk(g->model, &g->shape, start, cap, g->allowed);
+        else {
+                n = cap < g->untimed_left ? cap : g->untimed_left;
+                g->untimed_left -= n;
+        }
+        if (n == 0 && g->shape.n_prompt == 0)
+                n = 1; /* prompts keep moving however dear their tokens */
+        g->shape.n_prompt += n;
+        g->shape.n_context += step_shape_context(start, n);
+        return n;
 }

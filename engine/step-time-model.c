@@ -61,6 +61,29 @@ double step_time_model_predict(const struct step_time_model *m, const struct ste
         return t > 0 ? t : 0;
 }
 
+static bool chunk_fits(const struct step_time_model *m, const struct step_shape *shape, uint32_t start, uint32_t n,
+                       double seconds) {
+        struct step_shape with = *shape;
+        with.n_prompt += n;
+        with.n_context += step_shape_context(start, n);
+        return step_time_model_predict(m, &with) <= seconds;
+}
+
+uint32_t step_time_model_fitting_chunk(const struct step_time_model *m, const struct step_shape *shape, uint32_t start,
+                                       uint32_t cap, double seconds) {
+        if (chunk_fits(m, shape, start, cap, seconds))
+                return cap;
+        uint32_t lo = 0, hi = cap; /* lo == 0 or fits; hi does not */
+        while (hi - lo > 1) {
+                uint32_t mid = lo + (hi - lo) / 2;
+                if (chunk_fits(m, shape, start, mid, seconds))
+                        lo = mid;
+                else
+                        hi = mid;
+        }
+        return lo;
+}
+
 void step_time_model_record(struct step_time_model *m, const struct step_shape *shape, double seconds) {
         if (!(seconds > 0) || !isfinite(seconds))
                 return;

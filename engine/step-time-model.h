@@ -51,6 +51,11 @@ void step_time_model_record(struct step_time_model *m, const struct step_shape *
 /* Predicted seconds, never below 0; meaningful once ready. */
 double step_time_model_predict(const struct step_time_model *m, const struct step_shape *shape);
 
+/* The most prompt tokens (at most cap) of a chunk from position start that a step of this
+ * shape can add and still be predicted to take at most seconds; 0 when not one. */
+uint32_t step_time_model_fitting_chunk(const struct step_time_model *m, const struct step_shape *shape, uint32_t start,
+                                       uint32_t cap, double seconds);
+
 /* The factor to plan with: 1 + the 90th percentile of recent under-predictions, outliers
  * left out (at most 2); 1.25 before enough errors are known. */
 double step_time_model_margin(const struct step_time_model *m);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* The prefill allowance: unlimited with nothing to protect or nothing learnt, priced like a
- * decode at first, then from mixed steps' measured cost, never below one token. */
+/* The stall guard's grants: everything with nothing to protect, a prompt token priced like
+ * a decoding sequence before the step-time model has learned, then as many prompt tokens as
+ * keep the predicted step within the limit, never fewer than one per step. */
 #include "config.h"
 
 #include <check.h>
@@ -8,57 +9,143 @@
 
 #include "stall-guard.h"
 
+/* The synthetic machine the model learns: a fixed part, then per prompt token, per
+ * decoding sequence and per attention read (seconds). */
+#define FIXED 0.004
+#define PER_PROMPT 0.0003
+#define PER_DECODE 0.0006
+#define PER_READ 2e-7
+
+static double true_time(const struct step_shape *s) {
+        return FIXED + PER_PROMPT * s->n_prompt + PER_DECODE * s->n_decode + PER_READ * (double) s->n_context;
+}
+
+static struct step_shape decoding(uint32_t n, uint32_t depth) {
+        struct step_shape s = { .n_decode = n };
+        for (uint32_t i = 0; i < n; i++)
+                s.n_context += step_shape_context(depth, 1);
+        return s;
+}
+
+static void add_prompt(struct step_shape *s, uint32_t start, uint32_t n) {
+        s->n_prompt += n;
+        s->n_context += step_shape_context(start, n);
+}
+
+/* A model that has seen a few hundred varied steps of the synthetic machine. */
+static void train(struct step_time_model *m) {
+        step_time_model_init(m);
+        static const uint32_t prompts[] = { 0, 0, 8, 32, 100, 256 };
+        for (uint32_t i = 0; i < 400; i++) {
+                struct step_shape s = decoding(i % 17, 50 + 37 * (i % 11));
+                add_prompt(&s, (i * 131) % 1500, prompts[i % 6]);
+                if (s.n_prompt + s.n_decode == 0)
+                        s.n_decode = 1;
+                step_time_model_record(m, &s, true_time(&s));
+        }
+}
+
+/* The most prompt tokens from start that keep the true step within limit x its decodes. */
+static uint32_t best_grant(const struct step_shape *decodes, double limit, uint32_t start, uint32_t cap) {
+        uint32_t n = 0;
+        while (n < cap) {
+                struct step_shape s = *decodes;
+                add_prompt(&s, start, n + 1);
+                if (true_time(&s) > limit * true_time(decodes))
+                        break;
+                n++;
+        }
+        return n;
+}
+
 START_TEST(test_nothing_to_protect) {
+        struct step_time_model m;
+        train(&m);
         struct stall_guard g;
-        stall_guard_init(&g, 2.0);
-        ck_assert_uint_eq(stall_guard_allowance(&g, 0, 256), 256); /* no decodes */
-        ck_assert_uint_eq(stall_guard_allowance(&g, 16, 256), 256); /* nothing measured yet */
-        stall_guard_init(&g, 0);
-        stall_guard_record(&g, 16, 0, 0.080);
-        ck_assert_uint_eq(stall_guard_allowance(&g, 16, 256), 256); /* off */
+        struct step_shape none = { 0 }, sixteen = decoding(16, 100);
+        stall_guard_begin(&g, 2.0, &m, &none);
+        ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 256);
+        ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 256);
+        stall_guard_begin(&g, 0, &m, &sixteen); /* off */
+        ck_assert_uint_eq(stall_guard_grant(&g, 4000, 256), 256);
 }
 END_TEST
 
-START_TEST(test_priced_like_decodes_first) {
+START_TEST(test_priced_like_decodes_until_learned) {
+        struct step_time_model m;
+        step_time_model_init(&m);
         struct stall_guard g;
-        stall_guard_init(&g, 2.0);
-        stall_guard_record(&g, 16, 0, 0.080); /* 5 ms a decode */
+        struct step_shape sixteen = decoding(16, 100);
         /* twice a decode-only step leaves room for as many prompt tokens as decodes */
-        ck_assert_uint_eq(stall_guard_allowance(&g, 16, 256), 16);
-        stall_guard_init(&g, 3.0);
-        stall_guard_record(&g, 16, 0, 0.080);
-        ck_assert_uint_eq(stall_guard_allowance(&g, 16, 256), 32);
-        ck_assert_uint_eq(stall_guard_allowance(&g, 16, 20), 20); /* never above the budget */
+        stall_guard_begin(&g, 2.0, &m, &sixteen);
+        ck_assert_uint_eq(stall_guard_grant(&g, 0, 10), 10);
+        ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 6);
+        ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 0);
+        stall_guard_begin(&g, 3.0, &m, &sixteen);
+        ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 32);
+        /* one decode and a limit of 1.5: still one prompt token per step */
+        struct step_shape one = decoding(1, 10);
+        stall_guard_begin(&g, 1.5, &m, &one);
+        ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 1);
+        ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 0);
 }
 END_TEST
 
-START_TEST(test_learns_prompt_cost) {
+START_TEST(test_grants_what_the_model_predicts) {
+        struct step_time_model m;
+        train(&m);
         struct stall_guard g;
-        stall_guard_init(&g, 2.0);
-        stall_guard_record(&g, 16, 0, 0.080);
-        /* 16 prompt tokens took 240 ms beyond the decodes: 15 ms each, so 80 ms buys 5 */
-        stall_guard_record(&g, 16, 16, 0.320);
-        ck_assert_uint_eq(stall_guard_allowance(&g, 16, 256), 5);
-        /* deep in a long prompt a token costs 100 ms: still one token, so it progresses */
-        for (int i = 0; i < 20; i++)
-                stall_guard_record(&g, 16, 1, 0.180);
-        ck_assert_uint_eq(stall_guard_allowance(&g, 16, 256), 1);
-        /* cheap again: the estimate follows */
-        for (int i = 0; i < 20; i++)
-                stall_guard_record(&g, 16, 8, 0.120);
-        uint32_t n = stall_guard_allowance(&g, 16, 256);
-        ck_assert_msg(n == 15 || n == 16, "allowance %u, expected 16 (15 while the estimate settles)", n);
+        for (uint32_t n_decode = 1; n_decode <= 16; n_decode *= 2)
+                for (uint32_t start = 0; start <= 3000; start += 1000) {
+                        struct step_shape decodes = decoding(n_decode, 200);
+                        uint32_t best = best_grant(&decodes, 2.0, start, 256);
+                        stall_guard_begin(&g, 2.0, &m, &decodes);
+                        uint32_t n = stall_guard_grant(&g, start, 256);
+                        ck_assert_msg(n + 1 >= best && n <= best + 1, "%u decodes, prompt from %u: granted %u, best %u",
+                                      n_decode, start, n, best);
+                }
 }
 END_TEST
 
-START_TEST(test_noise_does_not_break_it) {
+/* Two decodes and a cheap prompt: the step's fixed part is shared, so a prompt token costs
+ * far less than a decode-only step per sequence. Pricing it like one (the guard's earlier
+ * rule) let 2 prompt tokens a step in, and a batch of new requests waited seconds. */
+START_TEST(test_fixed_cost_is_not_a_prompt_token_price) {
+        struct step_time_model m;
+        train(&m);
         struct stall_guard g;
-        stall_guard_init(&g, 2.0);
-        stall_guard_record(&g, 16, 0, 0.080);
-        stall_guard_record(&g, 16, 8, 0.050); /* faster than the decodes alone: free prompt tokens */
-        ck_assert_uint_eq(stall_guard_allowance(&g, 16, 256), 16); /* priced like decodes again */
-        stall_guard_record(&g, 16, 8, 0);     /* a clock that did not move is ignored */
-        ck_assert_uint_eq(stall_guard_allowance(&g, 16, 256), 16);
+        struct step_shape two = decoding(2, 100);
+        stall_guard_begin(&g, 2.0, &m, &two);
+        uint32_t n = stall_guard_grant(&g, 0, 256);
+        ck_assert_msg(n >= 15, "granted %u prompt tokens beside 2 decodes, expected about %u", n,
+                      best_grant(&two, 2.0, 0, 256));
+}
+END_TEST
+
+START_TEST(test_chunks_share_the_step) {
+        struct step_time_model m;
+        train(&m);
+        struct stall_guard g;
+        struct step_shape decodes = decoding(8, 100);
+        uint32_t best = best_grant(&decodes, 2.0, 0, 256);
+        stall_guard_begin(&g, 2.0, &m, &decodes);
+        ck_assert_uint_eq(stall_guard_grant(&g, 0, 5), 5);
+        uint32_t second = stall_guard_grant(&g, 0, 256);
+        ck_assert_msg(second + 5 + 1 >= best && second + 5 <= best + 1, "second chunk %u after 5, best in all %u",
+                      second, best);
+        ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 0);
+}
+END_TEST
+
+START_TEST(test_deep_prompt_still_moves) {
+        struct step_time_model m;
+        train(&m);
+        struct stall_guard g;
+        struct step_shape decodes = decoding(1, 10);
+        /* at depth 100000 one token's attention reads cost 20 ms, four decode-only steps */
+        stall_guard_begin(&g, 2.0, &m, &decodes);
+        ck_assert_uint_eq(stall_guard_grant(&g, 100000, 256), 1);
+        ck_assert_uint_eq(stall_guard_grant(&g, 100000, 256), 0);
 }
 END_TEST
 
@@ -66,9 +153,11 @@ int main(void) {
         Suite *s = suite_create("stall-guard");
         TCase *tc = tcase_create("core");
         tcase_add_test(tc, test_nothing_to_protect);
-        tcase_add_test(tc, test_priced_like_decodes_first);
-        tcase_add_test(tc, test_learns_prompt_cost);
-        tcase_add_test(tc, test_noise_does_not_break_it);
+        tcase_add_test(tc, test_priced_like_decodes_until_learned);
+        tcase_add_test(tc, test_grants_what_the_model_predicts);
+        tcase_add_test(tc, test_fixed_cost_is_not_a_prompt_token_price);
+        tcase_add_test(tc, test_chunks_share_the_step);
+        tcase_add_test(tc, test_deep_prompt_still_moves);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
