@@ -179,7 +179,7 @@ static int schedule_in_order(struct scheduler *s) {
         /* without chunked prefill a prompt runs whole: nothing to limit */
         struct stall_guard guard;
         stall_guard_begin(&guard, s->config->enable_chunked_prefill ? s->config->decode_stall_limit : 0, &s->model,
-                          &decodes);
+                          &decodes, s->mixed_steps_in_a_row);
 
         for (uint32_t i = 0; i < s->n_running && budget > 0;) {
                 struct request *req = s->running[i];
@@ -267,6 +267,8 @@ struct step_shape scheduler_plan_shape(const struct scheduler *s) {
 }
 
 void scheduler_record_step(struct scheduler *s, double seconds) {
+        if (s->plan_shape.n_decode > 0)
+                s->mixed_steps_in_a_row = s->plan_shape.n_prompt > 0 ? s->mixed_steps_in_a_row + 1 : 0;
         step_time_model_record(&s->model, &s->plan_shape, seconds);
 }
 

@@ -31,6 +31,7 @@ struct scheduler {
         struct scheduled_chunk *plan; /* the current step */
         uint32_t n_plan;
         uint64_t n_preemptions;
+        uint32_t mixed_steps_in_a_row; /* steps with decodes and prompt work since a decode-only one */
         struct step_shape plan_shape;  /* of the current plan: for the step-time model */
         /* The slo policy (engine/slo-policy.c); the model learns under every policy. */
         struct step_time_model model;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The stall guard's grants: everything with nothing to protect, a prompt token priced like
  * a decoding sequence before the step-time model has learned, then as many prompt tokens as
- * keep the predicted step within the limit, never fewer than one per step. */
+ * keep the predicted step within the limit, never fewer than one per step, except in the
+ * decode-only step that now and then measures the decodes alone. */
 #include "config.h"
 
 #include <check.h>
@@ -63,10 +64,10 @@ START_TEST(test_nothing_to_protect) {
         train(&m);
         struct stall_guard g;
         struct step_shape none = { 0 }, sixteen = decoding(16, 100);
-        stall_guard_begin(&g, 2.0, &m, &none);
+        stall_guard_begin(&g, 2.0, &m, &none, 0);
         ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 256);
         ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 256);
-        stall_guard_begin(&g, 0, &m, &sixteen); /* off */
+        stall_guard_begin(&g, 0, &m, &sixteen, 0); /* off */
         ck_assert_uint_eq(stall_guard_grant(&g, 4000, 256), 256);
 }
 END_TEST
@@ -77,15 +78,15 @@ START_TEST(test_priced_like_decodes_until_learned) {
         struct stall_guard g;
         struct step_shape sixteen = decoding(16, 100);
         /* twice a decode-only step leaves room for as many prompt tokens as decodes */
-        stall_guard_begin(&g, 2.0, &m, &sixteen);
+        stall_guard_begin(&g, 2.0, &m, &sixteen, 0);
         ck_assert_uint_eq(stall_guard_grant(&g, 0, 10), 10);
         ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 6);
         ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 0);
-        stall_guard_begin(&g, 3.0, &m, &sixteen);
+        stall_guard_begin(&g, 3.0, &m, &sixteen, 0);
         ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 32);
         /* one decode and a limit of 1.5: still one prompt token per step */
         struct step_shape one = decoding(1, 10);
-        stall_guard_begin(&g, 1.5, &m, &one);
+        stall_guard_begin(&g, 1.5, &m, &one, 0);
         ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 1);
         ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 0);
 }
@@ -99,7 +100,7 @@ START_TEST(test_grants_what_the_model_predicts) {
                 for (uint32_t start = 0; start <= 3000; start += 1000) {
                         struct step_shape decodes = decoding(n_decode, 200);
                         uint32_t best = best_grant(&decodes, 2.0, start, 256);
-                        stall_guard_begin(&g, 2.0, &m, &decodes);
+                        stall_guard_begin(&g, 2.0, &m, &decodes, 0);
                         uint32_t n = stall_guard_grant(&g, start, 256);
                         ck_assert_msg(n + 1 >= best && n <= best + 1, "%u decodes, prompt from %u: granted %u, best %u",
                                       n_decode, start, n, best);
@@ -115,7 +116,7 @@ START_TEST(test_fixed_cost_is_not_a_prompt_token_price) {
         train(&m);
         struct stall_guard g;
         struct step_shape two = decoding(2, 100);
-        stall_guard_begin(&g, 2.0, &m, &two);
+        stall_guard_begin(&g, 2.0, &m, &two, 0);
         uint32_t n = stall_guard_grant(&g, 0, 256);
         ck_assert_msg(n >= 15, "granted %u prompt tokens beside 2 decodes, expected about %u", n,
                       best_grant(&two, 2.0, 0, 256));
@@ -128,7 +129,7 @@ START_TEST(test_chunks_share_the_step) {
         struct stall_guard g;
         struct step_shape decodes = decoding(8, 100);
         uint32_t best = best_grant(&decodes, 2.0, 0, 256);
-        stall_guard_begin(&g, 2.0, &m, &decodes);
+        stall_guard_begin(&g, 2.0, &m, &decodes, 0);
         ck_assert_uint_eq(stall_guard_grant(&g, 0, 5), 5);
         uint32_t second = stall_guard_grant(&g, 0, 256);
         ck_assert_msg(second + 5 + 1 >= best && second + 5 <= best + 1, "second chunk %u after 5, best in all %u",
@@ -143,9 +144,23 @@ START_TEST(test_deep_prompt_still_moves) {
         struct stall_guard g;
         struct step_shape decodes = decoding(1, 10);
         /* at depth 100000 one token's attention reads cost 20 ms, four decode-only steps */
-        stall_guard_begin(&g, 2.0, &m, &decodes);
+        stall_guard_begin(&g, 2.0, &m, &decodes, 0);
         ck_assert_uint_eq(stall_guard_grant(&g, 100000, 256), 1);
         ck_assert_uint_eq(stall_guard_grant(&g, 100000, 256), 0);
+}
+END_TEST
+
+START_TEST(test_decodes_alone_now_and_then) {
+        struct step_time_model m;
+        train(&m);
+        struct stall_guard g;
+        struct step_shape decodes = decoding(8, 100), none = { 0 };
+        stall_guard_begin(&g, 2.0, &m, &decodes, STALL_GUARD_PROBE_EVERY - 1);
+        ck_assert_uint_gt(stall_guard_grant(&g, 0, 256), 0);
+        stall_guard_begin(&g, 2.0, &m, &decodes, STALL_GUARD_PROBE_EVERY);
+        ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 0); /* not even the one token */
+        stall_guard_begin(&g, 2.0, &m, &none, STALL_GUARD_PROBE_EVERY);
+        ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 256); /* nothing to measure */
 }
 END_TEST
 
@@ -158,6 +173,7 @@ int main(void) {
         tcase_add_test(tc, test_fixed_cost_is_not_a_prompt_token_price);
         tcase_add_test(tc, test_chunks_share_the_step);
         tcase_add_test(tc, test_deep_prompt_still_moves);
+        tcase_add_test(tc, test_decodes_alone_now_and_then);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
