@@ -4,7 +4,8 @@
  * product; then sixteen positions' vectors are summed together, each by lanes_sum16()'s tree,
  * with shuffles that pair halves, quarters, pairs and single lanes of two vectors, so that
  * every add is the tree's add for two positions at once. The single product spent most of its
- * time on that horizontal sum, one position at a time. Values go lane by lane: the positions
+ * time on that horizontal sum, one position at a time. The sixteen keys are converted from
+ * f16 once for all the queries (the group's heads), not once per query. Values go lane by lane: the positions
  * of one lane (j = l, l + n_lanes, ...) accumulate in registers for every query of the group,
  * each row converted from f16 once. Heads whose size is not a multiple of 64 go one position
  * at a time (attention-by-position.h). Included by dot-x86-template.h for the AVX-512 set,
@@ -33,14 +34,14 @@ ATTN_ATTRS __m512 attn_sum16_each(const __m512 l[16]) {
         return _mm512_permutexvar_ps(_mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0), d);
 }
 
-/* Element i of row k (n of them, a multiple of 64) against q: lane i % 16 (wide: i % 64, then
- * lanes_sum64()'s first fold to 16), fused multiply-adds from +0. */
-ATTN_ATTRS __m512 attn_key_lanes(const f16_bits *k, const float *q, size_t n, bool wide) {
+/* Element i of row k (n of them, a multiple of 64, converted from f16) against q: lane
+ * i % 16 (wide: i % 64, then lanes_sum64()'s first fold to 16), fused multiply-adds from +0. */
+ATTN_ATTRS __m512 attn_key_lanes(const float *k, const float *q, size_t n, bool wide) {
         const __m512 zero = _mm512_setzero_ps();
         __m512 acc[4] = { zero, zero, zero, zero };
         for (size_t i = 0; i < n; i += 64)
                 _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {
-                        __m512 kf = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (k + i + 16 * c)));
+                        __m512 kf = _mm512_load_ps(k + i + 16 * c);
                         __m512 qf = _mm512_loadu_ps(q + i + 16 * c);
                         if (wide)
                                 acc[c] = _mm512_fmadd_ps(kf, qf, acc[c]);
@@ -52,24 +53,23 @@ ATTN_ATTRS __m512 attn_key_lanes(const f16_bits *k, const float *q, size_t n, bo
         return _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]));
 }
 
-__attribute__((target(DOT_TARGET))) static void DOT_FN(attn_scores)(const struct f16_rows *keys, unsigned n_pos, const float *q,
-                                                                    size_t q_stride, unsigned n_q, size_t n, bool wide,
-                                                                    float scale, float *scores, size_t scores_stride) {
-        if (n % 64 != 0) {
-                attn_scores_by_position(wide ? DOT_FN(dot_f16_wide) : DOT_FN(dot_f16), keys, n_pos, q, q_stride, n_q, n, scale,
-                                        scores, scores_stride);
-                return;
-        }
+/* n a multiple of 64; inlined with n constant for the common head sizes, so that the
+ * loops over a row unroll and the query stays in registers across positions. */
+ATTN_ATTRS void attn_scores_by_16(const struct f16_rows *keys, unsigned n_pos, const float *q, size_t q_stride,
+                                  unsigned n_q, size_t n, bool wide, float scale, float *scores, size_t scores_stride) {
         /* The query meets its key in the wide product's lanes; no remainder, so the double
          * sum of the single product is the float one. */
         const __m512 scale_v = _mm512_set1_ps(scale);
-        const f16_bits *rows[16];
+        float converted[16 * DOT_F16_MAX_DIM] __attribute__((aligned(64)));
         uint32_t block = 0, offset = 0;
         for (unsigned j0 = 0; j0 < n_pos; j0 += 16) {
                 unsigned m = n_pos - j0 < 16 ? n_pos - j0 : 16;
                 for (unsigned p = 0; p < m; p++) {
-                        rows[p] = keys->base +
-                                  ((size_t) keys->block_table[block] * keys->block_size + offset) * keys->row_stride;
+                        const f16_bits *row = keys->base +
+                                              ((size_t) keys->block_table[block] * keys->block_size + offset) * keys->row_stride;
+                        for (size_t i = 0; i < n; i += 16)
+                                _mm512_store_ps(converted + p * n + i,
+                                                _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (row + i))));
                         if (++offset == keys->block_size) {
                                 offset = 0;
                                 block++;
@@ -79,12 +79,26 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(attn_scores)(const struct
                         const float *qg = q + g * q_stride;
                         __m512 l[16];
                         _Pragma("GCC unroll 16") for (unsigned p = 0; p < 16; p++)
-                                l[p] = p < m ? attn_key_lanes(rows[p], qg, n, wide) : _mm512_setzero_ps();
+                                l[p] = p < m ? attn_key_lanes(converted + p * n, qg, n, wide) : _mm512_setzero_ps();
                         __m512 dots = attn_sum16_each(l);
                         _mm512_mask_storeu_ps(scores + g * scores_stride + j0, (__mmask16) ((1u << m) - 1),
                                               _mm512_mul_ps(dots, scale_v));
                 }
         }
+}
+
+__attribute__((target(DOT_TARGET))) static void DOT_FN(attn_scores)(const struct f16_rows *keys, unsigned n_pos, const float *q,
+                                                                    size_t q_stride, unsigned n_q, size_t n, bool wide,
+                                                                    float scale, float *scores, size_t scores_stride) {
+        if (n == 64)
+                attn_scores_by_16(keys, n_pos, q, q_stride, n_q, 64, wide, scale, scores, scores_stride);
+        else if (n == 128)
+                attn_scores_by_16(keys, n_pos, q, q_stride, n_q, 128, wide, scale, scores, scores_stride);
+        else if (n % 64 == 0)
+                attn_scores_by_16(keys, n_pos, q, q_stride, n_q, n, wide, scale, scores, scores_stride);
+        else
+                attn_scores_by_position(wide ? DOT_FN(dot_f16_wide) : DOT_FN(dot_f16), keys, n_pos, q, q_stride, n_q, n, scale,
+                                        scores, scores_stride);
 }
 
 /* One lane's sums for n_q (<= 4) queries and 64 elements from column i0: positions j = l,

@@ -36,6 +36,10 @@ struct packed_model {
 };
 
 #define SMALL_BATCH 4
+/* Consecutive prompt tokens of a sequence whose attention goes together (as many as keep
+ * their query heads within DOT_GROUP_MAX): each key and value is read and converted once for
+ * all their query heads. */
+#define ATTN_TILE_TOKENS 4
 
 /* The next group of rows of one matmul that no thread has taken yet: threads take chunks as
  * they finish, so one that runs slow (a busy core, a stalled stream) does not hold the other
@@ -74,6 +78,10 @@ struct cpu_runner {
         float *rope_sin;         /* (T, rope_dim / 2) */
         float *thread_scratch;   /* (n_threads, max_model_len + max_dim) scores and rows */
         size_t thread_scratch_stride;
+        uint32_t attn_tile_tokens;
+        size_t attn_scores_floats; /* of a thread's scratch: the tile's scores, then its queries or a row */
+        size_t attn_queries_floats;
+        uint32_t *attn_done_until; /* (thread, key-value head): tokens before it are done */
         uint64_t scratch_bytes;  /* all of the above */
 
         /* The step in progress, read by every worker. */
@@ -238,11 +246,15 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
         }
 
         size_t T = config->max_batch_tokens;
-        /* per head of a group: scores (padded to 16); then the group's queries or a dequantized
-         * row; then per head of a group 64 lanes of a head */
+        /* per query head of a tile: scores (padded to 16); then the tile's queries or a
+         * dequantized row; then per query head of a tile 64 lanes of a head */
         uint32_t group = hp->n_head / hp->n_head_kv;
-        r->thread_scratch_stride = group * ((size_t) config->max_model_len + 16) + r->max_dim +
-                                   (size_t) group * 64 * hp->head_dim;
+        r->attn_tile_tokens = DOT_GROUP_MAX / group < ATTN_TILE_TOKENS ? DOT_GROUP_MAX / group : ATTN_TILE_TOKENS;
+        size_t attn_rows = (size_t) group * r->attn_tile_tokens, queries = attn_rows * hp->head_dim;
+        r->attn_scores_floats = attn_rows * ((size_t) config->max_model_len + 16);
+        r->attn_queries_floats = queries > r->max_dim ? queries : r->max_dim;
+        r->thread_scratch_stride = r->attn_scores_floats + r->attn_queries_floats + attn_rows * 64 * hp->head_dim;
+        r->attn_done_until = calloc((size_t) config->n_threads * hp->n_head_kv, sizeof(*r->attn_done_until));
         r->x = alloc_floats(r, T * hp->n_embd);
         bool ok = activations_alloc(r, T, &r->shared);
         if (ok && all_weights_tiled(r)) {
@@ -261,7 +273,7 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
         r->thread_scratch = alloc_floats(r, config->n_threads * r->thread_scratch_stride);
         r->cursors = aligned_alloc(_Alignof(struct matmul_cursor), n_matmul_weights(r->model) * sizeof(struct matmul_cursor));
         if (!ok || !r->x || !r->q || !r->k || !r->v || !r->gate || !r->up || !r->rope_cos ||
-            !r->rope_sin || !r->thread_scratch || !r->cursors) {
+            !r->rope_sin || !r->thread_scratch || !r->cursors || !r->attn_done_until) {
                 cpu_runner_free(r);
                 return error_set(err, ENOMEM, "cannot allocate scratch for %zu tokens per step", T);
         }
@@ -289,6 +301,7 @@ void cpu_runner_free(struct cpu_runner *r) {
         free(r->rope_sin);
         free(r->thread_scratch);
         free(r->cursors);
+        free(r->attn_done_until);
         free(r);
 }
 
@@ -500,13 +513,30 @@ static uint64_t item_at_cost(const struct batch *b, uint32_t n_items_per_token, 
         return (uint64_t) b->n_tokens * n_items_per_token;
 }
 
+/* Tokens from t on (at most max) that go with t under key-value head kv_head: consecutive
+ * prompt positions of t's sequence whose items are below end. */
+static uint32_t attention_tile(const struct batch *b, uint32_t t, uint32_t kv_head, uint32_t n_head_kv, uint64_t end,
+                               uint32_t max) {
+        uint32_t n = 1;
+        if ((uint32_t) b->positions[t] >= b->seqs[b->seq_ids[t]].n_prompt)
+                return 1;
+        while (n < max && t + n < b->n_tokens && (uint64_t) (t + n) * n_head_kv + kv_head < end &&
+               b->seq_ids[t + n] == b->seq_ids[t] && b->positions[t + n] == b->positions[t] + (int32_t) n &&
+               (uint32_t) b->positions[t + n] < b->seqs[b->seq_ids[t]].n_prompt)
+                n++;
+        return n;
+}
+
 /* Causal grouped-query attention of each (token, key-value head) in this thread's share over
  * the token's sequence, positions 0..pos in order, read through the block table; the query
- * heads of the group go together, so that each key and value is converted once for them all.
- * Sums follow the lane order of llama.cpp's f16 matrix products, so that rounding matches the
- * reference: its tiled product (16 lanes) for prompt positions, its vector dot product (64
- * lanes) for generated ones; position j feeds lane j % lanes. The order depends only on the
- * sequence, and each head's numbers are what it would get alone. */
+ * heads of the group, and of a few consecutive prompt tokens, go together,
+ * so that each key and value is converted once for them all. A tile's earlier tokens also
+ * meet the keys of its later positions: their scores are not used and their weights are 0,
+ * which adds exactly nothing to the value sums. Sums follow the lane order of llama.cpp's
+ * f16 matrix products, so that rounding matches the reference: its tiled product (16 lanes)
+ * for prompt positions, its vector dot product (64 lanes) for generated ones; position j
+ * feeds lane j % lanes. The order depends only on the sequence, and each head's numbers are
+ * what it would get alone. */
 static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsigned nth) {
         const struct model_hparams *hp = &r->model->hp;
         const struct batch *b = r->batch;
@@ -514,9 +544,11 @@ static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
         uint32_t group = hp->n_head / hp->n_head_kv, hd = hp->head_dim, bs = r->kv->block_size;
         size_t scores_stride = (size_t) r->config.max_model_len + 16;
         float scale = 1.0f / sqrtf((float) hd);
-        float *scores = r->thread_scratch + ith * r->thread_scratch_stride; /* (group, scores_stride) */
-        float *q16 = scores + group * scores_stride;                        /* (group, hd) */
-        float *lanes = q16 + r->max_dim;                                    /* (group, 64, hd) */
+        float *scores = r->thread_scratch + ith * r->thread_scratch_stride; /* (tile heads, scores_stride) */
+        float *q16 = scores + r->attn_scores_floats;                        /* (tile heads, hd) */
+        float *lanes = q16 + r->attn_queries_floats;                         /* (tile heads, 64, hd) */
+        uint32_t *done_until = r->attn_done_until + (size_t) ith * hp->n_head_kv;
+        size_t lanes_stride = (size_t) 64 * hd;
         uint64_t begin, end;
 
         uint64_t total = 0;
@@ -525,29 +557,35 @@ static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
         begin = item_at_cost(b, hp->n_head_kv, group, total * ith / nth);
         end = ith + 1 == nth ? (uint64_t) b->n_tokens * hp->n_head_kv
                              : item_at_cost(b, hp->n_head_kv, group, total * (ith + 1) / nth);
+        memset(done_until, 0, hp->n_head_kv * sizeof(*done_until));
         for (uint64_t item = begin; item < end; item++) {
                 uint32_t t = (uint32_t) (item / hp->n_head_kv), kv_head = (uint32_t) (item % hp->n_head_kv);
+                if (t < done_until[kv_head])
+                        continue; /* in a tile already computed */
+                uint32_t n_tile = attention_tile(b, t, kv_head, hp->n_head_kv, end, r->attn_tile_tokens);
+                done_until[kv_head] = t + n_tile;
                 const struct batch_seq *seq = &b->seqs[b->seq_ids[t]];
-                uint32_t n_ctx = (uint32_t) b->positions[t] + 1;
+                uint32_t n_pos = (uint32_t) b->positions[t + n_tile - 1] + 1; /* the tile's last token's */
                 bool prompt = (uint32_t) b->positions[t] < seq->n_prompt;
-                uint32_t n_lanes = prompt ? 16 : 64;
-                size_t head_offset = (size_t) kv_head * hd, lanes_stride = (size_t) 64 * hd;
-                const float *q = r->q + (size_t) t * r->q_dim + (size_t) kv_head * group * hd;
-                float *out = r->shared.xn + (size_t) t * r->q_dim + (size_t) kv_head * group * hd;
+                uint32_t n_lanes = prompt ? 16 : 64, n_q = n_tile * group;
+                size_t head_offset = (size_t) kv_head * hd;
 
                 size_t layer_offset = kv_pool_slot(r->kv, layer, 0, 0) + head_offset;
                 struct f16_rows keys = { r->kv->k + layer_offset, seq->block_table, bs, r->kv_dim };
                 struct f16_rows values = { r->kv->v + layer_offset, seq->block_table, bs, r->kv_dim };
 
                 /* The queries meet the f16 keys at f16 precision, as in the reference. */
-                memcpy(q16, q, (size_t) group * hd * sizeof(float));
-                kern->round_f16(q16, (size_t) group * hd);
-                kern->attn_scores(&keys, n_ctx, q16, hd, group, hd, !prompt, scale, scores, scores_stride);
+                for (uint32_t i = 0; i < n_tile; i++)
+                        memcpy(q16 + (size_t) i * group * hd, r->q + (size_t) (t + i) * r->q_dim + head_offset * group,
+                               (size_t) group * hd * sizeof(float));
+                kern->round_f16(q16, (size_t) n_q * hd);
+                kern->attn_scores(&keys, n_pos, q16, hd, n_q, hd, !prompt, scale, scores, scores_stride);
 
                 /* exp, summed per run of 16 positions in lane order, runs summed in double */
-                uint32_t padded = (n_ctx + 15) / 16 * 16;
-                for (uint32_t g = 0; g < group; g++) {
+                for (uint32_t g = 0; g < n_q; g++) {
                         float *sg = scores + g * scores_stride;
+                        uint32_t n_ctx = (uint32_t) b->positions[t + g / group] + 1;
+                        uint32_t padded = (n_ctx + 15) / 16 * 16;
                         float max = -INFINITY;
                         for (uint32_t j = 0; j < n_ctx; j++)
                                 max = sg[j] > max ? sg[j] : max; /* inline, unlike fmaxf */
@@ -563,10 +601,16 @@ static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
                         for (uint32_t j = 0; j < n_ctx; j++)
                                 sg[j] *= inv;
                         kern->round_f16(sg, n_ctx);
+                        for (uint32_t j = padded; j < n_pos; j++)
+                                sg[j] = 0.0f;
                 }
-                kern->attn_values(&values, n_ctx, scores, scores_stride, group, hd, n_lanes, lanes, lanes_stride);
-                for (uint32_t g = 0; g < group; g++)
-                        kern->sum_lanes(lanes + g * lanes_stride, hd, n_lanes, n_ctx < n_lanes ? n_ctx : n_lanes, hd, out + g * hd);
+                kern->attn_values(&values, n_pos, scores, scores_stride, n_q, hd, n_lanes, lanes, lanes_stride);
+                for (uint32_t g = 0; g < n_q; g++) {
+                        uint32_t n_ctx = (uint32_t) b->positions[t + g / group] + 1;
+                        float *out = r->shared.xn + (size_t) (t + g / group) * r->q_dim + head_offset * group +
+                                     (size_t) (g % group) * hd;
+                        kern->sum_lanes(lanes + g * lanes_stride, hd, n_lanes, n_ctx < n_lanes ? n_ctx : n_lanes, hd, out);
+                }
         }
 }
 
@@ -598,8 +642,7 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
         const struct model_hparams *hp = &m->hp;
         const struct batch *b = r->batch;
         uint32_t T = b->n_tokens;
-        float *row_scratch = r->thread_scratch + ith * r->thread_scratch_stride +
-                             (size_t) (hp->n_head / hp->n_head_kv) * (r->config.max_model_len + 16);
+        float *row_scratch = r->thread_scratch + ith * r->thread_scratch_stride + r->attn_scores_floats;
         /* The phases that feed a matmul (norm, quantization, swiglu) run on every thread for
          * the whole batch when it is small, on the thread's own activations: no barrier
          * before the matmul. Otherwise the threads share them out. */

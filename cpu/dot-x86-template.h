@@ -210,12 +210,14 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(quantize_q8_1)(const floa
                 __m128i s = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
                 s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
                 s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-                out[b].d = f32_to_f16(d);
-                out[b].s = f32_to_f16((float) _mm_cvtsi128_si32(s) * d);
-                if (ds) {
-                        ds[2 * b] = f16_to_f32(out[b].d);
-                        ds[2 * b + 1] = f16_to_f32(out[b].s);
-                }
+                /* F16C rounds to nearest even like f32_to_f16(); d and s are finite */
+                __m128 ds_f32 = _mm_setr_ps(d, (float) _mm_cvtsi128_si32(s) * d, 0.0f, 0.0f);
+                __m128i ds_f16 = _mm_cvtps_ph(ds_f32, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                uint32_t ds_bits = (uint32_t) _mm_cvtsi128_si32(ds_f16);
+                out[b].d = (uint16_t) ds_bits;
+                out[b].s = (uint16_t) (ds_bits >> 16);
+                if (ds)
+                        _mm_storel_pi((__m64 *) (ds + 2 * b), _mm_cvtph_ps(ds_f16));
         }
 }
 

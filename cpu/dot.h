@@ -22,7 +22,7 @@ typedef float (*dot_q_fn)(const void *weight_row, const struct block_q8_1 *act, 
  * out[t * DOT_TILE_ROWS + r]. Each weight block is unpacked once for all the tokens, and the
  * sixteen sums run side by side; each result has exactly the bits the set's dot_q_fn gives
  * for that row and token, so batching never changes a sequence's numbers. */
-#define DOT_GROUP_MAX 8
+#define DOT_GROUP_MAX 16
 #define DOT_F16_MAX_DIM 256
 
 /* The f16 key (or value) rows of one sequence, layer and key-value head in the paged KV
@@ -80,7 +80,7 @@ struct dot_kernels {
         dot_packed_fn packed_q4_1;
         dot_packed_fn packed_q8_0;
         /* Attention over the f16 KV cache of one sequence and key-value head, for a group of
-         * n_q queries (the heads that share it; n_q <= DOT_GROUP_MAX, n <= DOT_F16_MAX_DIM
+         * n_q queries (the query heads that share it, of one or more tokens; n_q <= DOT_GROUP_MAX, n <= DOT_F16_MAX_DIM
          * elements per head), positions 0..n_pos-1. Each query's numbers are what it alone
          * would get, in the summation order of llama.cpp's f16 products on x86; every set
          * gives the same bits.

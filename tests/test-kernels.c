@@ -152,7 +152,7 @@ static void compare_sets(const struct dot_kernels *k) {
  * rows the definition names. */
 static void compare_attention(const struct dot_kernels *k) {
         /* rows: the blocks that hold MAX_POS positions at the largest block size */
-        enum { MAX_POS = 200, MAX_DIM = 130, MAX_Q = 8, MAX_ROWS = MAX_POS + 32, MAX_STRIDE = MAX_DIM + 3 };
+        enum { MAX_POS = 200, MAX_DIM = 130, MAX_Q = DOT_GROUP_MAX, MAX_ROWS = MAX_POS + 32, MAX_STRIDE = MAX_DIM + 3 };
         static const size_t dims[] = { 64, 128, 1, 17, 63, 96, 130 };
         static const uint32_t block_sizes[] = { 16, 5, 32, 1 };
         static f16_bits cache_k[MAX_ROWS * MAX_STRIDE + 2], cache_v[MAX_ROWS * MAX_STRIDE + 2];
