@@ -5,9 +5,10 @@
  * with shuffles that pair halves, quarters, pairs and single lanes of two vectors, so that
  * every add is the tree's add for two positions at once. The single product spent most of its
  * time on that horizontal sum, one position at a time. The sixteen keys are converted from
- * f16 once for all the queries (the group's heads), not once per query. Values go lane by lane: the positions
- * of one lane (j = l, l + n_lanes, ...) accumulate in registers for every query of the group,
- * each row converted from f16 once. Heads whose size is not a multiple of 64 go one position
+ * f16 once for all the queries (the group's heads), not once per query. Values go lane by
+ * lane: for 16 lanes the positions of one lane accumulate in registers for every query,
+ * each row converted once; for 64 lanes the four lanes that fold together do, sixteen
+ * columns at a time. Heads whose size is not a multiple of 64 go one position
  * at a time (attention-by-position.h). Included by dot-x86-template.h for the AVX-512 set,
  * after its single-position products. */
 
@@ -110,6 +111,7 @@ ATTN_ATTRS void attn_values_lane(const struct f16_rows *values, unsigned l, unsi
                 _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)
                         acc[g][c] = _mm512_setzero_ps();
         uint32_t block = l / values->block_size, offset = l % values->block_size;
+        const uint32_t step_blocks = n_lanes / values->block_size, step_offset = n_lanes % values->block_size;
         for (unsigned j = l; j < n_pos; j += n_lanes) {
                 const f16_bits *v = values->base +
                                     ((size_t) values->block_table[block] * values->block_size + offset) * values->row_stride + i0;
@@ -121,12 +123,68 @@ ATTN_ATTRS void attn_values_lane(const struct f16_rows *values, unsigned l, unsi
                         _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)
                                 acc[g][c] = _mm512_fmadd_ps(vf[c], wg, acc[g][c]);
                 }
-                for (offset += n_lanes; offset >= values->block_size; offset -= values->block_size)
+                block += step_blocks;
+                offset += step_offset;
+                if (offset >= values->block_size) {
+                        offset -= values->block_size;
                         block++;
+                }
         }
         _Pragma("GCC unroll 4") for (unsigned g = 0; g < n_q; g++)
                 _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)
                         _mm512_storeu_ps(lanes + g * lanes_stride + (size_t) l * n + i0 + 16 * c, acc[g][c]);
+}
+
+/* Row e of the 64-lane fold (dot.h) for n_q (<= 4) queries and the sixteen elements from
+ * column i: lanes e, 16 + e, 32 + e and 48 + e in registers, each over its positions
+ * j = lane, lane + 64, ..., then folded; each value row's sixteen elements converted once. */
+ATTN_ATTRS void attn_values_fold(const struct f16_rows *values, unsigned e, unsigned n_pos, const float *w, size_t w_stride,
+                                 unsigned n_q, size_t i, size_t n, float *lanes, size_t lanes_stride) {
+        __m512 acc[4][4];
+        _Pragma("GCC unroll 4") for (unsigned k = 0; k < 4; k++)
+                _Pragma("GCC unroll 4") for (unsigned g = 0; g < 4; g++)
+                        acc[k][g] = _mm512_setzero_ps();
+        _Pragma("GCC unroll 4") for (unsigned k = 0; k < 4; k++) {
+                unsigned lane = e + 16 * k;
+                uint32_t block = lane / values->block_size, offset = lane % values->block_size;
+                const uint32_t step_blocks = 64 / values->block_size, step_offset = 64 % values->block_size;
+                for (unsigned j = lane; j < n_pos; j += 64) {
+                        const f16_bits *v = values->base +
+                                            ((size_t) values->block_table[block] * values->block_size + offset) * values->row_stride + i;
+                        __m512 vf = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) v));
+                        _Pragma("GCC unroll 4") for (unsigned g = 0; g < n_q; g++)
+                                acc[k][g] = _mm512_fmadd_ps(vf, _mm512_set1_ps(w[g * w_stride + j]), acc[k][g]);
+                        block += step_blocks;
+                        offset += step_offset;
+                        if (offset >= values->block_size) {
+                                offset -= values->block_size;
+                                block++;
+                        }
+                }
+        }
+        _Pragma("GCC unroll 4") for (unsigned g = 0; g < n_q; g++)
+                _mm512_storeu_ps(lanes + g * lanes_stride + (size_t) e * n + i,
+                                 _mm512_add_ps(_mm512_add_ps(acc[0][g], acc[2][g]), _mm512_add_ps(acc[1][g], acc[3][g])));
+}
+
+/* The 64-lane values folded to 16 rows, sixteen columns at a time: the lanes never go
+ * through memory, which had cost more than the products at short contexts (few positions
+ * per lane). */
+ATTN_ATTRS void attn_values_folded(const struct f16_rows *values, unsigned n_pos, const float *w, size_t w_stride,
+                                   unsigned n_q, size_t n, float *lanes, size_t lanes_stride) {
+        unsigned n_rows = n_pos < 16 ? n_pos : 16;
+        for (unsigned e = 0; e < n_rows; e++)
+                for (size_t i = 0; i < n; i += 16)
+                        for (unsigned g0 = 0; g0 < n_q; g0 += 4) {
+                                const float *wg = w + g0 * w_stride;
+                                float *lg = lanes + g0 * lanes_stride;
+                                switch (n_q - g0) {
+                                case 1: attn_values_fold(values, e, n_pos, wg, w_stride, 1, i, n, lg, lanes_stride); break;
+                                case 2: attn_values_fold(values, e, n_pos, wg, w_stride, 2, i, n, lg, lanes_stride); break;
+                                case 3: attn_values_fold(values, e, n_pos, wg, w_stride, 3, i, n, lg, lanes_stride); break;
+                                default: attn_values_fold(values, e, n_pos, wg, w_stride, 4, i, n, lg, lanes_stride); break;
+                                }
+                        }
 }
 
 __attribute__((target(DOT_TARGET))) static void DOT_FN(attn_values)(const struct f16_rows *values, unsigned n_pos,
@@ -136,7 +194,11 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(attn_values)(const struct
                 attn_values_by_position(DOT_FN(axpy_f16), values, n_pos, w, w_stride, n_q, n, n_lanes, lanes, lanes_stride);
                 return;
         }
-        unsigned n_rows = n_pos < n_lanes ? n_pos : n_lanes;
+        if (n_lanes == 64) {
+                attn_values_folded(values, n_pos, w, w_stride, n_q, n, lanes, lanes_stride);
+                return;
+        }
+        unsigned n_rows = n_pos < 16 ? n_pos : 16;
         for (unsigned l = 0; l < n_rows; l++)
                 for (size_t i0 = 0; i0 < n; i0 += 64)
                         for (unsigned g0 = 0; g0 < n_q; g0 += 4) {

@@ -26,6 +26,18 @@ static inline void attn_scores_by_position(f16_dot_fn dot, const struct f16_rows
         }
 }
 
+/* Rows e < min(n_rows, 16) become (row e + row 32 + e) + (row 16 + e + row 48 + e), rows
+ * from n_rows on counting as +0 (lanes_sum64()'s first fold), in place. */
+static inline void attn_fold64(float *rows, unsigned n_rows, size_t n) {
+        for (unsigned e = 0; e < 16 && e < n_rows; e++)
+                for (size_t i = 0; i < n; i++) {
+                        float l[4];
+                        for (unsigned k = 0; k < 4; k++)
+                                l[k] = e + 16 * k < n_rows ? rows[(e + 16 * k) * n + i] : 0.0f;
+                        rows[e * n + i] = (l[0] + l[2]) + (l[1] + l[3]);
+                }
+}
+
 static inline void attn_values_by_position(f16_axpy_fn axpy, const struct f16_rows *values, unsigned n_pos,
                                            const float *w, size_t w_stride, unsigned n_q, size_t n, unsigned n_lanes,
                                            float *lanes, size_t lanes_stride) {
@@ -38,4 +50,7 @@ static inline void attn_values_by_position(f16_axpy_fn axpy, const struct f16_ro
                         wj[g] = w[g * w_stride + j];
                 axpy(lanes + (size_t) (j % n_lanes) * n, lanes_stride, f16_row(values, j), wj, n_q, n);
         }
+        if (n_lanes == 64)
+                for (unsigned g = 0; g < n_q; g++)
+                        attn_fold64(lanes + g * lanes_stride, n_rows, n);
 }

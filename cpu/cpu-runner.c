@@ -609,7 +609,7 @@ static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
                         uint32_t n_ctx = (uint32_t) b->positions[t + g / group] + 1;
                         float *out = r->shared.xn + (size_t) (t + g / group) * r->q_dim + head_offset * group +
                                      (size_t) (g % group) * hd;
-                        kern->sum_lanes(lanes + g * lanes_stride, hd, n_lanes, n_ctx < n_lanes ? n_ctx : n_lanes, hd, out);
+                        kern->sum_lanes(lanes + g * lanes_stride, hd, n_ctx < 16 ? n_ctx : 16, hd, out);
                 }
         }
 }

@@ -160,12 +160,12 @@ static void round_f16_scalar(float *x, size_t n) {
                 x[i] = f16_to_f32(f32_to_f16(x[i]));
 }
 
-static void sum_lanes_scalar(const float *lanes, size_t stride, unsigned n_lanes, unsigned n_valid, size_t n, float *out) {
+static void sum_lanes_scalar(const float *lanes, size_t stride, unsigned n_valid, size_t n, float *out) {
         for (size_t i = 0; i < n; i++) {
-                float l[64];
-                for (unsigned e = 0; e < n_lanes; e++)
+                float l[16];
+                for (unsigned e = 0; e < 16; e++)
                         l[e] = e < n_valid ? lanes[e * stride + i] : 0.0f;
-                out[i] = n_lanes == 16 ? lanes_sum16(l) : lanes_sum64(l, 1);
+                out[i] = lanes_sum16(l);
         }
 }
 

@@ -355,22 +355,14 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(round_f16)(float *x, size
                 x[i] = f16_to_f32(f32_to_f16(x[i]));
 }
 
-/* lanes_sum16() and lanes_sum64() down the rows, eight columns at a time. */
-__attribute__((target(DOT_TARGET))) static void DOT_FN(sum_lanes)(const float *lanes, size_t stride, unsigned n_lanes,
-                                                                  unsigned n_valid, size_t n, float *out) {
+/* lanes_sum16() down the rows, eight columns at a time. */
+__attribute__((target(DOT_TARGET))) static void DOT_FN(sum_lanes)(const float *lanes, size_t stride, unsigned n_valid,
+                                                                  size_t n, float *out) {
         size_t i = 0;
         for (; i + 8 <= n; i += 8) {
                 __m256 l[16];
-                if (n_lanes == 16) {
-                        for (unsigned e = 0; e < 16; e++)
-                                l[e] = e < n_valid ? _mm256_loadu_ps(lanes + e * stride + i) : _mm256_setzero_ps();
-                } else {
-                        __m256 row[64];
-                        for (unsigned e = 0; e < 64; e++)
-                                row[e] = e < n_valid ? _mm256_loadu_ps(lanes + e * stride + i) : _mm256_setzero_ps();
-                        for (unsigned e = 0; e < 16; e++)
-                                l[e] = _mm256_add_ps(_mm256_add_ps(row[e], row[32 + e]), _mm256_add_ps(row[16 + e], row[48 + e]));
-                }
+                for (unsigned e = 0; e < 16; e++)
+                        l[e] = e < n_valid ? _mm256_loadu_ps(lanes + e * stride + i) : _mm256_setzero_ps();
                 __m256 a[8], b[4];
                 for (int e = 0; e < 8; e++)
                         a[e] = _mm256_add_ps(l[e + 8], l[e]);
@@ -379,10 +371,10 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(sum_lanes)(const float *l
                 _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_add_ps(b[0], b[2]), _mm256_add_ps(b[1], b[3])));
         }
         for (; i < n; i++) {
-                float l[64];
-                for (unsigned e = 0; e < n_lanes; e++)
+                float l[16];
+                for (unsigned e = 0; e < 16; e++)
                         l[e] = e < n_valid ? lanes[e * stride + i] : 0.0f;
-                out[i] = n_lanes == 16 ? lanes_sum16(l) : lanes_sum64(l, 1);
+                out[i] = lanes_sum16(l);
         }
 }
 

@@ -89,19 +89,21 @@ struct dot_kernels {
          * then lanes_sum16() (llama.cpp's f16 matrix product, used for a prompt); or, wide,
          * lane i % 64 over whole runs of 64 and lanes_sum64(), the rest added in double (its
          * vector dot product, used for one generated token).
-         * attn_values: row l < min(n_pos, n_lanes) of lanes_g = lanes + g * lanes_stride,
-         * lanes_g[l * n + i], is the sum over positions j = l, l + n_lanes, ... in order of
-         * fma(values' row j [i], w[g * w_stride + j], sum) from +0: the lanes that
-         * sum_lanes() then adds. */
+         * attn_values: lane l of query g is the sum over positions j = l, l + n_lanes, ... in
+         * order of fma(values' row j [i], w[g * w_stride + j], sum) from +0. Row e <
+         * min(n_pos, 16) of lanes_g = lanes + g * lanes_stride, lanes_g[e * n + i], is lane e
+         * (16 lanes), or lanes_sum64()'s first fold (lane e + lane 32 + e) + (lane 16 + e +
+         * lane 48 + e), a lane no position reaches being +0 (64 lanes): the 16 rows that
+         * sum_lanes() then adds. The rest of lanes_g's 64 rows is scratch. */
         void (*attn_scores)(const struct f16_rows *keys, unsigned n_pos, const float *q, size_t q_stride, unsigned n_q,
                             size_t n, bool wide, float scale, float *scores, size_t scores_stride);
         void (*attn_values)(const struct f16_rows *values, unsigned n_pos, const float *w, size_t w_stride, unsigned n_q,
                             size_t n, unsigned n_lanes, float *lanes, size_t lanes_stride);
         /* x[i] rounded to f16 and back: f16_to_f32(f32_to_f16(x[i])), NaNs aside. */
         void (*round_f16)(float *x, size_t n);
-        /* out[i] = the sum of lanes[e * stride + i] over e < n_lanes (16 or 64) by the tree of
-         * lanes_sum16() or lanes_sum64(); rows from n_valid on count as +0.0 and are not read. */
-        void (*sum_lanes)(const float *lanes, size_t stride, unsigned n_lanes, unsigned n_valid, size_t n, float *out);
+        /* out[i] = the sum of lanes[e * stride + i] over e < 16 by the tree of lanes_sum16();
+         * rows from n_valid on count as +0.0 and are not read. */
+        void (*sum_lanes)(const float *lanes, size_t stride, unsigned n_valid, size_t n, float *out);
         /* x[i] = exp(x[i] - shift) for the softmax, and h[i] = silu(g[i]) * u[i], both with
          * the exp of exp_poly.h so that every set, and the reference, round alike. */
         void (*exp_shifted)(float *x, float shift, size_t n);
