@@ -102,6 +102,31 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(attn_scores)(const struct
                                         scores, scores_stride);
 }
 
+/* Rows j = first, first + stride, ... of a head in the paged cache, a block-table step at a
+ * time rather than a division per row. */
+struct f16_walk {
+        const struct f16_rows *rows;
+        uint32_t block, offset, step_blocks, step_offset;
+};
+
+ATTN_ATTRS struct f16_walk f16_walk_start(const struct f16_rows *rows, unsigned first, unsigned stride) {
+        return (struct f16_walk) { rows, first / rows->block_size, first % rows->block_size, stride / rows->block_size,
+                                   stride % rows->block_size };
+}
+
+ATTN_ATTRS const f16_bits *f16_walk_row(const struct f16_walk *w) {
+        return w->rows->base + ((size_t) w->rows->block_table[w->block] * w->rows->block_size + w->offset) * w->rows->row_stride;
+}
+
+ATTN_ATTRS void f16_walk_next(struct f16_walk *w) {
+        w->block += w->step_blocks;
+        w->offset += w->step_offset;
+        if (w->offset >= w->rows->block_size) {
+                w->offset -= w->rows->block_size;
+                w->block++;
+        }
+}
+
 /* One lane's sums for n_q (<= 4) queries and 64 elements from column i0: positions j = l,
  * l + n_lanes, ... below n_pos, each value row converted once. */
 ATTN_ATTRS void attn_values_lane(const struct f16_rows *values, unsigned l, unsigned n_lanes, unsigned n_pos, const float *w,
@@ -110,11 +135,9 @@ ATTN_ATTRS void attn_values_lane(const struct f16_rows *values, unsigned l, unsi
         _Pragma("GCC unroll 4") for (unsigned g = 0; g < 4; g++)
                 _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)
                         acc[g][c] = _mm512_setzero_ps();
-        uint32_t block = l / values->block_size, offset = l % values->block_size;
-        const uint32_t step_blocks = n_lanes / values->block_size, step_offset = n_lanes % values->block_size;
-        for (unsigned j = l; j < n_pos; j += n_lanes) {
-                const f16_bits *v = values->base +
-                                    ((size_t) values->block_table[block] * values->block_size + offset) * values->row_stride + i0;
+        struct f16_walk walk = f16_walk_start(values, l, n_lanes);
+        for (unsigned j = l; j < n_pos; j += n_lanes, f16_walk_next(&walk)) {
+                const f16_bits *v = f16_walk_row(&walk) + i0;
                 __m512 vf[4];
                 _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)
                         vf[c] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (v + 16 * c)));
@@ -122,12 +145,6 @@ ATTN_ATTRS void attn_values_lane(const struct f16_rows *values, unsigned l, unsi
                         __m512 wg = _mm512_set1_ps(w[g * w_stride + j]);
                         _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)
                                 acc[g][c] = _mm512_fmadd_ps(vf[c], wg, acc[g][c]);
-                }
-                block += step_blocks;
-                offset += step_offset;
-                if (offset >= values->block_size) {
-                        offset -= values->block_size;
-                        block++;
                 }
         }
         _Pragma("GCC unroll 4") for (unsigned g = 0; g < n_q; g++)
@@ -146,20 +163,11 @@ ATTN_ATTRS void attn_values_fold(const struct f16_rows *values, unsigned e, unsi
                         acc[k][g] = _mm512_setzero_ps();
         _Pragma("GCC unroll 4") for (unsigned k = 0; k < 4; k++) {
                 unsigned lane = e + 16 * k;
-                uint32_t block = lane / values->block_size, offset = lane % values->block_size;
-                const uint32_t step_blocks = 64 / values->block_size, step_offset = 64 % values->block_size;
-                for (unsigned j = lane; j < n_pos; j += 64) {
-                        const f16_bits *v = values->base +
-                                            ((size_t) values->block_table[block] * values->block_size + offset) * values->row_stride + i;
-                        __m512 vf = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) v));
+                struct f16_walk walk = f16_walk_start(values, lane, 64);
+                for (unsigned j = lane; j < n_pos; j += 64, f16_walk_next(&walk)) {
+                        __m512 vf = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (f16_walk_row(&walk) + i)));
                         _Pragma("GCC unroll 4") for (unsigned g = 0; g < n_q; g++)
                                 acc[k][g] = _mm512_fmadd_ps(vf, _mm512_set1_ps(w[g * w_stride + j]), acc[k][g]);
-                        block += step_blocks;
-                        offset += step_offset;
-                        if (offset >= values->block_size) {
-                                offset -= values->block_size;
-                                block++;
-                        }
                 }
         }
         _Pragma("GCC unroll 4") for (unsigned g = 0; g < n_q; g++)
@@ -167,24 +175,14 @@ ATTN_ATTRS void attn_values_fold(const struct f16_rows *values, unsigned e, unsi
                                  _mm512_add_ps(_mm512_add_ps(acc[0][g], acc[2][g]), _mm512_add_ps(acc[1][g], acc[3][g])));
 }
 
-/* The 64-lane values folded to 16 rows, sixteen columns at a time: the lanes never go
- * through memory, which had cost more than the products at short contexts (few positions
- * per lane). */
-ATTN_ATTRS void attn_values_folded(const struct f16_rows *values, unsigned n_pos, const float *w, size_t w_stride,
-                                   unsigned n_q, size_t n, float *lanes, size_t lanes_stride) {
-        unsigned n_rows = n_pos < 16 ? n_pos : 16;
-        for (unsigned e = 0; e < n_rows; e++)
-                for (size_t i = 0; i < n; i += 16)
-                        for (unsigned g0 = 0; g0 < n_q; g0 += 4) {
-                                const float *wg = w + g0 * w_stride;
-                                float *lg = lanes + g0 * lanes_stride;
-                                switch (n_q - g0) {
-                                case 1: attn_values_fold(values, e, n_pos, wg, w_stride, 1, i, n, lg, lanes_stride); break;
-                                case 2: attn_values_fold(values, e, n_pos, wg, w_stride, 2, i, n, lg, lanes_stride); break;
-                                case 3: attn_values_fold(values, e, n_pos, wg, w_stride, 3, i, n, lg, lanes_stride); break;
-                                default: attn_values_fold(values, e, n_pos, wg, w_stride, 4, i, n, lg, lanes_stride); break;
-                                }
-                        }
+/* Row (or lane) e's part for queries g0.. (n_q_part of them, <= 4) from column i: folded
+ * (64 lanes, sixteen columns) or one lane (16 lanes, 64 columns). */
+ATTN_ATTRS void attn_values_part(const struct f16_rows *values, unsigned e, unsigned n_pos, const float *w, size_t w_stride,
+                                 const unsigned n_q_part, size_t i, size_t n, float *lanes, size_t lanes_stride, bool fold) {
+        if (fold)
+                attn_values_fold(values, e, n_pos, w, w_stride, n_q_part, i, n, lanes, lanes_stride);
+        else
+                attn_values_lane(values, e, 16, n_pos, w, w_stride, n_q_part, i, n, lanes, lanes_stride);
 }
 
 __attribute__((target(DOT_TARGET))) static void DOT_FN(attn_values)(const struct f16_rows *values, unsigned n_pos,
@@ -194,22 +192,22 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(attn_values)(const struct
                 attn_values_by_position(DOT_FN(axpy_f16), values, n_pos, w, w_stride, n_q, n, n_lanes, lanes, lanes_stride);
                 return;
         }
-        if (n_lanes == 64) {
-                attn_values_folded(values, n_pos, w, w_stride, n_q, n, lanes, lanes_stride);
-                return;
-        }
+        /* 64 lanes are folded as they are made, the lanes never going through memory: at a few
+         * hundred positions a lane has only a few, and storing and re-reading them had cost
+         * as much as the products */
+        bool fold = n_lanes == 64;
         unsigned n_rows = n_pos < 16 ? n_pos : 16;
-        for (unsigned l = 0; l < n_rows; l++)
-                for (size_t i0 = 0; i0 < n; i0 += 64)
+        for (unsigned e = 0; e < n_rows; e++)
+                for (size_t i = 0; i < n; i += fold ? 16 : 64)
                         for (unsigned g0 = 0; g0 < n_q; g0 += 4) {
                                 const float *wg = w + g0 * w_stride;
                                 float *lg = lanes + g0 * lanes_stride;
                                 /* a constant count of queries keeps the sums in registers */
                                 switch (n_q - g0) {
-                                case 1: attn_values_lane(values, l, n_lanes, n_pos, wg, w_stride, 1, i0, n, lg, lanes_stride); break;
-                                case 2: attn_values_lane(values, l, n_lanes, n_pos, wg, w_stride, 2, i0, n, lg, lanes_stride); break;
-                                case 3: attn_values_lane(values, l, n_lanes, n_pos, wg, w_stride, 3, i0, n, lg, lanes_stride); break;
-                                default: attn_values_lane(values, l, n_lanes, n_pos, wg, w_stride, 4, i0, n, lg, lanes_stride); break;
+                                case 1: attn_values_part(values, e, n_pos, wg, w_stride, 1, i, n, lg, lanes_stride, fold); break;
+                                case 2: attn_values_part(values, e, n_pos, wg, w_stride, 2, i, n, lg, lanes_stride, fold); break;
+                                case 3: attn_values_part(values, e, n_pos, wg, w_stride, 3, i, n, lg, lanes_stride, fold); break;
+                                default: attn_values_part(values, e, n_pos, wg, w_stride, 4, i, n, lg, lanes_stride, fold); break;
                                 }
                         }
 }
