@@ -12,6 +12,8 @@
  * at a time (attention-by-position.h). Included by dot-x86-template.h for the AVX-512 set,
  * after its single-position products. */
 
+#include "f16-walk.h"
+
 #define ATTN_ATTRS __attribute__((target(DOT_TARGET), always_inline)) static inline
 
 /* The lanes_sum16() of each of l[0..15], position p's in lane p. */
@@ -56,7 +58,7 @@ ATTN_ATTRS __m512 attn_key_lanes(const float *k, const float *q, size_t n, bool 
 
 /* n a multiple of 64; inlined with n constant for the common head sizes, so that the
  * loops over a row unroll and the query stays in registers across positions. */
-ATTN_ATTRS void attn_scores_by_16(const struct f16_rows *keys, unsigned n_pos, const float *q, size_t q_stride,
+ATTN_ATTRS void attn_scores_runs(const struct f16_rows *keys, unsigned n_pos, const float *q, size_t q_stride,
                                   unsigned n_q, size_t n, bool wide, float scale, float *scores, size_t scores_stride) {
         /* The query meets its key in the wide product's lanes; no remainder, so the double
          * sum of the single product is the float one. */
@@ -85,45 +87,6 @@ ATTN_ATTRS void attn_scores_by_16(const struct f16_rows *keys, unsigned n_pos, c
                         _mm512_mask_storeu_ps(scores + g * scores_stride + j0, (__mmask16) ((1u << m) - 1),
                                               _mm512_mul_ps(dots, scale_v));
                 }
-        }
-}
-
-__attribute__((target(DOT_TARGET))) static void DOT_FN(attn_scores)(const struct f16_rows *keys, unsigned n_pos, const float *q,
-                                                                    size_t q_stride, unsigned n_q, size_t n, bool wide,
-                                                                    float scale, float *scores, size_t scores_stride) {
-        if (n == 64)
-                attn_scores_by_16(keys, n_pos, q, q_stride, n_q, 64, wide, scale, scores, scores_stride);
-        else if (n == 128)
-                attn_scores_by_16(keys, n_pos, q, q_stride, n_q, 128, wide, scale, scores, scores_stride);
-        else if (n % 64 == 0)
-                attn_scores_by_16(keys, n_pos, q, q_stride, n_q, n, wide, scale, scores, scores_stride);
-        else
-                attn_scores_by_position(wide ? DOT_FN(dot_f16_wide) : DOT_FN(dot_f16), keys, n_pos, q, q_stride, n_q, n, scale,
-                                        scores, scores_stride);
-}
-
-/* Rows j = first, first + stride, ... of a head in the paged cache, a block-table step at a
- * time rather than a division per row. */
-struct f16_walk {
-        const struct f16_rows *rows;
-        uint32_t block, offset, step_blocks, step_offset;
-};
-
-ATTN_ATTRS struct f16_walk f16_walk_start(const struct f16_rows *rows, unsigned first, unsigned stride) {
-        return (struct f16_walk) { rows, first / rows->block_size, first % rows->block_size, stride / rows->block_size,
-                                   stride % rows->block_size };
-}
-
-ATTN_ATTRS const f16_bits *f16_walk_row(const struct f16_walk *w) {
-        return w->rows->base + ((size_t) w->rows->block_table[w->block] * w->rows->block_size + w->offset) * w->rows->row_stride;
-}
-
-ATTN_ATTRS void f16_walk_next(struct f16_walk *w) {
-        w->block += w->step_blocks;
-        w->offset += w->step_offset;
-        if (w->offset >= w->rows->block_size) {
-                w->offset -= w->rows->block_size;
-                w->block++;
         }
 }
 
@@ -185,29 +148,6 @@ ATTN_ATTRS void attn_values_part(const struct f16_rows *values, unsigned e, unsi
                 attn_values_lane(values, e, 16, n_pos, w, w_stride, n_q_part, i, n, lanes, lanes_stride);
 }
 
-__attribute__((target(DOT_TARGET))) static void DOT_FN(attn_values)(const struct f16_rows *values, unsigned n_pos,
-                                                                    const float *w, size_t w_stride, unsigned n_q, size_t n,
-                                                                    unsigned n_lanes, float *lanes, size_t lanes_stride) {
-        if (n % 64 != 0) {
-                attn_values_by_position(DOT_FN(axpy_f16), values, n_pos, w, w_stride, n_q, n, n_lanes, lanes, lanes_stride);
-                return;
-        }
-        /* 64 lanes are folded as they are made, the lanes never going through memory: at a few
-         * hundred positions a lane has only a few, and storing and re-reading them had cost
-         * as much as the products */
-        bool fold = n_lanes == 64;
-        unsigned n_rows = n_pos < 16 ? n_pos : 16;
-        for (unsigned e = 0; e < n_rows; e++)
-                for (size_t i = 0; i < n; i += fold ? 16 : 64)
-                        for (unsigned g0 = 0; g0 < n_q; g0 += 4) {
-                                const float *wg = w + g0 * w_stride;
-                                float *lg = lanes + g0 * lanes_stride;
-                                /* a constant count of queries keeps the sums in registers */
-                                switch (n_q - g0) {
-                                case 1: attn_values_part(values, e, n_pos, wg, w_stride, 1, i, n, lg, lanes_stride, fold); break;
-                                case 2: attn_values_part(values, e, n_pos, wg, w_stride, 2, i, n, lg, lanes_stride, fold); break;
-                                case 3: attn_values_part(values, e, n_pos, wg, w_stride, 3, i, n, lg, lanes_stride, fold); break;
-                                default: attn_values_part(values, e, n_pos, wg, w_stride, 4, i, n, lg, lanes_stride, fold); break;
-                                }
-                        }
-}
+#define ATTN_FOLD_COLUMNS 16
+#define ATTN_LANE_COLUMNS 64
+#include "attention-entries.h"

@@ -10,6 +10,7 @@
 #define DOT_TARGET "avx2,fma,f16c"
 #define DOT_SET avx2
 #define DOT_SET_NAME "avx2"
+#define DOT_ATTENTION "attention-avx2.h"
 
 __attribute__((target(DOT_TARGET))) static inline __m256i dot_u8_s8(__m256i u, __m256i s) {
         /* pairs of products fit int16 here: |u| <= 128 and |s| <= 127 */

@@ -15,7 +15,7 @@ __attribute__((target(DOT_TARGET))) static inline __m256i dot_u8_s8(__m256i u, _
         return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
 }
 
-#define DOT_ATTENTION_POSITIONS
+#define DOT_ATTENTION "attention-avx512.h"
 #include "dot-avx512-tiles.h"
 #include "packed-dot-avx512.h"
 #include "dot-x86-template.h"

@@ -327,10 +327,10 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(axpy_f16)(float *acc, siz
         }
 }
 
-/* A set with vectors wide enough to take sixteen positions at once (attention-avx512.h)
- * defines DOT_ATTENTION_POSITIONS; the others go one position at a time. */
-#ifdef DOT_ATTENTION_POSITIONS
-#include "attention-avx512.h"
+/* A set with attention kernels that take several positions at once names their header in
+ * DOT_ATTENTION (attention-avx2.h, attention-avx512.h); without one, one position at a time. */
+#ifdef DOT_ATTENTION
+#include DOT_ATTENTION
 #else
 __attribute__((target(DOT_TARGET))) static void DOT_FN(attn_scores)(const struct f16_rows *keys, unsigned n_pos, const float *q,
                                                                     size_t q_stride, unsigned n_q, size_t n, bool wide,

@@ -12,10 +12,6 @@
 #include <immintrin.h>
 #include <string.h>
 
-#ifndef PACKED_PREFETCH
-#define PACKED_PREFETCH 2048
-#endif
-
 /* Tokens per pass over a group's blocks: each token holds eight accumulators (nine for
  * Q4_1) of the 32 registers, so two tokens leave room for the weights and scales while a
  * third would spill. The group's weights stay in L1 from one pass to the next. */

@@ -21,12 +21,12 @@ PACKED_ATTRS_256 __m256i DOT_FN(packed_broadcast4)(const int8_t *p) {
 /* Rows 8h..8h+7 of group g against token t; kind 0: Q4_0, 1: Q4_1, 2: Q8_0. */
 PACKED_ATTRS_256 void DOT_FN(packed_half)(const struct packed_weights *w, uint64_t g, unsigned h,
                                           const struct packed_activations *a, unsigned t, float *out,
-                                          size_t out_stride, bool accumulate, const int kind) {
+                                          size_t out_stride, bool accumulate, bool prefetch, const int kind) {
         const size_t quant_bytes = kind == 2 ? PACKED_ROWS * QUANT_BLOCK : PACKED_ROWS * QUANT_BLOCK / 2;
         const size_t scale_bytes = kind == 1 ? 64 : 32;
         const unsigned correction = packed_correction_offset(TENSOR_Q4_0);
         const uint64_t n_blocks = w->n_blocks;
-        const uint8_t *quants = w->data + g * w->group_bytes + 32 * h;
+        const uint8_t *group = w->data + g * w->group_bytes, *quants = group + 32 * h;
         const uint8_t *scales = w->data + g * w->group_bytes + n_blocks * quant_bytes + 16 * h;
         __m256 acc[PACKED_LANES], off = _mm256_setzero_ps();
 
@@ -34,6 +34,12 @@ PACKED_ATTRS_256 void DOT_FN(packed_half)(const struct packed_weights *w, uint64
                 acc[l] = _mm256_setzero_ps();
         for (uint64_t b = 0; b < n_blocks; b++) {
                 const uint8_t *rec = quants + b * quant_bytes;
+                /* the group's bytes and the next groups' are one stream (packed-weights.h) */
+                if (prefetch) {
+                        const uint8_t *ahead = group + b * (quant_bytes + scale_bytes) + PACKED_PREFETCH;
+                        _Pragma("GCC unroll 10") for (size_t line = 0; line < quant_bytes + scale_bytes; line += 64)
+                                _mm_prefetch((const char *) ahead + line, _MM_HINT_T0);
+                }
                 size_t ab = t * a->stride + b;
                 __m256 dw = _mm256_cvtph_ps(_mm_load_si128((const __m128i *) (scales + b * scale_bytes)));
                 __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(a->ds[2 * ab]));
@@ -83,7 +89,7 @@ PACKED_ATTRS_256 void DOT_FN(packed_half)(const struct packed_weights *w, uint64
                 for (uint64_t g = group_begin; g < group_end; g++)                                                     \
                         for (unsigned h = 0; h < 2; h++)                                                               \
                                 for (unsigned t = 0; t < n_tokens; t++)                                                \
-                                        DOT_FN(packed_half)(w, g, h, a, t, out, out_stride, accumulate, kind);         \
+                                        DOT_FN(packed_half)(w, g, h, a, t, out, out_stride, accumulate, h == 0 && t == 0, kind);         \
         }
 
 PACKED_ENTRY_256(q4_0, 0)
