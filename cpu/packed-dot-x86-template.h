@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The packed product on packed weights (dot.h, dot_packed_fn) with 256-bit vectors: a packed
  * group of sixteen rows is two halves of eight lanes, each half done as the 512-bit kernel
- * (packed-dot-avx512.h) does the whole group, one token at a time: eight accumulators per
+ * (packed-dot-avx512.h) does the whole group, one token at a time (two for a prompt, in
+ * passes of four lanes): eight accumulators per
  * token fill half of the sixteen registers. dot_u8_s8() gives each lane its four products'
  * sum (vpmaddubsw and vpmaddwd without VNNI: exact here, as pairs of nibble products fit
  * int16); Q8_0's biased bytes go back to signed and take the sign trick instead, since
@@ -16,6 +17,34 @@ PACKED_ATTRS_256 __m256i DOT_FN(packed_broadcast4)(const int8_t *p) {
         int32_t v;
         memcpy(&v, p, sizeof(v));
         return _mm256_set1_epi32(v);
+}
+
+/* The group's bytes and the next groups' are one stream (packed-weights.h): the first pass
+ * fetches it PACKED_PREFETCH bytes ahead, a block's worth (block_bytes) per block. */
+PACKED_ATTRS_256 void DOT_FN(packed_prefetch)(const uint8_t *group, uint64_t b, const size_t block_bytes) {
+        const uint8_t *ahead = group + b * block_bytes + PACKED_PREFETCH;
+        _Pragma("GCC unroll 10") for (size_t line = 0; line < block_bytes; line += 64)
+                _mm_prefetch((const char *) ahead + line, _MM_HINT_T0);
+}
+
+/* A token's rows 8h..8h+7 of group g from the lanes' sums: lanes_sum8()'s tree, Q4_1's
+ * offset, then into out (one token's row of outputs), the padding rows left out. */
+PACKED_ATTRS_256 void DOT_FN(packed_half_store)(const struct packed_weights *w, uint64_t g, unsigned h,
+                                                const __m256 acc[PACKED_LANES], __m256 off, float *out, bool accumulate,
+                                                const int kind) {
+        uint64_t row0 = g * PACKED_ROWS + 8 * h;
+        if (row0 >= w->n_rows)
+                return;
+        unsigned n_valid = w->n_rows - row0 < 8 ? (unsigned) (w->n_rows - row0) : 8;
+        __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6])),
+                                   _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7])));
+        if (kind == 1)
+                sum = _mm256_add_ps(sum, off);
+        float v[8];
+        _mm256_storeu_ps(v, sum);
+        float *o = out + row0;
+        for (unsigned r = 0; r < n_valid; r++)
+                o[r] = accumulate ? o[r] + v[r] : v[r];
 }
 
 /* Rows 8h..8h+7 of group g against token t; kind 0: Q4_0, 1: Q4_1, 2: Q8_0. */
@@ -34,12 +63,8 @@ PACKED_ATTRS_256 void DOT_FN(packed_half)(const struct packed_weights *w, uint64
                 acc[l] = _mm256_setzero_ps();
         for (uint64_t b = 0; b < n_blocks; b++) {
                 const uint8_t *rec = quants + b * quant_bytes;
-                /* the group's bytes and the next groups' are one stream (packed-weights.h) */
-                if (prefetch) {
-                        const uint8_t *ahead = group + b * (quant_bytes + scale_bytes) + PACKED_PREFETCH;
-                        _Pragma("GCC unroll 10") for (size_t line = 0; line < quant_bytes + scale_bytes; line += 64)
-                                _mm_prefetch((const char *) ahead + line, _MM_HINT_T0);
-                }
+                if (prefetch)
+                        DOT_FN(packed_prefetch)(group, b, quant_bytes + scale_bytes);
                 size_t ab = t * a->stride + b;
                 __m256 dw = _mm256_cvtph_ps(_mm_load_si128((const __m128i *) (scales + b * scale_bytes)));
                 __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(a->ds[2 * ab]));
@@ -66,30 +91,94 @@ PACKED_ATTRS_256 void DOT_FN(packed_half)(const struct packed_weights *w, uint64
                 }
         }
 
-        uint64_t row0 = g * PACKED_ROWS + 8 * h;
-        if (row0 >= w->n_rows)
-                return;
-        unsigned n_valid = w->n_rows - row0 < 8 ? (unsigned) (w->n_rows - row0) : 8;
-        __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6])),
-                                   _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7])));
-        if (kind == 1)
-                sum = _mm256_add_ps(sum, off);
-        float v[8];
-        _mm256_storeu_ps(v, sum);
-        float *o = out + t * out_stride + row0;
-        for (unsigned r = 0; r < n_valid; r++)
-                o[r] = accumulate ? o[r] + v[r] : v[r];
+        DOT_FN(packed_half_store)(w, g, h, acc, off, out + t * out_stride, accumulate, kind);
 }
 
-/* Token by token over a group, its weights staying in L1 after the first. */
+/* Rows 8h..8h+7 of group g against tokens t and t + 1, for a prompt: two tokens share each
+ * unpacked weight vector. Their sixteen accumulators would not fit beside the weights in
+ * sixteen registers, so the block's lanes go in two passes (0-3, then 4-7 from L1) and
+ * Q4_1's offset in a third over the scales; each lane still sums its blocks in order, so
+ * the bits are those of packed_half(). */
+PACKED_ATTRS_256 void DOT_FN(packed_half_pair)(const struct packed_weights *w, uint64_t g, unsigned h,
+                                               const struct packed_activations *a, unsigned t, float *out,
+                                               size_t out_stride, bool accumulate, bool prefetch, const int kind) {
+        const size_t quant_bytes = kind == 2 ? PACKED_ROWS * QUANT_BLOCK : PACKED_ROWS * QUANT_BLOCK / 2;
+        const size_t scale_bytes = kind == 1 ? 64 : 32;
+        const unsigned correction = packed_correction_offset(TENSOR_Q4_0);
+        const uint64_t n_blocks = w->n_blocks;
+        const uint8_t *group = w->data + g * w->group_bytes, *quants = group + 32 * h;
+        const uint8_t *scales = group + n_blocks * quant_bytes + 16 * h;
+        __m256 lanes[2][PACKED_LANES], off[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
+
+        _Pragma("GCC unroll 2") for (unsigned first = 0; first < PACKED_LANES; first += PACKED_LANES / 2) {
+                __m256 acc[2][PACKED_LANES / 2];
+                _Pragma("GCC unroll 2") for (unsigned k = 0; k < 2; k++)
+                        _Pragma("GCC unroll 4") for (unsigned l = 0; l < PACKED_LANES / 2; l++)
+                                acc[k][l] = _mm256_setzero_ps();
+                for (uint64_t b = 0; b < n_blocks; b++) {
+                        const uint8_t *rec = quants + b * quant_bytes;
+                        if (prefetch && first == 0)
+                                DOT_FN(packed_prefetch)(group, b, quant_bytes + scale_bytes);
+                        __m256 dw = _mm256_cvtph_ps(_mm_load_si128((const __m128i *) (scales + b * scale_bytes)));
+                        __m256 scale[2];
+                        _Pragma("GCC unroll 2") for (unsigned k = 0; k < 2; k++)
+                                scale[k] = _mm256_mul_ps(dw, _mm256_set1_ps(a->ds[2 * ((t + k) * a->stride + b)]));
+                        _Pragma("GCC unroll 4") for (unsigned l = first; l < first + PACKED_LANES / 2; l++) {
+                                __m256i u;
+                                if (kind == 2)
+                                        u = _mm256_xor_si256(_mm256_load_si256((const __m256i *) (rec + 64 * l)),
+                                                             _mm256_set1_epi8((char) 0x80));
+                                else {
+                                        __m256i v = _mm256_load_si256((const __m256i *) (rec + 64 * (l % 4)));
+                                        u = _mm256_and_si256(l < 4 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
+                                }
+                                _Pragma("GCC unroll 2") for (unsigned k = 0; k < 2; k++) {
+                                        size_t ab = (t + k) * a->stride + b;
+                                        __m256i act = DOT_FN(packed_broadcast4)(a->xq[ab].qs + 4 * l);
+                                        __m256i isum;
+                                        if (kind == 2)
+                                                isum = dot_u8_s8(_mm256_sign_epi8(u, u), _mm256_sign_epi8(act, u));
+                                        else {
+                                                isum = dot_u8_s8(u, act);
+                                                if (kind == 0)
+                                                        isum = _mm256_add_epi32(
+                                                                isum,
+                                                                _mm256_set1_epi32(a->corrections[ab * PACKED_CORRECTIONS + correction + l]));
+                                        }
+                                        acc[k][l - first] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale[k], acc[k][l - first]);
+                                }
+                        }
+                }
+                _Pragma("GCC unroll 2") for (unsigned k = 0; k < 2; k++)
+                        _Pragma("GCC unroll 4") for (unsigned l = 0; l < PACKED_LANES / 2; l++)
+                                lanes[k][first + l] = acc[k][l];
+        }
+        if (kind == 1)
+                for (uint64_t b = 0; b < n_blocks; b++) {
+                        __m256 mw = _mm256_cvtph_ps(_mm_load_si128((const __m128i *) (scales + b * scale_bytes + 32)));
+                        _Pragma("GCC unroll 2") for (unsigned k = 0; k < 2; k++)
+                                off[k] = _mm256_fmadd_ps(mw, _mm256_set1_ps(a->ds[2 * ((t + k) * a->stride + b) + 1]), off[k]);
+                }
+
+        _Pragma("GCC unroll 2") for (unsigned k = 0; k < 2; k++)
+                DOT_FN(packed_half_store)(w, g, h, lanes[k], off[k], out + (t + k) * out_stride, accumulate, kind);
+}
+
+/* Two tokens at a time over a group (one for the last of an odd count), its weights staying
+ * in L1 after the first pass. */
 #define PACKED_ENTRY_256(name, kind)                                                                                   \
         __attribute__((target(DOT_TARGET))) static void DOT_FN(packed_##name)(                                        \
                 const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,                              \
                 const struct packed_activations *a, unsigned n_tokens, float *out, size_t out_stride, bool accumulate) { \
                 for (uint64_t g = group_begin; g < group_end; g++)                                                     \
                         for (unsigned h = 0; h < 2; h++)                                                               \
-                                for (unsigned t = 0; t < n_tokens; t++)                                                \
-                                        DOT_FN(packed_half)(w, g, h, a, t, out, out_stride, accumulate, h == 0 && t == 0, kind);         \
+                                for (unsigned t = 0; t < n_tokens; t += 2)                                             \
+                                        if (n_tokens - t == 1)                                                         \
+                                                DOT_FN(packed_half)(w, g, h, a, t, out, out_stride, accumulate,        \
+                                                                    h == 0 && t == 0, kind);                           \
+                                        else                                                                           \
+                                                DOT_FN(packed_half_pair)(w, g, h, a, t, out, out_stride, accumulate,   \
+                                                                         h == 0 && t == 0, kind);               \
         }
 
 PACKED_ENTRY_256(q4_0, 0)
