@@ -47,13 +47,35 @@ PACKED_ATTRS_256 void DOT_FN(packed_half_store)(const struct packed_weights *w, 
                 o[r] = accumulate ? o[r] + v[r] : v[r];
 }
 
+/* Lane l of a half group's block record: Q8_0's bytes as signed again, or the 4-bit
+ * quants as unsigned bytes. */
+PACKED_ATTRS_256 __m256i DOT_FN(packed_lane_weights)(const uint8_t *rec, unsigned l, const int kind) {
+        if (kind == 2)
+                return _mm256_xor_si256(_mm256_load_si256((const __m256i *) (rec + 64 * l)), _mm256_set1_epi8((char) 0x80));
+        __m256i v = _mm256_load_si256((const __m256i *) (rec + 64 * (l % 4)));
+        return _mm256_and_si256(l < 4 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
+}
+
+/* The eight rows' exact int32 for lane l of activation block ab: Q8_0 by the sign trick,
+ * Q4_0 with the lane's correction for its stored bias. */
+PACKED_ATTRS_256 __m256i DOT_FN(packed_lane_isum)(__m256i u, const struct packed_activations *a, size_t ab, unsigned l,
+                                                  const int kind) {
+        __m256i act = DOT_FN(packed_broadcast4)(a->xq[ab].qs + 4 * l);
+        if (kind == 2)
+                return dot_u8_s8(_mm256_sign_epi8(u, u), _mm256_sign_epi8(act, u));
+        __m256i isum = dot_u8_s8(u, act);
+        if (kind == 0)
+                isum = _mm256_add_epi32(
+                        isum, _mm256_set1_epi32(a->corrections[ab * PACKED_CORRECTIONS + packed_correction_offset(TENSOR_Q4_0) + l]));
+        return isum;
+}
+
 /* Rows 8h..8h+7 of group g against token t; kind 0: Q4_0, 1: Q4_1, 2: Q8_0. */
 PACKED_ATTRS_256 void DOT_FN(packed_half)(const struct packed_weights *w, uint64_t g, unsigned h,
                                           const struct packed_activations *a, unsigned t, float *out,
                                           size_t out_stride, bool accumulate, bool prefetch, const int kind) {
         const size_t quant_bytes = kind == 2 ? PACKED_ROWS * QUANT_BLOCK : PACKED_ROWS * QUANT_BLOCK / 2;
         const size_t scale_bytes = kind == 1 ? 64 : 32;
-        const unsigned correction = packed_correction_offset(TENSOR_Q4_0);
         const uint64_t n_blocks = w->n_blocks;
         const uint8_t *group = w->data + g * w->group_bytes, *quants = group + 32 * h;
         const uint8_t *scales = w->data + g * w->group_bytes + n_blocks * quant_bytes + 16 * h;
@@ -73,20 +95,7 @@ PACKED_ATTRS_256 void DOT_FN(packed_half)(const struct packed_weights *w, uint64
                         off = _mm256_fmadd_ps(mw, _mm256_set1_ps(a->ds[2 * ab + 1]), off);
                 }
                 _Pragma("GCC unroll 8") for (unsigned l = 0; l < PACKED_LANES; l++) {
-                        __m256i act = DOT_FN(packed_broadcast4)(a->xq[ab].qs + 4 * l);
-                        __m256i isum;
-                        if (kind == 2) {
-                                __m256i s = _mm256_xor_si256(_mm256_load_si256((const __m256i *) (rec + 64 * l)),
-                                                             _mm256_set1_epi8((char) 0x80));
-                                isum = dot_u8_s8(_mm256_sign_epi8(s, s), _mm256_sign_epi8(act, s));
-                        } else {
-                                __m256i v = _mm256_load_si256((const __m256i *) (rec + 64 * (l % 4)));
-                                __m256i u = _mm256_and_si256(l < 4 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
-                                isum = dot_u8_s8(u, act);
-                                if (kind == 0)
-                                        isum = _mm256_add_epi32(
-                                                isum, _mm256_set1_epi32(a->corrections[ab * PACKED_CORRECTIONS + correction + l]));
-                        }
+                        __m256i isum = DOT_FN(packed_lane_isum)(DOT_FN(packed_lane_weights)(rec, l, kind), a, ab, l, kind);
                         acc[l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[l]);
                 }
         }
@@ -104,7 +113,6 @@ PACKED_ATTRS_256 void DOT_FN(packed_half_pair)(const struct packed_weights *w, u
                                                size_t out_stride, bool accumulate, bool prefetch, const int kind) {
         const size_t quant_bytes = kind == 2 ? PACKED_ROWS * QUANT_BLOCK : PACKED_ROWS * QUANT_BLOCK / 2;
         const size_t scale_bytes = kind == 1 ? 64 : 32;
-        const unsigned correction = packed_correction_offset(TENSOR_Q4_0);
         const uint64_t n_blocks = w->n_blocks;
         const uint8_t *group = w->data + g * w->group_bytes, *quants = group + 32 * h;
         const uint8_t *scales = group + n_blocks * quant_bytes + 16 * h;
@@ -124,27 +132,9 @@ PACKED_ATTRS_256 void DOT_FN(packed_half_pair)(const struct packed_weights *w, u
                         _Pragma("GCC unroll 2") for (unsigned k = 0; k < 2; k++)
                                 scale[k] = _mm256_mul_ps(dw, _mm256_set1_ps(a->ds[2 * ((t + k) * a->stride + b)]));
                         _Pragma("GCC unroll 4") for (unsigned l = first; l < first + PACKED_LANES / 2; l++) {
-                                __m256i u;
-                                if (kind == 2)
-                                        u = _mm256_xor_si256(_mm256_load_si256((const __m256i *) (rec + 64 * l)),
-                                                             _mm256_set1_epi8((char) 0x80));
-                                else {
-                                        __m256i v = _mm256_load_si256((const __m256i *) (rec + 64 * (l % 4)));
-                                        u = _mm256_and_si256(l < 4 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
-                                }
+                                __m256i u = DOT_FN(packed_lane_weights)(rec, l, kind);
                                 _Pragma("GCC unroll 2") for (unsigned k = 0; k < 2; k++) {
-                                        size_t ab = (t + k) * a->stride + b;
-                                        __m256i act = DOT_FN(packed_broadcast4)(a->xq[ab].qs + 4 * l);
-                                        __m256i isum;
-                                        if (kind == 2)
-                                                isum = dot_u8_s8(_mm256_sign_epi8(u, u), _mm256_sign_epi8(act, u));
-                                        else {
-                                                isum = dot_u8_s8(u, act);
-                                                if (kind == 0)
-                                                        isum = _mm256_add_epi32(
-                                                                isum,
-                                                                _mm256_set1_epi32(a->corrections[ab * PACKED_CORRECTIONS + correction + l]));
-                                        }
+                                        __m256i isum = DOT_FN(packed_lane_isum)(u, a, (t + k) * a->stride + b, l, kind);
                                         acc[k][l - first] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale[k], acc[k][l - first]);
                                 }
                         }
