@@ -34,25 +34,38 @@ ATTN_ATTRS __m256 attn_sum8_each(const __m256 a[8]) {
         return _mm256_permutevar8x32_ps(d, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-/* Element i of row k (n of them, a multiple of 64, converted from f16) against q: lane
- * i % 16 (wide: i % 64, then lanes_sum64()'s first fold to 16), fused multiply-adds from +0;
- * returns lanes e + (e + 8) for e < 8, the first step of lanes_sum16(). */
-ATTN_ATTRS __m256 attn_key_lanes(const float *k, const float *q, size_t n, bool wide) {
+/* Element i of row k (n of them, a multiple of 64, converted from f16) against q, wide: lane
+ * i % 64 by fused multiply-adds from +0, then lanes_sum64()'s first fold to 16; returns
+ * lanes e + (e + 8) for e < 8, the first step of lanes_sum16(). */
+ATTN_ATTRS __m256 attn_key_lanes_wide(const float *k, const float *q, size_t n) {
         __m256 acc[8];
         _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++)
                 acc[c] = _mm256_setzero_ps();
         for (size_t i = 0; i < n; i += 64)
-                _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) {
-                        __m256 kf = _mm256_load_ps(k + i + 8 * c);
-                        __m256 qf = _mm256_loadu_ps(q + i + 8 * c);
-                        int lane = wide ? c : c % 2;
-                        acc[lane] = _mm256_fmadd_ps(kf, qf, acc[lane]);
-                }
-        if (!wide)
-                return _mm256_add_ps(acc[1], acc[0]);
+                _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++)
+                        acc[c] = _mm256_fmadd_ps(_mm256_load_ps(k + i + 8 * c), _mm256_loadu_ps(q + i + 8 * c), acc[c]);
         __m256 low = _mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6]));
         __m256 high = _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7]));
         return _mm256_add_ps(high, low);
+}
+
+/* Four rows k, k + n, ... (n a multiple of 16) against q, narrow: element i to lane i % 16 by
+ * fused multiply-adds from +0; out[p] = row p's lanes e + (e + 8) for e < 8, the first step
+ * of lanes_sum16(). The four positions' chains interleave to hide their latency, and the
+ * query is loaded once for the four. */
+ATTN_ATTRS void attn_key_lanes4(const float *k, const float *q, size_t n, __m256 out[4]) {
+        __m256 acc[4][2];
+        _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++)
+                acc[p][0] = acc[p][1] = _mm256_setzero_ps();
+        for (size_t i = 0; i < n; i += 16) {
+                __m256 q0 = _mm256_loadu_ps(q + i), q1 = _mm256_loadu_ps(q + i + 8);
+                _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++) {
+                        acc[p][0] = _mm256_fmadd_ps(_mm256_load_ps(k + p * n + i), q0, acc[p][0]);
+                        acc[p][1] = _mm256_fmadd_ps(_mm256_load_ps(k + p * n + i + 8), q1, acc[p][1]);
+                }
+        }
+        _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++)
+                out[p] = _mm256_add_ps(acc[p][1], acc[p][0]);
 }
 
 /* n a multiple of 64; inlined with n constant for the common head sizes. */
@@ -69,11 +82,19 @@ ATTN_ATTRS void attn_scores_runs(const struct f16_rows *keys, unsigned n_pos, co
                         for (size_t i = 0; i < n; i += 8)
                                 _mm256_store_ps(converted + p * n + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (row + i))));
                 }
+                /* a short last run: zero keys, whose sums are computed and dropped */
+                if (m < 8)
+                        memset(converted + m * n, 0, (8 - m) * n * sizeof(float));
                 for (unsigned g = 0; g < n_q; g++) {
                         const float *qg = q + g * q_stride;
                         __m256 a[8];
-                        _Pragma("GCC unroll 8") for (unsigned p = 0; p < 8; p++)
-                                a[p] = p < m ? attn_key_lanes(converted + p * n, qg, n, wide) : _mm256_setzero_ps();
+                        if (wide)
+                                _Pragma("GCC unroll 8") for (unsigned p = 0; p < 8; p++)
+                                        a[p] = attn_key_lanes_wide(converted + p * n, qg, n);
+                        else {
+                                attn_key_lanes4(converted, qg, n, a);
+                                attn_key_lanes4(converted + 4 * n, qg, n, a + 4);
+                        }
                         __m256 dots = _mm256_mul_ps(attn_sum8_each(a), scale_v);
                         float *out = scores + g * scores_stride + j0;
                         if (m == 8)
