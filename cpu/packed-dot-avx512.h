@@ -47,14 +47,8 @@ PACKED_ATTRS void packed_pass_512(const struct packed_weights *w, uint64_t g, co
         }
         for (uint64_t b = 0; b < n_blocks; b++) {
                 const uint8_t *rec = quants + b * quant_bytes;
-                /* The group's bytes, and the next groups', are one stream: fetch it PACKED_PREFETCH
-                 * bytes ahead at the pace it is consumed. The hardware prefetcher alone left
-                 * decode at half the bandwidth a plain read gets. */
-                if (prefetch) {
-                        const uint8_t *ahead = quants + b * (quant_bytes + scale_bytes) + PACKED_PREFETCH;
-                        _Pragma("GCC unroll 10") for (size_t line = 0; line < quant_bytes + scale_bytes; line += 64)
-                                _mm_prefetch((const char *) ahead + line, _MM_HINT_T0);
-                }
+                if (prefetch)
+                        packed_prefetch_block(quants, b, quant_bytes + scale_bytes);
                 __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * scale_bytes)));
                 __m512 scale[PACKED_PASS_TOKENS];
                 _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {

@@ -19,12 +19,22 @@ PACKED_ATTRS_256 __m256i DOT_FN(packed_broadcast4)(const int8_t *p) {
         return _mm256_set1_epi32(v);
 }
 
-/* The group's bytes and the next groups' are one stream (packed-weights.h): the first pass
- * fetches it PACKED_PREFETCH bytes ahead, a block's worth (block_bytes) per block. */
-PACKED_ATTRS_256 void DOT_FN(packed_prefetch)(const uint8_t *group, uint64_t b, const size_t block_bytes) {
-        const uint8_t *ahead = group + b * block_bytes + PACKED_PREFETCH;
-        _Pragma("GCC unroll 10") for (size_t line = 0; line < block_bytes; line += 64)
-                _mm_prefetch((const char *) ahead + line, _MM_HINT_T0);
+/* Rows 8h..8h+7 of group g in the packed layout (packed-weights.h): the group's stream, the
+ * half's quants and scales, and their bytes per block for kind (constants once inlined). */
+struct packed_half_layout {
+        const uint8_t *group, *quants, *scales;
+        size_t quant_bytes, scale_bytes;
+};
+
+PACKED_ATTRS_256 struct packed_half_layout DOT_FN(packed_half_layout)(const struct packed_weights *w, uint64_t g, unsigned h,
+                                                                     const int kind) {
+        struct packed_half_layout lay;
+        lay.quant_bytes = kind == 2 ? PACKED_ROWS * QUANT_BLOCK : PACKED_ROWS * QUANT_BLOCK / 2;
+        lay.scale_bytes = kind == 1 ? 64 : 32;
+        lay.group = w->data + g * w->group_bytes;
+        lay.quants = lay.group + 32 * h;
+        lay.scales = lay.group + w->n_blocks * lay.quant_bytes + 16 * h;
+        return lay;
 }
 
 /* A token's rows 8h..8h+7 of group g from the lanes' sums: lanes_sum8()'s tree, Q4_1's
@@ -74,11 +84,10 @@ PACKED_ATTRS_256 __m256i DOT_FN(packed_lane_isum)(__m256i u, const struct packed
 PACKED_ATTRS_256 void DOT_FN(packed_half)(const struct packed_weights *w, uint64_t g, unsigned h,
                                           const struct packed_activations *a, unsigned t, float *out,
                                           size_t out_stride, bool accumulate, bool prefetch, const int kind) {
-        const size_t quant_bytes = kind == 2 ? PACKED_ROWS * QUANT_BLOCK : PACKED_ROWS * QUANT_BLOCK / 2;
-        const size_t scale_bytes = kind == 1 ? 64 : 32;
+        const struct packed_half_layout lay = DOT_FN(packed_half_layout)(w, g, h, kind);
+        const size_t quant_bytes = lay.quant_bytes, scale_bytes = lay.scale_bytes;
+        const uint8_t *quants = lay.quants, *scales = lay.scales;
         const uint64_t n_blocks = w->n_blocks;
-        const uint8_t *group = w->data + g * w->group_bytes, *quants = group + 32 * h;
-        const uint8_t *scales = w->data + g * w->group_bytes + n_blocks * quant_bytes + 16 * h;
         __m256 acc[PACKED_LANES], off = _mm256_setzero_ps();
 
         _Pragma("GCC unroll 8") for (unsigned l = 0; l < PACKED_LANES; l++)
@@ -86,7 +95,7 @@ PACKED_ATTRS_256 void DOT_FN(packed_half)(const struct packed_weights *w, uint64
         for (uint64_t b = 0; b < n_blocks; b++) {
                 const uint8_t *rec = quants + b * quant_bytes;
                 if (prefetch)
-                        DOT_FN(packed_prefetch)(group, b, quant_bytes + scale_bytes);
+                        packed_prefetch_block(lay.group, b, quant_bytes + scale_bytes);
                 size_t ab = t * a->stride + b;
                 __m256 dw = _mm256_cvtph_ps(_mm_load_si128((const __m128i *) (scales + b * scale_bytes)));
                 __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(a->ds[2 * ab]));
@@ -111,11 +120,10 @@ PACKED_ATTRS_256 void DOT_FN(packed_half)(const struct packed_weights *w, uint64
 PACKED_ATTRS_256 void DOT_FN(packed_half_pair)(const struct packed_weights *w, uint64_t g, unsigned h,
                                                const struct packed_activations *a, unsigned t, float *out,
                                                size_t out_stride, bool accumulate, bool prefetch, const int kind) {
-        const size_t quant_bytes = kind == 2 ? PACKED_ROWS * QUANT_BLOCK : PACKED_ROWS * QUANT_BLOCK / 2;
-        const size_t scale_bytes = kind == 1 ? 64 : 32;
+        const struct packed_half_layout lay = DOT_FN(packed_half_layout)(w, g, h, kind);
+        const size_t quant_bytes = lay.quant_bytes, scale_bytes = lay.scale_bytes;
+        const uint8_t *quants = lay.quants, *scales = lay.scales;
         const uint64_t n_blocks = w->n_blocks;
-        const uint8_t *group = w->data + g * w->group_bytes, *quants = group + 32 * h;
-        const uint8_t *scales = group + n_blocks * quant_bytes + 16 * h;
         __m256 lanes[2][PACKED_LANES], off[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
 
         _Pragma("GCC unroll 2") for (unsigned first = 0; first < PACKED_LANES; first += PACKED_LANES / 2) {
@@ -126,7 +134,7 @@ PACKED_ATTRS_256 void DOT_FN(packed_half_pair)(const struct packed_weights *w, u
                 for (uint64_t b = 0; b < n_blocks; b++) {
                         const uint8_t *rec = quants + b * quant_bytes;
                         if (prefetch && first == 0)
-                                DOT_FN(packed_prefetch)(group, b, quant_bytes + scale_bytes);
+                                packed_prefetch_block(lay.group, b, quant_bytes + scale_bytes);
                         __m256 dw = _mm256_cvtph_ps(_mm_load_si128((const __m128i *) (scales + b * scale_bytes)));
                         __m256 scale[2];
                         _Pragma("GCC unroll 2") for (unsigned k = 0; k < 2; k++)

@@ -92,6 +92,15 @@ int packed_weights_build(enum tensor_type type, const void *rows, uint64_t row_b
 
 void packed_weights_free(struct packed_weights *p);
 
+/* A group's bytes and the next groups' are one stream: a kernel's first pass over a group
+ * fetches it PACKED_PREFETCH bytes ahead, one block's worth (block_bytes, quants and scales,
+ * a multiple of 64) per block b, at the pace it is consumed. */
+static inline void packed_prefetch_block(const uint8_t *group, uint64_t b, size_t block_bytes) {
+        const uint8_t *ahead = group + b * block_bytes + PACKED_PREFETCH;
+        _Pragma("GCC unroll 10") for (size_t line = 0; line < block_bytes; line += 64)
+                __builtin_prefetch(ahead + line, 0, 3);
+}
+
 /* For each activation block b and lane l: corrections[b * PACKED_CORRECTIONS +
  * packed_correction_offset(type) + l] = -packed_quant_bias(type) * (the sum of the block's
  * quants 4l..4l+3), for Q4_0 and Q8_0; exact. Computed once per activation, shared by every
