@@ -33,6 +33,10 @@ static void check_engine_death(struct server *s) {
         if (s->engine_dead_seen || async_llm_check_health(s->model.llm, 1e9, &err) != -ESHUTDOWN)
                 return;
         s->engine_dead_seen = true;
+        /* The failed requests' last outputs were published together with the dead state,
+         * possibly after this round's dispatch took its outputs: take them now, or the final
+         * flush would close connections whose requests never got their error. */
+        async_llm_dispatch(s->model.llm);
         log_error("%s; exiting so that the service manager can restart the daemon", err.message);
         sd_notifyf(0, "STATUS=Engine dead: %s", err.message);
         s->exit_status = 3;
