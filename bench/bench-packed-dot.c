@@ -102,24 +102,13 @@ static void run_tiles(const struct dot_kernels *k, const struct matrices *m, uin
                 }
 }
 
-/* The packed product: one call over all groups for a single token; per group, the tokens
- * eight at a time otherwise (the group's weights stay in L1). */
+/* The packed product: one call over all groups and tokens (per group, the tokens pass
+ * over its weights while they stay in L1). */
 static void run_packed(const struct dot_kernels *k, const struct matrices *m, uint64_t copy, const struct acts *a,
                        unsigned n_tokens, float *out) {
-        dot_packed_fn fn = dot_packed_kernel_for(k, m->type);
         const struct packed_weights *p = &m->packed[copy];
-        if (n_tokens <= PACKED_TOKENS_MAX) {
-                struct packed_activations pa = { a->xq, a->ds, a->corrections, m->n_blocks };
-                fn(p, 0, p->n_groups, &pa, n_tokens, out, m->rows, false);
-                return;
-        }
-        for (uint64_t g = 0; g < p->n_groups; g++)
-                for (unsigned t0 = 0; t0 < n_tokens; t0 += PACKED_TOKENS_MAX) {
-                        unsigned n = n_tokens - t0 < PACKED_TOKENS_MAX ? n_tokens - t0 : PACKED_TOKENS_MAX;
-                        struct packed_activations pa = { a->xq + t0 * m->n_blocks, a->ds + 2 * t0 * m->n_blocks,
-                                                         a->corrections + t0 * m->n_blocks * PACKED_CORRECTIONS, m->n_blocks };
-                        fn(p, g, g + 1, &pa, n, out + t0 * m->rows, m->rows, false);
-                }
+        struct packed_activations pa = { a->xq, a->ds, a->corrections, m->n_blocks };
+        dot_packed_kernel_for(k, m->type)(p, 0, p->n_groups, &pa, n_tokens, out, m->rows, false);
 }
 
 /* A plain read of the same bytes, for the bandwidth one core gets. */

@@ -36,6 +36,9 @@ struct packed_model {
 };
 
 #define SMALL_BATCH 4
+/* Up to this many tokens a packed matmul hands out its groups in chunks; more, and one
+ * group is a thread's work at a time. */
+#define MATMUL_FEW_TOKENS 8
 /* Consecutive prompt tokens of a sequence whose attention goes together (as many as keep
  * their query heads within DOT_GROUP_MAX): each key and value is read and converted once for
  * all their query heads. */
@@ -345,28 +348,23 @@ static void matmul(const struct cpu_runner *r, size_t weight_index, const struct
         dot_tile_fn tile = dot_tile_kernel_for(r->kernels, w->type);
         uint64_t n_tiles = tile ? w->n_rows / DOT_TILE_ROWS : 0;
 
-        /* Packed: groups of sixteen rows across the threads; a few tokens in one call per
-         * thread, more per group eight at a time, the group's weights staying in L1. */
+        /* Packed: groups of sixteen rows across the threads, every token in one call, the
+         * group's weights staying in L1 while the tokens pass over them. */
         if (packed) {
                 dot_packed_fn fn = dot_packed_kernel_for(r->kernels, w->type);
                 _Atomic uint64_t *next = &r->cursors[weight_index].next_group;
+                struct packed_activations pa = { xq, a->ds, a->corrections, n_blocks };
                 /* about eight chunks per thread: enough to even out, few enough that taking
                  * one costs little next to computing it */
                 uint64_t chunk = packed->n_groups / (8 * (uint64_t) nth);
-                if (chunk == 0 || n_tokens > PACKED_TOKENS_MAX)
+                if (chunk == 0 || n_tokens > MATMUL_FEW_TOKENS)
                         chunk = 1;
                 for (;;) {
                         uint64_t g0 = atomic_fetch_add_explicit(next, chunk, memory_order_relaxed);
                         if (g0 >= packed->n_groups)
                                 return;
                         uint64_t g1 = g0 + chunk < packed->n_groups ? g0 + chunk : packed->n_groups;
-                        for (uint32_t t0 = 0; t0 < n_tokens; t0 += PACKED_TOKENS_MAX) {
-                                unsigned n = n_tokens - t0 < PACKED_TOKENS_MAX ? n_tokens - t0 : PACKED_TOKENS_MAX;
-                                size_t at = (size_t) t0 * n_blocks;
-                                struct packed_activations pa = { xq + at, a->ds + 2 * at, a->corrections + at * PACKED_CORRECTIONS,
-                                                                 n_blocks };
-                                fn(packed, g0, g1, &pa, n, out + (size_t) t0 * out_stride, out_stride, accumulate);
-                        }
+                        fn(packed, g0, g1, &pa, n_tokens, out, out_stride, accumulate);
                 }
         }
 

@@ -46,7 +46,7 @@ typedef void (*dot_tile_fn)(const void *weight_rows, size_t row_bytes, const str
                             size_t act_stride, unsigned n_tokens, size_t n_blocks, float out[DOT_TILE_TOKENS * DOT_TILE_ROWS]);
 
 /* The packed product on repacked weights (packed-weights.h): for the rows of groups
- * [group_begin, group_end) and n_tokens (1..PACKED_TOKENS_MAX) tokens, token t's row at
+ * [group_begin, group_end) and n_tokens (at least one) tokens, token t's row at
  * out[t * out_stride + row] is set to (or, with accumulate, has added to it) the product in
  * llama.cpp's x86 order, which the x86 single products and tiles follow:
  *     lane[l] = 0 (l < 8); for each block b in order, for each lane l:

@@ -30,8 +30,11 @@
 #include "tensor-types.h"
 
 #define PACKED_ROWS 16
-#define PACKED_TOKENS_MAX 8
 #define PACKED_ALIGN 64
+/* Kernels that unpack a group's 4-bit blocks once for all of a call's tokens do so for
+ * rows of up to this many blocks (the unpacked group stays on the stack, in L1 or L2);
+ * wider rows unpack in every pass over the tokens. */
+#define PACKED_UNPACK_MAX_BLOCKS 128
 /* How far ahead of its reads a kernel's first pass over a group prefetches the stream of
  * packed weights. The hardware prefetcher alone left decode at half the bandwidth a plain
  * read gets (AVX-512 and AVX2 machines alike). */

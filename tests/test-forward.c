@@ -311,7 +311,7 @@ END_TEST
 
 /* The packed product (ASYNCLLM_CPU_PACKED, on by default) computes llama.cpp's x86 order, as
  * the x86 tiles do: the whole forward pass has the same bits either way, for a prompt in one
- * pass, in chunks beside other sequences (more than PACKED_TOKENS_MAX tokens at once), and
+ * pass, in chunks beside other sequences (more tokens at once than one pass takes), and
  * token by token. The scalar set's tiles keep an order of their own, so that set is left out. */
 START_TEST(test_packed_matches_tiles) {
         const struct synthetic_llama_config *cfg = &shapes[_i];

@@ -20,9 +20,11 @@
 #include "tensor-types.h"
 #include "test-random.h"
 
-#define MAX_BLOCKS 50
+/* Rows mostly up to 50 blocks; some wider than the kernels unpack once per group. */
+#define USUAL_BLOCKS 50
+#define MAX_BLOCKS (PACKED_UNPACK_MAX_BLOCKS + 3)
 #define MAX_ROWS 72
-#define MAX_TOKENS PACKED_TOKENS_MAX
+#define MAX_TOKENS 12
 
 static const enum tensor_type types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q8_0 };
 #define N_TYPES (sizeof(types) / sizeof(types[0]))
@@ -187,7 +189,7 @@ START_TEST(test_reference_matches_formula) {
                 for (int rep = 0; rep < 40; rep++) {
                         enum tensor_type type = types[ti];
                         bool extreme = rep % 10 == 9;
-                        size_t n_rows = 1 + next_u32() % MAX_ROWS, n_blocks = 1 + next_u32() % MAX_BLOCKS;
+                        size_t n_rows = 1 + next_u32() % MAX_ROWS, n_blocks = 1 + next_u32() % USUAL_BLOCKS;
                         size_t row_bytes = tensor_row_bytes(type, n_blocks * QUANT_BLOCK);
                         unsigned n_tokens = 1 + next_u32() % MAX_TOKENS;
                         random_rows(type, rows_buf, row_bytes, n_rows, n_blocks, extreme);
@@ -227,7 +229,7 @@ START_TEST(test_formula_matches_x86_single_products) {
                         for (int rep = 0; rep < 200; rep++) {
                                 enum tensor_type type = types[ti];
                                 bool extreme = rep % 10 == 9;
-                                size_t n_blocks = 1 + next_u32() % MAX_BLOCKS;
+                                size_t n_blocks = 1 + next_u32() % USUAL_BLOCKS;
                                 size_t row_bytes = tensor_row_bytes(type, n_blocks * QUANT_BLOCK);
                                 random_rows(type, rows_buf, row_bytes, 1, n_blocks, extreme);
                                 random_acts(&acts, n_blocks, extreme);
@@ -242,8 +244,8 @@ START_TEST(test_formula_matches_x86_single_products) {
 END_TEST
 
 /* One packed set against the single products: random shapes (rows not a multiple of
- * sixteen), group sub-ranges, 1..PACKED_TOKENS_MAX tokens, strided tokens, output strides
- * wider than the rows, accumulation; rows outside the range stay untouched. The expected
+ * sixteen), rows wider than the kernels unpack once, group sub-ranges, 1..MAX_TOKENS
+ * tokens, strided tokens, output strides wider than the rows, accumulation; rows outside the range stay untouched. The expected
  * bits are those of x86_single_products() where the CPU has one, else the formula's. */
 static void compare_set(const struct dot_kernels *k) {
         static float want[MAX_TOKENS * (MAX_ROWS + 9)], got[MAX_TOKENS * (MAX_ROWS + 9)];
@@ -253,7 +255,8 @@ static void compare_set(const struct dot_kernels *k) {
                         enum tensor_type type = types[ti];
                         bool extreme = rep % 25 == 24;
                         size_t n_rows = rep < 8 * 9 ? (size_t) (rep / 8) * 8 + 1 + (size_t) (rep % 3) : 1 + next_u32() % MAX_ROWS;
-                        size_t n_blocks = 1 + next_u32() % MAX_BLOCKS;
+                        size_t n_blocks = rep % 10 == 5 ? PACKED_UNPACK_MAX_BLOCKS + 1 + next_u32() % 3
+                                                        : 1 + next_u32() % USUAL_BLOCKS;
                         size_t row_bytes = tensor_row_bytes(type, n_blocks * QUANT_BLOCK) + 2 * (next_u32() % 3);
                         unsigned n_tokens = 1 + (unsigned) rep % MAX_TOKENS;
                         size_t stride = n_blocks * (1 + rep % 2); /* every other token's blocks skipped */
