@@ -579,27 +579,14 @@ static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
                 kern->round_f16(q16, (size_t) n_q * hd);
                 kern->attn_scores(&keys, n_pos, q16, hd, n_q, hd, !prompt, scale, scores, scores_stride);
 
-                /* exp, summed per run of 16 positions in lane order, runs summed in double */
+                /* The weights meet the f16 values at f16 precision, as in the reference's
+                 * attention without flash attention; a query's positions past its own (the
+                 * tile's later tokens) weigh nothing. */
                 for (uint32_t g = 0; g < n_q; g++) {
                         float *sg = scores + g * scores_stride;
                         uint32_t n_ctx = (uint32_t) b->positions[t + g / group] + 1;
-                        uint32_t padded = (n_ctx + 15) / 16 * 16;
-                        float max = -INFINITY;
-                        for (uint32_t j = 0; j < n_ctx; j++)
-                                max = sg[j] > max ? sg[j] : max; /* inline, unlike fmaxf */
-                        kern->exp_shifted(sg, max, n_ctx);
-                        for (uint32_t j = n_ctx; j < padded; j++)
-                                sg[j] = 0.0f;
-                        double sum = 0.0;
-                        for (uint32_t j = 0; j < padded; j += 16)
-                                sum += lanes_sum16(sg + j);
-                        /* The normalized weights meet the f16 values at f16 precision, as in
-                         * the reference's attention without flash attention. */
-                        float inv = (float) (1.0 / sum);
-                        for (uint32_t j = 0; j < n_ctx; j++)
-                                sg[j] *= inv;
-                        kern->round_f16(sg, n_ctx);
-                        for (uint32_t j = padded; j < n_pos; j++)
+                        kern->softmax_f16(sg, n_ctx);
+                        for (uint32_t j = n_ctx; j < n_pos; j++)
                                 sg[j] = 0.0f;
                 }
                 kern->attn_values(&values, n_pos, scores, scores_stride, n_q, hd, n_lanes, lanes, lanes_stride);

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "attention-by-position.h"
 #include "dot.h"
@@ -169,9 +170,21 @@ static void sum_lanes_scalar(const float *lanes, size_t stride, unsigned n_valid
         }
 }
 
-static void exp_shifted_scalar(float *x, float shift, size_t n) {
+static void softmax_f16_scalar(float *x, size_t n) {
+        float max = -INFINITY;
         for (size_t i = 0; i < n; i++)
-                x[i] = exp_poly(x[i] - shift);
+                max = x[i] > max ? x[i] : max; /* inline, unlike fmaxf */
+        for (size_t i = 0; i < n; i++)
+                x[i] = exp_poly(x[i] - max);
+        double sum = 0.0;
+        for (size_t j = 0; j < n; j += 16) {
+                float run[16] = { 0 };
+                memcpy(run, x + j, (n - j < 16 ? n - j : 16) * sizeof(float));
+                sum += lanes_sum16(run);
+        }
+        float inv = (float) (1.0 / sum);
+        for (size_t i = 0; i < n; i++)
+                x[i] = f16_to_f32(f32_to_f16(x[i] * inv));
 }
 
 static void swiglu_scalar(float *h, const float *g, const float *u, size_t n) {
@@ -194,7 +207,7 @@ const struct dot_kernels dot_kernels_scalar = {
         .attn_values = attn_values_scalar,
         .round_f16 = round_f16_scalar,
         .sum_lanes = sum_lanes_scalar,
-        .exp_shifted = exp_shifted_scalar,
+        .softmax_f16 = softmax_f16_scalar,
         .quantize_q8_1 = quantize_q8_1_scalar,
         .swiglu = swiglu_scalar,
 };

@@ -404,12 +404,48 @@ __attribute__((target(DOT_TARGET))) static inline __m256 DOT_FN(exp8)(__m256 x) 
         return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
-__attribute__((target(DOT_TARGET))) static void DOT_FN(exp_shifted)(float *x, float shift, size_t n) {
+/* The scalar reference's steps eight at a time. The largest score is the same in any order
+ * (a NaN is passed over as the reference's comparison passes it; only the sign of a zero
+ * maximum can differ, and x - (+0) and x - (-0) are the same for every x but -0, whose exp
+ * is 1 either way); the runs' trees are lanes_sum16()'s adds. */
+__attribute__((target(DOT_TARGET))) static void DOT_FN(softmax_f16)(float *x, size_t n) {
+        __m256 max8 = _mm256_set1_ps(-INFINITY);
         size_t i = 0;
         for (; i + 8 <= n; i += 8)
-                _mm256_storeu_ps(x + i, DOT_FN(exp8)(_mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(shift))));
+                max8 = _mm256_max_ps(_mm256_loadu_ps(x + i), max8);
+        float lanes[8], max = -INFINITY;
+        _mm256_storeu_ps(lanes, max8);
+        for (int l = 0; l < 8; l++)
+                max = lanes[l] > max ? lanes[l] : max;
         for (; i < n; i++)
-                x[i] = exp_poly(x[i] - shift);
+                max = x[i] > max ? x[i] : max;
+
+        for (i = 0; i + 8 <= n; i += 8)
+                _mm256_storeu_ps(x + i, DOT_FN(exp8)(_mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(max))));
+        for (; i < n; i++)
+                x[i] = exp_poly(x[i] - max);
+
+        double sum = 0.0;
+        for (size_t j = 0; j < n; j += 16) {
+                float run[16] = { 0 };
+                const float *r = x + j;
+                if (n - j < 16) {
+                        memcpy(run, x + j, (n - j) * sizeof(float));
+                        r = run;
+                }
+                __m256 a = _mm256_add_ps(_mm256_loadu_ps(r + 8), _mm256_loadu_ps(r));
+                __m128 b = _mm_add_ps(_mm256_extractf128_ps(a, 1), _mm256_castps256_ps128(a));
+                __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b)); /* b0 + b2, b1 + b3 */
+                sum += _mm_cvtss_f32(_mm_add_ss(c, _mm_shuffle_ps(c, c, 1)));
+        }
+
+        float inv = (float) (1.0 / sum);
+        const __m256 inv8 = _mm256_set1_ps(inv);
+        for (i = 0; i + 8 <= n; i += 8)
+                _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(x + i), inv8),
+                                                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+        for (; i < n; i++)
+                x[i] = f16_to_f32(f32_to_f16(x[i] * inv));
 }
 
 __attribute__((target(DOT_TARGET))) static void DOT_FN(swiglu)(float *h, const float *g, const float *u, size_t n) {
@@ -439,7 +475,7 @@ const struct dot_kernels DOT_CONCAT(dot_kernels, DOT_SET) = {
         .attn_values = DOT_FN(attn_values),
         .round_f16 = DOT_FN(round_f16),
         .sum_lanes = DOT_FN(sum_lanes),
-        .exp_shifted = DOT_FN(exp_shifted),
+        .softmax_f16 = DOT_FN(softmax_f16),
         .quantize_q8_1 = DOT_FN(quantize_q8_1),
         .swiglu = DOT_FN(swiglu),
 };

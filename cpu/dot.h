@@ -104,12 +104,17 @@ struct dot_kernels {
         /* out[i] = the sum of lanes[e * stride + i] over e < 16 by the tree of lanes_sum16();
          * rows from n_valid on count as +0.0 and are not read. */
         void (*sum_lanes)(const float *lanes, size_t stride, unsigned n_valid, size_t n, float *out);
-        /* x[i] = exp(x[i] - shift) for the softmax, and h[i] = silu(g[i]) * u[i], both with
-         * the exp of exp_poly.h so that every set, and the reference, round alike. */
-        void (*exp_shifted)(float *x, float shift, size_t n);
+        /* One query's scores x[0..n) (n >= 1) made its softmax weights as the reference's
+         * attention without flash attention makes them: e[i] = exp(x[i] - max x) with
+         * exp_poly.h's exp, summed per run of 16 by lanes_sum16() (a short last run padded with
+         * +0), the runs added in double; then x[i] = e[i] * (float) (1 / sum), rounded to f16
+         * and back. */
+        void (*softmax_f16)(float *x, size_t n);
         /* quantize_row_q8_1() (the reference, quantize.c) with the same bits; ds (if not NULL)
          * gets each block's d and s as floats, converted once here rather than in every tile. */
         void (*quantize_q8_1)(const float *x, struct block_q8_1 *out, float *ds, size_t n);
+        /* h[i] = silu(g[i]) * u[i], with the exp of exp_poly.h so that every set, and the
+         * reference, round alike. */
         void (*swiglu)(float *h, const float *g, const float *u, size_t n);
 };
 
