@@ -64,19 +64,15 @@ ATTN_ATTRS void attn_scores_runs(const struct f16_rows *keys, unsigned n_pos, co
          * sum of the single product is the float one. */
         const __m512 scale_v = _mm512_set1_ps(scale);
         float converted[16 * DOT_F16_MAX_DIM] __attribute__((aligned(64)));
-        uint32_t block = 0, offset = 0;
+        struct f16_walk walk = f16_walk_start(keys, 0, 1), ahead = f16_walk_start(keys, F16_WALK_PREFETCH_POSITIONS, 1);
         for (unsigned j0 = 0; j0 < n_pos; j0 += 16) {
                 unsigned m = n_pos - j0 < 16 ? n_pos - j0 : 16;
-                for (unsigned p = 0; p < m; p++) {
-                        const f16_bits *row = keys->base +
-                                              ((size_t) keys->block_table[block] * keys->block_size + offset) * keys->row_stride;
+                for (unsigned p = 0; p < m; p++, f16_walk_next(&walk)) {
+                        f16_walk_prefetch_ahead(&ahead, j0 + p, n_pos, n);
+                        const f16_bits *row = f16_walk_row(&walk);
                         for (size_t i = 0; i < n; i += 16)
                                 _mm512_store_ps(converted + p * n + i,
                                                 _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (row + i))));
-                        if (++offset == keys->block_size) {
-                                offset = 0;
-                                block++;
-                        }
                 }
                 for (unsigned g = 0; g < n_q; g++) {
                         const float *qg = q + g * q_stride;
