@@ -7,7 +7,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -20,6 +19,18 @@
  * core its partner needs: there, 20000 made decode 10x slower than 100. */
 #define BARRIER_SPINS_QUIET 20000
 #define BARRIER_SPINS_CONTENDED 100
+
+/* A run spinning long finds the process contended when its threads spent more than this
+ * share of their time runnable but off the CPU (preempted). By time, not by the count of
+ * preemptions: a daemon's frontend thread takes a core for a moment every step, two
+ * preemptions a step that cost nothing, while sleeping at every barrier cost that daemon's
+ * decode 60% (5.1 against 3.2 ms a token). A busy process beside takes a third. */
+#define CONTENDED_SHARE 0.10
+/* Runs then spent spinning briefly before one long-spinning run probes whether the
+ * contention is gone: doubling while probes keep finding it. Sleeping at barriers hides
+ * the contention it avoids, so a brief-spinning run cannot tell by itself. */
+#define CONTENDED_RUNS_FIRST 16
+#define CONTENDED_RUNS_MAX 256
 
 struct thread_pool {
         unsigned n_threads;
@@ -37,9 +48,21 @@ struct thread_pool {
         _Atomic unsigned barrier_generation;
         _Atomic unsigned barrier_sleepers;
         unsigned barrier_spins; /* set before each run */
-        long involuntary_switches; /* the process's, at the start of the last run */
-        struct timespec last_run;
+        unsigned contended_left; /* brief-spinning runs before the next probe */
+        unsigned contended_runs; /* how many the last probe that found contention set */
+        _Atomic long lost_ns;    /* this run's threads' time preempted, summed */
 };
+
+/* Nanoseconds a thread of the pool spent asleep in barriers since its share of the run
+ * began: off the CPU by its own choice, which is not lost to others. */
+static _Thread_local long barrier_slept_ns;
+
+static long clock_ns(clockid_t clock) {
+        struct timespec t;
+        if (clock_gettime(clock, &t) < 0)
+                return 0;
+        return (long) t.tv_sec * 1000000000L + t.tv_nsec;
+}
 
 struct worker_arg {
         struct thread_pool *pool;
@@ -76,10 +99,23 @@ void thread_pool_barrier(struct thread_pool *pool) {
                         return;
                 cpu_relax();
         }
+        long slept_from = clock_ns(CLOCK_MONOTONIC);
         atomic_fetch_add_explicit(&pool->barrier_sleepers, 1, memory_order_acq_rel);
         while (atomic_load_explicit(&pool->barrier_generation, memory_order_acquire) == generation)
                 futex_wait(&pool->barrier_generation, generation);
         atomic_fetch_sub_explicit(&pool->barrier_sleepers, 1, memory_order_acq_rel);
+        barrier_slept_ns += clock_ns(CLOCK_MONOTONIC) - slept_from;
+}
+
+/* This thread's share of the run; the time it was kept off the CPU while it wanted it (its
+ * wall time less its CPU time and its sleep in barriers) goes to pool->lost_ns. */
+static void run_share(struct thread_pool *pool, unsigned index) {
+        long wall = clock_ns(CLOCK_MONOTONIC), cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+        barrier_slept_ns = 0;
+        pool->fn(pool->ctx, index, pool->n_threads);
+        long lost = (clock_ns(CLOCK_MONOTONIC) - wall) - (clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu) - barrier_slept_ns;
+        if (lost > 0)
+                atomic_fetch_add_explicit(&pool->lost_ns, lost, memory_order_relaxed);
 }
 
 static void *worker_main(void *p) {
@@ -95,25 +131,10 @@ static void *worker_main(void *p) {
                 seen = generation;
                 if (atomic_load_explicit(&pool->stopping, memory_order_acquire))
                         return NULL;
-                pool->fn(pool->ctx, arg.index, pool->n_threads);
+                run_share(pool, arg.index);
                 if (atomic_fetch_add_explicit(&pool->run_done, 1, memory_order_acq_rel) == pool->n_threads - 2)
                         futex_wake_all(&pool->run_done);
         }
-}
-
-/* Contended when the process's threads were preempted at least twice, and at least once per
- * 5 ms, since the last run began: on a quiet machine a step sees 0 or 1 preemptions (kernel
- * threads), beside a busy process 4 or more. */
-static unsigned barrier_spins_now(struct thread_pool *pool) {
-        struct rusage usage;
-        struct timespec now;
-        if (getrusage(RUSAGE_SELF, &usage) < 0 || clock_gettime(CLOCK_MONOTONIC, &now) < 0)
-                return BARRIER_SPINS_CONTENDED;
-        long preemptions = usage.ru_nivcsw - pool->involuntary_switches;
-        double ms = (double) (now.tv_sec - pool->last_run.tv_sec) * 1e3 + (double) (now.tv_nsec - pool->last_run.tv_nsec) / 1e6;
-        pool->involuntary_switches = usage.ru_nivcsw;
-        pool->last_run = now;
-        return preemptions >= 2 && preemptions * 5.0 >= ms ? BARRIER_SPINS_CONTENDED : BARRIER_SPINS_QUIET;
 }
 
 void thread_pool_run(struct thread_pool *pool, thread_pool_fn fn, void *ctx) {
@@ -121,18 +142,34 @@ void thread_pool_run(struct thread_pool *pool, thread_pool_fn fn, void *ctx) {
                 fn(ctx, 0, 1);
                 return;
         }
-        pool->barrier_spins = barrier_spins_now(pool);
+        pool->barrier_spins = pool->contended_left > 0 ? BARRIER_SPINS_CONTENDED : BARRIER_SPINS_QUIET;
         pool->fn = fn;
         pool->ctx = ctx;
+        long started = clock_ns(CLOCK_MONOTONIC);
+        atomic_store_explicit(&pool->lost_ns, 0, memory_order_relaxed);
         atomic_store_explicit(&pool->run_done, 0, memory_order_relaxed);
         atomic_fetch_add_explicit(&pool->run_generation, 1, memory_order_release);
         futex_wake_all(&pool->run_generation);
 
-        fn(ctx, 0, pool->n_threads);
+        run_share(pool, 0);
 
         unsigned done;
         while ((done = atomic_load_explicit(&pool->run_done, memory_order_acquire)) != pool->n_threads - 1)
                 futex_wait(&pool->run_done, done);
+        if (pool->contended_left > 0) {
+                pool->contended_left--;
+                return;
+        }
+        double share = (double) atomic_load_explicit(&pool->lost_ns, memory_order_relaxed) /
+                       ((double) (clock_ns(CLOCK_MONOTONIC) - started) * pool->n_threads + 1);
+        if (share > CONTENDED_SHARE) {
+                unsigned doubled = 2 * pool->contended_runs;
+                pool->contended_runs = pool->contended_runs == 0 ? CONTENDED_RUNS_FIRST
+                                       : doubled < CONTENDED_RUNS_MAX ? doubled
+                                                                      : CONTENDED_RUNS_MAX;
+                pool->contended_left = pool->contended_runs;
+        } else
+                pool->contended_runs = 0;
 }
 
 unsigned thread_pool_size(const struct thread_pool *pool) {
