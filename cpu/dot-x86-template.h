@@ -409,14 +409,21 @@ __attribute__((target(DOT_TARGET))) static inline __m256 DOT_FN(exp8)(__m256 x) 
  * maximum can differ, and x - (+0) and x - (-0) are the same for every x but -0, whose exp
  * is 1 either way); the runs' trees are lanes_sum16()'s adds. */
 __attribute__((target(DOT_TARGET))) static void DOT_FN(softmax_f16)(float *x, size_t n) {
-        __m256 max8 = _mm256_set1_ps(-INFINITY);
+        /* four running maxima, so that the compares do not wait on each other; max_ps returns
+         * its second operand when the first is a NaN */
+        __m256 max4[4];
+        for (int k = 0; k < 4; k++)
+                max4[k] = _mm256_set1_ps(-INFINITY);
         size_t i = 0;
+        for (; i + 32 <= n; i += 32)
+                for (int k = 0; k < 4; k++)
+                        max4[k] = _mm256_max_ps(_mm256_loadu_ps(x + i + 8 * k), max4[k]);
+        __m256 max8 = _mm256_max_ps(_mm256_max_ps(max4[0], max4[1]), _mm256_max_ps(max4[2], max4[3]));
         for (; i + 8 <= n; i += 8)
                 max8 = _mm256_max_ps(_mm256_loadu_ps(x + i), max8);
-        float lanes[8], max = -INFINITY;
-        _mm256_storeu_ps(lanes, max8);
-        for (int l = 0; l < 8; l++)
-                max = lanes[l] > max ? lanes[l] : max;
+        __m128 max_half = _mm_max_ps(_mm256_extractf128_ps(max8, 1), _mm256_castps256_ps128(max8));
+        max_half = _mm_max_ps(max_half, _mm_movehl_ps(max_half, max_half));
+        float max = _mm_cvtss_f32(_mm_max_ss(max_half, _mm_shuffle_ps(max_half, max_half, 1)));
         for (; i < n; i++)
                 max = x[i] > max ? x[i] : max;
 
