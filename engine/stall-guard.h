@@ -14,7 +14,13 @@
  * While prompts keep coming, every step may carry prompt work, and the model would price
  * the decodes alone from mixed steps only: deep in a long prompt its decode-only figure
  * drifts and the limit with it. So after STALL_GUARD_PROBE_EVERY mixed steps in a row a
- * step carries its decodes alone, which measures what the limit is relative to. */
+ * step carries its decodes alone, which measures what the limit is relative to.
+ *
+ * One step in STALL_GUARD_BURST_EVERY (counting steps that carry decodes) is let through
+ * whole: its prompt chunks fill the token budget. Every stream then sees at most 1% of its
+ * gaps over the limit, so the limit still holds for the 99th percentile, while prompts that
+ * arrive together (a wave of equal requests) join the decoding batch together instead of
+ * trickling in a few tokens a step beside a shrunken batch. */
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -22,6 +28,7 @@
 #include "step-time-model.h"
 
 #define STALL_GUARD_PROBE_EVERY 16
+#define STALL_GUARD_BURST_EVERY 100
 
 /* One step's guard. */
 struct stall_guard {
@@ -34,9 +41,11 @@ struct stall_guard {
 };
 
 /* Starts a step whose decodes have this shape, after mixed_in_a_row steps that carried
- * decodes and prompt work; limit 0 lets every chunk through. */
-void stall_guard_begin(struct stall_guard *g, double limit, const struct step_time_model *m,
-                       const struct step_shape *decodes, uint32_t mixed_in_a_row);
+ * decodes and prompt work and since_burst steps with decodes since the last one let through
+ * whole; limit 0 lets every chunk through. Returns whether this step is let through whole
+ * (a burst) while the limit would have applied. */
+bool stall_guard_begin(struct stall_guard *g, double limit, const struct step_time_model *m,
+                       const struct step_shape *decodes, uint32_t mixed_in_a_row, uint32_t since_burst);
 
 /* Prompt tokens (at most cap) that a chunk starting at position start may carry, counted as
  * planned. */
