@@ -209,7 +209,7 @@ static const struct setting table[N_KEYS] = {
         },
         [KEY_DECODE_STALL_LIMIT] = {
                 "decode-stall-limit", SETTING_STALL_LIMIT, FIELD(engine.decode_stall_limit), .arg = "X",
-                .help = "with decodes running, a step takes at most X times a decode-only step (0 = no limit)",
+                .help = "with decodes running, 99 steps in 100 take at most X times a decode-only step (0 = no limit)",
         },
         [KEY_SOCKET] = {
                 "socket", SETTING_PATH, FIELD(socket), .max = SOCKET_PATH_MAX, .arg = "PATH",
