@@ -28,6 +28,13 @@ PACKED_ATTRS __m512i packed_broadcast4(const int8_t *p) {
         return _mm512_set1_epi32(v);
 }
 
+/* Lane l of a 4-bit block record (sixteen rows' elements 4l..4l+3) as unsigned bytes: the
+ * low nibbles of vector l for lanes 0-3, the high nibbles of vector l - 4 for lanes 4-7. */
+PACKED_ATTRS __m512i packed_nibble_lane_512(const uint8_t *rec, unsigned l) {
+        __m512i v = _mm512_load_si512(rec + 64 * (l % 4));
+        return _mm512_and_si512(l < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
+}
+
 /* A 4-bit block of a group as the passes use it: the eight lane vectors of unsigned bytes and
  * the rows' d and m as floats. With more tokens than one pass takes, a group's blocks are
  * unpacked once into these and every pass loads them, so that the passes spend their
@@ -44,15 +51,11 @@ PACKED_ATTRS void packed_unpack_group_512(const struct packed_weights *w, uint64
         const size_t quant_bytes = PACKED_ROWS * QUANT_BLOCK / 2, scale_bytes = kind == 1 ? 64 : 32;
         const uint64_t n_blocks = w->n_blocks;
         const uint8_t *quants = w->data + g * w->group_bytes, *scales = quants + n_blocks * quant_bytes;
-        const __m512i low = _mm512_set1_epi8(0x0f);
         for (uint64_t b = 0; b < n_blocks; b++) {
                 const uint8_t *rec = quants + b * quant_bytes;
                 packed_prefetch_block(quants, b, quant_bytes + scale_bytes);
-                _Pragma("GCC unroll 4") for (unsigned q = 0; q < PACKED_LANES / 2; q++) {
-                        __m512i v = _mm512_load_si512(rec + 64 * q);
-                        _mm512_store_si512(&unpacked[b].lanes[q], _mm512_and_si512(v, low));
-                        _mm512_store_si512(&unpacked[b].lanes[q + PACKED_LANES / 2], _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
-                }
+                _Pragma("GCC unroll 8") for (unsigned l = 0; l < PACKED_LANES; l++)
+                        _mm512_store_si512(&unpacked[b].lanes[l], packed_nibble_lane_512(rec, l));
                 unpacked[b].d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * scale_bytes)));
                 if (kind == 1)
                         unpacked[b].m = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * scale_bytes + 32)));
@@ -99,10 +102,8 @@ PACKED_ATTRS void packed_pass_512(const struct packed_weights *w, uint64_t g, co
                                 u = _mm512_load_si512(rec + 64 * l);
                         else if (unpacked)
                                 u = _mm512_load_si512(&unpacked[b].lanes[l]);
-                        else {
-                                __m512i v = _mm512_load_si512(rec + 64 * (l % 4));
-                                u = _mm512_and_si512(l < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
-                        }
+                        else
+                                u = packed_nibble_lane_512(rec, l);
                         _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
                                 size_t ab = (t0 + t) * a->stride + b;
                                 __m512i start = kind == 1 ? _mm512_setzero_si512()
