@@ -6,9 +6,9 @@
  * every add is the tree's add for two positions at once. The single product spent most of its
  * time on that horizontal sum, one position at a time. The sixteen keys are converted from
  * f16 once for all the queries (the group's heads), not once per query. Values go lane by
- * lane: for 16 lanes the positions of one lane accumulate in registers for every query,
- * each row converted once; for 64 lanes the four lanes that fold together do, sixteen
- * columns at a time. Heads whose size is not a multiple of 64 go one position
+ * lane: the positions of one lane accumulate in registers for every query, 64 columns at
+ * a time, each row converted once; for 64 lanes the four that fold together are added as
+ * they are made. Heads whose size is not a multiple of 64 go one position
  * at a time (attention-by-position.h). Included by dot-x86-template.h for the AVX-512 set,
  * after its single-position products. */
 
@@ -86,17 +86,16 @@ ATTN_ATTRS void attn_scores_runs(const struct f16_rows *keys, unsigned n_pos, co
         }
 }
 
-/* One lane's sums for n_q (<= 4) queries and 64 elements from column i0: positions j = l,
- * l + n_lanes, ... below n_pos, each value row converted once. */
-ATTN_ATTRS void attn_values_lane(const struct f16_rows *values, unsigned l, unsigned n_lanes, unsigned n_pos, const float *w,
-                                 size_t w_stride, unsigned n_q, size_t i0, size_t n, float *lanes, size_t lanes_stride) {
-        __m512 acc[4][4];
+/* One lane's sums for n_q (<= 4) queries and the 64 columns from i: positions j = l,
+ * l + n_lanes, ... below n_pos, each value row converted once for all the queries. */
+ATTN_ATTRS void attn_values_sums(const struct f16_rows *values, unsigned l, unsigned n_lanes, unsigned n_pos, const float *w,
+                                 size_t w_stride, unsigned n_q, size_t i, __m512 acc[4][4]) {
         _Pragma("GCC unroll 4") for (unsigned g = 0; g < 4; g++)
                 _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)
                         acc[g][c] = _mm512_setzero_ps();
         struct f16_walk walk = f16_walk_start(values, l, n_lanes);
         for (unsigned j = l; j < n_pos; j += n_lanes, f16_walk_next(&walk)) {
-                const f16_bits *v = f16_walk_row(&walk) + i0;
+                const f16_bits *v = f16_walk_row(&walk) + i;
                 __m512 vf[4];
                 _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)
                         vf[c] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (v + 16 * c)));
@@ -106,44 +105,51 @@ ATTN_ATTRS void attn_values_lane(const struct f16_rows *values, unsigned l, unsi
                                 acc[g][c] = _mm512_fmadd_ps(vf[c], wg, acc[g][c]);
                 }
         }
-        _Pragma("GCC unroll 4") for (unsigned g = 0; g < n_q; g++)
-                _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)
-                        _mm512_storeu_ps(lanes + g * lanes_stride + (size_t) l * n + i0 + 16 * c, acc[g][c]);
 }
 
-/* Row e of the 64-lane fold (dot.h) for n_q (<= 4) queries and the sixteen elements from
- * column i: lanes e, 16 + e, 32 + e and 48 + e in registers, each over its positions
- * j = lane, lane + 64, ..., then folded; each value row's sixteen elements converted once. */
-ATTN_ATTRS void attn_values_fold(const struct f16_rows *values, unsigned e, unsigned n_pos, const float *w, size_t w_stride,
+/* Lane l of 16 for n_q (<= 4) queries and the 64 columns from i, stored as row l. */
+ATTN_ATTRS void attn_values_lane(const struct f16_rows *values, unsigned l, unsigned n_pos, const float *w, size_t w_stride,
                                  unsigned n_q, size_t i, size_t n, float *lanes, size_t lanes_stride) {
         __m512 acc[4][4];
-        _Pragma("GCC unroll 4") for (unsigned k = 0; k < 4; k++)
-                _Pragma("GCC unroll 4") for (unsigned g = 0; g < 4; g++)
-                        acc[k][g] = _mm512_setzero_ps();
-        _Pragma("GCC unroll 4") for (unsigned k = 0; k < 4; k++) {
-                unsigned lane = e + 16 * k;
-                struct f16_walk walk = f16_walk_start(values, lane, 64);
-                for (unsigned j = lane; j < n_pos; j += 64, f16_walk_next(&walk)) {
-                        __m512 vf = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (f16_walk_row(&walk) + i)));
-                        _Pragma("GCC unroll 4") for (unsigned g = 0; g < n_q; g++)
-                                acc[k][g] = _mm512_fmadd_ps(vf, _mm512_set1_ps(w[g * w_stride + j]), acc[k][g]);
-                }
-        }
+        attn_values_sums(values, l, 16, n_pos, w, w_stride, n_q, i, acc);
         _Pragma("GCC unroll 4") for (unsigned g = 0; g < n_q; g++)
-                _mm512_storeu_ps(lanes + g * lanes_stride + (size_t) e * n + i,
-                                 _mm512_add_ps(_mm512_add_ps(acc[0][g], acc[2][g]), _mm512_add_ps(acc[1][g], acc[3][g])));
+                _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)
+                        _mm512_storeu_ps(lanes + g * lanes_stride + (size_t) l * n + i + 16 * c, acc[g][c]);
+}
+
+/* Row e of the 64-lane fold (dot.h), (lane e + lane 32 + e) + (lane 16 + e + lane 48 + e),
+ * for n_q (<= 4) queries and the 64 columns from i: a walk per lane reads whole rows (a
+ * walk per sixteen columns had cost more in starting and stepping walks, a decode's lanes
+ * having a few positions each, than in products). The pair 0 and 2 waits in row e while
+ * lanes 1 and 3 are made. */
+ATTN_ATTRS void attn_values_fold(const struct f16_rows *values, unsigned e, unsigned n_pos, const float *w, size_t w_stride,
+                                 unsigned n_q, size_t i, size_t n, float *lanes, size_t lanes_stride) {
+        __m512 first[4][4], second[4][4];
+        attn_values_sums(values, e, 64, n_pos, w, w_stride, n_q, i, first);
+        attn_values_sums(values, e + 32, 64, n_pos, w, w_stride, n_q, i, second);
+        _Pragma("GCC unroll 4") for (unsigned g = 0; g < n_q; g++)
+                _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++)
+                        _mm512_storeu_ps(lanes + g * lanes_stride + (size_t) e * n + i + 16 * c,
+                                         _mm512_add_ps(first[g][c], second[g][c]));
+        attn_values_sums(values, e + 16, 64, n_pos, w, w_stride, n_q, i, first);
+        attn_values_sums(values, e + 48, 64, n_pos, w, w_stride, n_q, i, second);
+        _Pragma("GCC unroll 4") for (unsigned g = 0; g < n_q; g++)
+                _Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {
+                        float *row = lanes + g * lanes_stride + (size_t) e * n + i + 16 * c;
+                        _mm512_storeu_ps(row, _mm512_add_ps(_mm512_loadu_ps(row), _mm512_add_ps(first[g][c], second[g][c])));
+                }
 }
 
 /* Row (or lane) e's part for queries g0.. (n_q_part of them, <= 4) from column i: folded
- * (64 lanes, sixteen columns) or one lane (16 lanes, 64 columns). */
+ * (64 lanes, 64 columns) or one lane (16 lanes, 64 columns). */
 ATTN_ATTRS void attn_values_part(const struct f16_rows *values, unsigned e, unsigned n_pos, const float *w, size_t w_stride,
                                  const unsigned n_q_part, size_t i, size_t n, float *lanes, size_t lanes_stride, bool fold) {
         if (fold)
                 attn_values_fold(values, e, n_pos, w, w_stride, n_q_part, i, n, lanes, lanes_stride);
         else
-                attn_values_lane(values, e, 16, n_pos, w, w_stride, n_q_part, i, n, lanes, lanes_stride);
+                attn_values_lane(values, e, n_pos, w, w_stride, n_q_part, i, n, lanes, lanes_stride);
 }
 
-#define ATTN_FOLD_COLUMNS 16
+#define ATTN_FOLD_COLUMNS 64
 #define ATTN_LANE_COLUMNS 64
 #include "attention-entries.h"
