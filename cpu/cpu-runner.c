@@ -610,14 +610,24 @@ static void swiglu(struct cpu_runner *r, const struct activations *a, unsigned i
         }
 }
 
-static void embed(struct cpu_runner *r, unsigned ith, unsigned nth) {
+/* A tied output matrix's repacked rows give the embeddings: the file's pages were dropped
+ * once repacked, and reading rows from the file faulted them back in, up to the whole
+ * table (27 MiB of resident memory after a serving run). row_scratch holds one row's
+ * blocks. */
+static void embed(struct cpu_runner *r, float *row_scratch, unsigned ith, unsigned nth) {
         const struct model *m = r->model;
         const struct batch *b = r->batch;
+        const struct packed_weights *packed = m->tied_output ? packed_for(r, n_matmul_weights(m) - 1) : NULL;
         uint64_t begin, end;
         split(b->n_tokens, ith, nth, &begin, &end);
-        for (uint64_t t = begin; t < end; t++)
-                tensor_row_to_float(m->token_embd.type, m->token_embd.data + (uint64_t) b->tokens[t] * m->token_embd.row_bytes,
-                                    r->x + t * m->hp.n_embd, m->hp.n_embd);
+        for (uint64_t t = begin; t < end; t++) {
+                const void *row = m->token_embd.data + (uint64_t) b->tokens[t] * m->token_embd.row_bytes;
+                if (packed) {
+                        packed_weights_row(packed, b->tokens[t], row_scratch);
+                        row = row_scratch;
+                }
+                tensor_row_to_float(m->token_embd.type, row, r->x + t * m->hp.n_embd, m->hp.n_embd);
+        }
 }
 
 static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
@@ -635,7 +645,7 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
         const struct activations *a = small ? &r->own[ith] : &r->shared;
         unsigned feed_ith = small ? 0 : ith, feed_nth = small ? 1 : nth;
 
-        embed(r, ith, nth);
+        embed(r, row_scratch, ith, nth);
         rope_tables(r, ith, nth);
         thread_pool_barrier(pool);
 

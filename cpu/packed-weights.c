@@ -7,26 +7,26 @@
 
 #include "packed-weights.h"
 
-/* The block's f16 scale(s) and the address of its quants, per type. */
-static const uint8_t *block_quants(enum tensor_type type, const uint8_t *block, f16_bits *d, f16_bits *m) {
+/* Where a block's f16 scale(s) and quants sit, per type; m is NULL for types without it. */
+static uint8_t *block_fields(enum tensor_type type, uint8_t *block, f16_bits **d, f16_bits **m) {
         switch (type) {
         case TENSOR_Q4_0: {
-                const struct block_q4_0 *b = (const void *) block;
-                *d = b->d;
-                *m = 0;
+                struct block_q4_0 *b = (void *) block;
+                *d = &b->d;
+                *m = NULL;
                 return b->qs;
         }
         case TENSOR_Q4_1: {
-                const struct block_q4_1 *b = (const void *) block;
-                *d = b->d;
-                *m = b->m;
+                struct block_q4_1 *b = (void *) block;
+                *d = &b->d;
+                *m = &b->m;
                 return b->qs;
         }
         default: {
-                const struct block_q8_0 *b = (const void *) block;
-                *d = b->d;
-                *m = 0;
-                return (const uint8_t *) b->qs;
+                struct block_q8_0 *b = (void *) block;
+                *d = &b->d;
+                *m = NULL;
+                return (uint8_t *) b->qs;
         }
         }
 }
@@ -60,8 +60,8 @@ void packed_weights_fill(struct packed_weights *p, uint8_t *dest, const void *ro
                 uint8_t *scales = quants + p->n_blocks * p->quant_bytes;
                 const uint8_t *src = (const uint8_t *) rows + row * row_bytes;
                 for (uint64_t b = 0; b < p->n_blocks; b++) {
-                        f16_bits d, m;
-                        const uint8_t *qs = block_quants(p->type, src + b * block_bytes, &d, &m);
+                        f16_bits *d, *m;
+                        const uint8_t *qs = block_fields(p->type, (uint8_t *) src + b * block_bytes, &d, &m); /* only read */
                         uint8_t *rec = quants + b * p->quant_bytes;
                         for (uint32_t q = 0; q < quant_dwords; q++)
                                 for (unsigned k = 0; k < 4; k++) {
@@ -70,10 +70,33 @@ void packed_weights_fill(struct packed_weights *p, uint8_t *dest, const void *ro
                                         rec[q * 4 * PACKED_ROWS + 4 * lane + k] = p->type == TENSOR_Q8_0 ? v ^ 0x80 : v;
                                 }
                         f16_bits *s = (f16_bits *) (scales + b * p->scale_bytes);
-                        s[lane] = d;
-                        if (p->type == TENSOR_Q4_1)
-                                s[PACKED_ROWS + lane] = m;
+                        s[lane] = *d;
+                        if (m)
+                                s[PACKED_ROWS + lane] = *m;
                 }
+        }
+}
+
+void packed_weights_row(const struct packed_weights *p, uint64_t row, void *out) {
+        uint64_t block_bytes = tensor_type_info(p->type)->block_bytes;
+        uint32_t quant_dwords = p->quant_bytes / PACKED_ROWS / 4;
+        unsigned lane = (unsigned) (row % PACKED_ROWS);
+        const uint8_t *quants = p->data + row / PACKED_ROWS * p->group_bytes;
+        const uint8_t *scales = quants + p->n_blocks * p->quant_bytes;
+        for (uint64_t b = 0; b < p->n_blocks; b++) {
+                uint8_t *block = (uint8_t *) out + b * block_bytes;
+                const f16_bits *s = (const f16_bits *) (scales + b * p->scale_bytes);
+                f16_bits *d, *m;
+                uint8_t *qs = block_fields(p->type, block, &d, &m);
+                *d = s[lane];
+                if (m)
+                        *m = s[PACKED_ROWS + lane];
+                const uint8_t *rec = quants + b * p->quant_bytes;
+                for (uint32_t q = 0; q < quant_dwords; q++)
+                        for (unsigned k = 0; k < 4; k++) {
+                                uint8_t v = rec[q * 4 * PACKED_ROWS + 4 * lane + k];
+                                qs[4 * q + k] = p->type == TENSOR_Q8_0 ? v ^ 0x80 : v;
+                        }
         }
 }
 

@@ -89,6 +89,10 @@ static inline uint64_t packed_weights_bytes(const struct packed_weights *p) {
  * them in one arena: large pages then serve the whole stream. */
 void packed_weights_fill(struct packed_weights *p, uint8_t *dest, const void *rows, uint64_t row_bytes);
 
+/* Row row (< n_rows) back in its GGUF blocks at out (tensor_row_bytes(type, n_cols)
+ * bytes): the same bytes the fill read. */
+void packed_weights_row(const struct packed_weights *p, uint64_t row, void *out);
+
 /* init and fill into memory of its own, which packed_weights_free() releases. -EINVAL, -ENOMEM. */
 int packed_weights_build(enum tensor_type type, const void *rows, uint64_t row_bytes, uint64_t n_rows, uint64_t n_cols,
                          struct packed_weights *ret);

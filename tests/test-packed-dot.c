@@ -174,6 +174,15 @@ START_TEST(test_repacked_layout) {
                                 if (type == TENSOR_Q4_1)
                                         ck_assert(f16_to_f32(s[PACKED_ROWS + lane]) == m || (r >= n_rows && s[PACKED_ROWS + lane] == 0));
                         }
+                /* and each row comes back as the bytes it was made from */
+                size_t gguf_row_bytes = tensor_row_bytes(type, n_blocks * QUANT_BLOCK);
+                for (size_t r = 0; r < n_rows; r++) {
+                        uint8_t back[5 * sizeof(struct block_q8_0)];
+                        memset(back, 0xa5, sizeof(back));
+                        packed_weights_row(&p, r, back);
+                        ck_assert_msg(memcmp(back, rows_buf + r * row_bytes, gguf_row_bytes) == 0, "%s row %zu",
+                                      tensor_type_info(type)->name, r);
+                }
                 packed_weights_free(&p);
                 ck_assert_ptr_null(p.data);
         }
