@@ -149,7 +149,7 @@ static void usage(FILE *f) {
                 "  -p N                       prompt tokens per sequence (128)\n"
                 "  -n N                       decode steps measured (128)\n"
                 "  -r N                       repetitions (3)\n"
-                "  --budget N                 max_num_batched_tokens (the engine's default, 512)\n"
+                "  --budget N                 max_num_batched_tokens (the engine's default, 1024)\n"
                 "  --decode-stall-limit X     the engine's stall guard, 0 = off (0)\n"
                 "  --slack N                  extra max_tokens for decodes during the prompt phase (auto)\n");
 }

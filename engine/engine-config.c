@@ -8,7 +8,7 @@
 void engine_config_init_default(struct engine_config *c) {
         *c = (struct engine_config) {
                 .max_num_seqs = 64,
-                .max_num_batched_tokens = 512,
+                .max_num_batched_tokens = 1024,
                 .enable_chunked_prefill = true,
                 .long_prefill_token_threshold = 0,
                 .max_model_len = 0,

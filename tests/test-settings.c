@@ -607,8 +607,8 @@ START_TEST(test_resolve_cross_checks) {
         struct error err;
 
         /* a token budget that was not set follows max-num-seqs ... */
-        ck_assert_int_eq(load(&s, ARGS("--max-num-seqs=1024"), NULL, true, &err), 0);
-        ck_assert_uint_eq(s.engine.max_num_batched_tokens, 1024);
+        ck_assert_int_eq(load(&s, ARGS("--max-num-seqs=2048"), NULL, true, &err), 0);
+        ck_assert_uint_eq(s.engine.max_num_batched_tokens, 2048);
         daemon_settings_done(&s);
         /* ... one that was set must hold it */
         ck_assert_int_eq(load(&s, ARGS("--max-num-seqs=1024", "--max-num-batched-tokens=512"), NULL, true, &err),
