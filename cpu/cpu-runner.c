@@ -569,8 +569,10 @@ static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
                 size_t head_offset = (size_t) kv_head * hd;
 
                 size_t layer_offset = kv_pool_slot(r->kv, layer, 0, 0) + head_offset;
-                struct f16_rows keys = { r->kv->k + layer_offset, seq->block_table, bs, r->kv_dim };
-                struct f16_rows values = { r->kv->v + layer_offset, seq->block_table, bs, r->kv_dim };
+                struct f16_rows values = { r->kv->v + layer_offset, seq->block_table, bs, r->kv_dim, NULL };
+                /* A generated token's values are read lane by lane, positions 64 apart in
+                 * blocks scattered over the pool, and the sums waited on each row. */
+                struct f16_rows keys = { r->kv->k + layer_offset, seq->block_table, bs, r->kv_dim, prompt ? NULL : values.base };
 
                 /* The queries meet the f16 keys at f16 precision, as in the reference. */
                 for (uint32_t i = 0; i < n_tile; i++)

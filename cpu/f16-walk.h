@@ -48,3 +48,14 @@ static inline void f16_walk_prefetch_ahead(struct f16_walk *ahead, unsigned posi
                 __builtin_prefetch(row + b, 0, 3);
         f16_walk_next(ahead);
 }
+
+/* Fetches the n elements of the current row's counterpart in rows->fetch_beside, if any:
+ * paced by the reads of the scores kernels. Issued all together before them, the fetches
+ * had no effect (the core drops software prefetches it has no room for). */
+static inline void f16_walk_fetch_beside(const struct f16_walk *w, size_t n) {
+        if (!w->rows->fetch_beside)
+                return;
+        const char *row = (const char *) (w->rows->fetch_beside + (f16_walk_row(w) - w->rows->base));
+        for (size_t b = 0; b < n * sizeof(f16_bits); b += 64)
+                __builtin_prefetch(row + b, 0, 3);
+}
