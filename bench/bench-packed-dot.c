@@ -2,7 +2,7 @@
 /* Today's 4x4 tile against the packed product on packed weights, on one thread, for the
  * matmul shapes of SmolLM2-135M: decode (one token) streaming ~100 MB of distinct copies of
  * the matrix as a forward pass does (cold), the same with one copy that stays in cache (hot),
- * and a 512-token prefill. The two run interleaved, alternating which goes first; medians. */
+ * a 32-sequence decode step streaming the copies (batch-cold) and a 512-token prefill. The two run interleaved, alternating which goes first; medians. */
 #include "config.h"
 
 #include <getopt.h>
@@ -23,7 +23,7 @@
 struct shape {
         const char *name;
         uint64_t rows, cols;
-        bool prefill; /* also time 512 tokens */
+        bool prefill; /* also time a 32-token batch and 512 tokens */
 };
 
 struct matrices {
@@ -241,8 +241,10 @@ int main(int argc, char **argv) {
                 }
                 measure(k, &m, s->name, "decode-cold", &a, 1, m.n_copies, true, reps, out);
                 measure(k, &m, s->name, "decode-hot", &a, 1, m.n_copies, false, reps, out);
-                if (prefill && s->prefill)
+                if (prefill && s->prefill) {
+                        measure(k, &m, s->name, "batch-cold", &a, 32, m.n_copies, true, reps, out);
                         measure(k, &m, s->name, "prefill", &a, n_prefill, 3, false, reps, out);
+                }
                 matrices_free(&m);
         }
         free(a.xq);
