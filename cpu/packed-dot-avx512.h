@@ -67,7 +67,8 @@ PACKED_ATTRS void packed_unpack_group_512(const struct packed_weights *w, uint64
  * packed stream, whose first pass prefetches ahead of it. */
 PACKED_ATTRS void packed_pass_512(const struct packed_weights *w, uint64_t g, const struct packed_activations *a,
                                   unsigned t0, const unsigned T, float *out, size_t out_stride, bool accumulate,
-                                  bool prefetch, const struct packed_unpacked_block *unpacked, const int kind) {
+                                  bool prefetch, const struct packed_unpacked_block *unpacked, struct packed_fetch fetch,
+                                  const int kind) {
         const size_t quant_bytes = kind == 2 ? PACKED_ROWS * QUANT_BLOCK : PACKED_ROWS * QUANT_BLOCK / 2;
         const size_t scale_bytes = kind == 1 ? 64 : 32;
         const unsigned correction = packed_correction_offset(kind == 2 ? TENSOR_Q8_0 : TENSOR_Q4_0);
@@ -84,6 +85,7 @@ PACKED_ATTRS void packed_pass_512(const struct packed_weights *w, uint64_t g, co
                 const uint8_t *rec = quants + b * quant_bytes;
                 if (prefetch)
                         packed_prefetch_block(quants, b, quant_bytes + scale_bytes);
+                packed_fetch_step(&fetch);
                 __m512 dw = unpacked ? unpacked[b].d : _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * scale_bytes)));
                 __m512 scale[PACKED_PASS_TOKENS];
                 _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
@@ -133,16 +135,19 @@ PACKED_ATTRS void packed_pass_512(const struct packed_weights *w, uint64_t g, co
 /* Every pass of tokens over group g; a constant unpacked (NULL or not) after inlining. */
 PACKED_ATTRS void packed_passes_512(const struct packed_weights *w, uint64_t g, const struct packed_activations *a,
                                     unsigned n_tokens, float *out, size_t out_stride, bool accumulate,
-                                    const struct packed_unpacked_block *unpacked, const int kind) {
-        for (unsigned t0 = 0; t0 < n_tokens; t0 += PACKED_PASS_TOKENS) {
+                                    const struct packed_unpacked_block *unpacked, const uint8_t *next_group, const int kind) {
+        unsigned n_passes = (n_tokens + PACKED_PASS_TOKENS - 1) / PACKED_PASS_TOKENS;
+        for (unsigned t0 = 0, pass = 0; t0 < n_tokens; t0 += PACKED_PASS_TOKENS, pass++) {
                 bool prefetch = t0 == 0 && !unpacked;
+                struct packed_fetch fetch = packed_fetch_share(next_group, w->group_bytes, pass, n_passes, w->n_blocks);
                 switch (n_tokens - t0) {
-                case 1: packed_pass_512(w, g, a, t0, 1, out, out_stride, accumulate, prefetch, unpacked, kind); break;
+                case 1: packed_pass_512(w, g, a, t0, 1, out, out_stride, accumulate, prefetch, unpacked, fetch, kind); break;
 #if PACKED_PASS_TOKENS > 2
-                case 2: packed_pass_512(w, g, a, t0, 2, out, out_stride, accumulate, prefetch, unpacked, kind); break;
+                case 2: packed_pass_512(w, g, a, t0, 2, out, out_stride, accumulate, prefetch, unpacked, fetch, kind); break;
 #endif
                 default:
-                        packed_pass_512(w, g, a, t0, PACKED_PASS_TOKENS, out, out_stride, accumulate, prefetch, unpacked, kind);
+                        packed_pass_512(w, g, a, t0, PACKED_PASS_TOKENS, out, out_stride, accumulate, prefetch, unpacked, fetch,
+                                        kind);
                         break;
                 }
         }
@@ -155,11 +160,12 @@ PACKED_ATTRS void packed_groups_512(const struct packed_weights *w, uint64_t gro
                 struct packed_unpacked_block unpacked[PACKED_UNPACK_MAX_BLOCKS];
                 for (uint64_t g = group_begin; g < group_end; g++) {
                         packed_unpack_group_512(w, g, unpacked, kind);
-                        packed_passes_512(w, g, a, n_tokens, out, out_stride, accumulate, unpacked, kind);
+                        const uint8_t *next = g + 1 < group_end ? w->data + (g + 1) * w->group_bytes : NULL;
+                        packed_passes_512(w, g, a, n_tokens, out, out_stride, accumulate, unpacked, next, kind);
                 }
         } else
                 for (uint64_t g = group_begin; g < group_end; g++)
-                        packed_passes_512(w, g, a, n_tokens, out, out_stride, accumulate, NULL, kind);
+                        packed_passes_512(w, g, a, n_tokens, out, out_stride, accumulate, NULL, NULL, kind);
 }
 
 #define PACKED_ENTRY_512(name, kind)                                                                                   \

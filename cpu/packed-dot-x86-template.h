@@ -110,7 +110,8 @@ PACKED_ATTRS_256 __m256i DOT_FN(packed_lane_isum)(__m256i u, const struct packed
 PACKED_ATTRS_256 void DOT_FN(packed_half)(const struct packed_weights *w, uint64_t g, unsigned h,
                                           const struct packed_activations *a, unsigned t, float *out,
                                           size_t out_stride, bool accumulate, bool prefetch,
-                                          const struct DOT_FN(packed_unpacked_half) *unpacked, const int kind) {
+                                          const struct DOT_FN(packed_unpacked_half) *unpacked, struct packed_fetch fetch,
+                                          const int kind) {
         const struct packed_half_layout lay = DOT_FN(packed_half_layout)(w, g, h, kind);
         const size_t quant_bytes = lay.quant_bytes, scale_bytes = lay.scale_bytes;
         const uint8_t *quants = lay.quants, *scales = lay.scales;
@@ -123,6 +124,7 @@ PACKED_ATTRS_256 void DOT_FN(packed_half)(const struct packed_weights *w, uint64
                 const uint8_t *rec = quants + b * quant_bytes;
                 if (prefetch)
                         packed_prefetch_block(lay.group, b, quant_bytes + scale_bytes);
+                packed_fetch_step(&fetch);
                 size_t ab = t * a->stride + b;
                 __m256 dw = unpacked ? unpacked[b].d : _mm256_cvtph_ps(_mm_load_si128((const __m128i *) (scales + b * scale_bytes)));
                 __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(a->ds[2 * ab]));
@@ -149,7 +151,8 @@ PACKED_ATTRS_256 void DOT_FN(packed_half)(const struct packed_weights *w, uint64
 PACKED_ATTRS_256 void DOT_FN(packed_half_pair)(const struct packed_weights *w, uint64_t g, unsigned h,
                                                const struct packed_activations *a, unsigned t, float *out,
                                                size_t out_stride, bool accumulate, bool prefetch,
-                                               const struct DOT_FN(packed_unpacked_half) *unpacked, const int kind) {
+                                               const struct DOT_FN(packed_unpacked_half) *unpacked, struct packed_fetch fetch,
+                                               const int kind) {
         const struct packed_half_layout lay = DOT_FN(packed_half_layout)(w, g, h, kind);
         const size_t quant_bytes = lay.quant_bytes, scale_bytes = lay.scale_bytes;
         const uint8_t *quants = lay.quants, *scales = lay.scales;
@@ -165,6 +168,8 @@ PACKED_ATTRS_256 void DOT_FN(packed_half_pair)(const struct packed_weights *w, u
                         const uint8_t *rec = quants + b * quant_bytes;
                         if (prefetch && first == 0)
                                 packed_prefetch_block(lay.group, b, quant_bytes + scale_bytes);
+                        if (first == 0)
+                                packed_fetch_step(&fetch);
                         __m256 dw = unpacked ? unpacked[b].d
                                              : _mm256_cvtph_ps(_mm_load_si128((const __m128i *) (scales + b * scale_bytes)));
                         __m256 scale[2];
@@ -200,13 +205,17 @@ PACKED_ATTRS_256 void DOT_FN(packed_half_pair)(const struct packed_weights *w, u
 PACKED_ATTRS_256 void DOT_FN(packed_half_passes)(const struct packed_weights *w, uint64_t g, unsigned h,
                                                  const struct packed_activations *a, unsigned n_tokens, float *out,
                                                  size_t out_stride, bool accumulate,
-                                                 const struct DOT_FN(packed_unpacked_half) *unpacked, const int kind) {
-        for (unsigned t = 0; t < n_tokens; t += 2) {
+                                                 const struct DOT_FN(packed_unpacked_half) *unpacked, const uint8_t *next_group,
+                                                 const int kind) {
+        /* the next group's bytes are fetched over both halves' passes */
+        unsigned n_passes = (n_tokens + 1) / 2;
+        for (unsigned t = 0, pass = 0; t < n_tokens; t += 2, pass++) {
                 bool prefetch = h == 0 && t == 0 && !unpacked;
+                struct packed_fetch fetch = packed_fetch_share(next_group, w->group_bytes, h * n_passes + pass, 2 * n_passes, w->n_blocks);
                 if (n_tokens - t == 1)
-                        DOT_FN(packed_half)(w, g, h, a, t, out, out_stride, accumulate, prefetch, unpacked, kind);
+                        DOT_FN(packed_half)(w, g, h, a, t, out, out_stride, accumulate, prefetch, unpacked, fetch, kind);
                 else
-                        DOT_FN(packed_half_pair)(w, g, h, a, t, out, out_stride, accumulate, prefetch, unpacked, kind);
+                        DOT_FN(packed_half_pair)(w, g, h, a, t, out, out_stride, accumulate, prefetch, unpacked, fetch, kind);
         }
 }
 
@@ -215,15 +224,18 @@ PACKED_ATTRS_256 void DOT_FN(packed_groups)(const struct packed_weights *w, uint
                                             size_t out_stride, bool accumulate, const int kind) {
         if (kind != 2 && n_tokens > 2 && w->n_blocks <= PACKED_UNPACK_MAX_BLOCKS) {
                 struct DOT_FN(packed_unpacked_half) unpacked[PACKED_UNPACK_MAX_BLOCKS];
-                for (uint64_t g = group_begin; g < group_end; g++)
+                for (uint64_t g = group_begin; g < group_end; g++) {
+                        const uint8_t *next = g + 1 < group_end ? w->data + (g + 1) * w->group_bytes : NULL;
                         for (unsigned h = 0; h < 2; h++) {
                                 DOT_FN(packed_unpack_half)(w, g, h, unpacked, kind);
-                                DOT_FN(packed_half_passes)(w, g, h, a, n_tokens, out, out_stride, accumulate, unpacked, kind);
+                                DOT_FN(packed_half_passes)(w, g, h, a, n_tokens, out, out_stride, accumulate, unpacked, next,
+                                                           kind);
                         }
+                }
         } else
                 for (uint64_t g = group_begin; g < group_end; g++)
                         for (unsigned h = 0; h < 2; h++)
-                                DOT_FN(packed_half_passes)(w, g, h, a, n_tokens, out, out_stride, accumulate, NULL, kind);
+                                DOT_FN(packed_half_passes)(w, g, h, a, n_tokens, out, out_stride, accumulate, NULL, NULL, kind);
 }
 
 #define PACKED_ENTRY_256(name, kind)                                                                                   \
