@@ -482,15 +482,16 @@ static void store_kv(struct cpu_runner *r, uint32_t layer, unsigned ith, unsigne
         for (uint64_t t = begin; t < end; t++) {
                 const struct batch_seq *seq = &b->seqs[b->seq_ids[t]];
                 uint32_t pos = (uint32_t) b->positions[t];
-                uint64_t slot = kv_pool_slot(r->kv, layer, (uint32_t) seq->block_table[pos / r->kv->block_size],
-                                             pos % r->kv->block_size);
+                uint32_t bs = r->kv->block_size, hd = hp->head_dim;
+                uint64_t slot = kv_pool_block(r->kv, layer, (uint32_t) seq->block_table[pos / bs]) + (uint64_t) (pos % bs) * hd;
                 float *q = r->q + t * r->q_dim, *k = r->k + t * r->kv_dim, *v = r->v + t * r->kv_dim;
                 rope(r, q, hp->n_head, (uint32_t) t);
                 rope(r, k, hp->n_head_kv, (uint32_t) t);
-                for (uint32_t i = 0; i < r->kv_dim; i++) {
-                        r->kv->k[slot + i] = f32_to_f16(k[i]);
-                        r->kv->v[slot + i] = f32_to_f16(v[i]);
-                }
+                for (uint32_t h = 0; h < hp->n_head_kv; h++)
+                        for (uint32_t i = 0; i < hd; i++) {
+                                r->kv->k[slot + (uint64_t) h * bs * hd + i] = f32_to_f16(k[h * hd + i]);
+                                r->kv->v[slot + (uint64_t) h * bs * hd + i] = f32_to_f16(v[h * hd + i]);
+                        }
         }
 }
 
@@ -568,11 +569,13 @@ static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
                 uint32_t n_lanes = prompt ? 16 : 64, n_q = n_tile * group;
                 size_t head_offset = (size_t) kv_head * hd;
 
-                size_t layer_offset = kv_pool_slot(r->kv, layer, 0, 0) + head_offset;
-                struct f16_rows values = { r->kv->v + layer_offset, seq->block_table, bs, r->kv_dim, NULL };
+                /* a block holds each head's rows together: (head, slot, head_dim) */
+                size_t layer_offset = kv_pool_block(r->kv, layer, 0) + (size_t) kv_head * bs * hd, block_stride = (size_t) bs * r->kv_dim;
+                struct f16_rows values = { r->kv->v + layer_offset, seq->block_table, bs, hd, block_stride, NULL };
                 /* A generated token's values are read lane by lane, positions 64 apart in
                  * blocks scattered over the pool, and the sums waited on each row. */
-                struct f16_rows keys = { r->kv->k + layer_offset, seq->block_table, bs, r->kv_dim, prompt ? NULL : values.base };
+                struct f16_rows keys = { r->kv->k + layer_offset, seq->block_table, bs, hd, block_stride,
+                                         prompt ? NULL : values.base };
 
                 /* The queries meet the f16 keys at f16 precision, as in the reference. */
                 for (uint32_t i = 0; i < n_tile; i++)

@@ -26,21 +26,21 @@ typedef float (*dot_q_fn)(const void *weight_row, const struct block_q8_1 *act, 
 #define DOT_F16_MAX_DIM 256
 
 /* The f16 key (or value) rows of one sequence, layer and key-value head in the paged KV
- * pool: position j's row is base + (block_table[j / block_size] * block_size +
- * j % block_size) * row_stride. fetch_beside, when set, is another array laid out the same
+ * pool: position j's row is base + block_table[j / block_size] * block_stride +
+ * (j % block_size) * row_stride. fetch_beside, when set, is another array laid out the same
  * way (the values beside the keys): the scores kernels fetch its row into the cache as they
  * read each key row, so that it is there when the value sums come to it. */
 struct f16_rows {
         const f16_bits *base;
         const int32_t *block_table;
         uint32_t block_size;
-        size_t row_stride;
+        size_t row_stride, block_stride;
         const f16_bits *fetch_beside;
 };
 
 static inline const f16_bits *f16_row(const struct f16_rows *rows, uint32_t j) {
-        return rows->base +
-               ((size_t) rows->block_table[j / rows->block_size] * rows->block_size + j % rows->block_size) * rows->row_stride;
+        return rows->base + (size_t) rows->block_table[j / rows->block_size] * rows->block_stride +
+               (size_t) (j % rows->block_size) * rows->row_stride;
 }
 
 #define DOT_TILE_ROWS 4

@@ -20,7 +20,7 @@ static inline struct f16_walk f16_walk_start(const struct f16_rows *rows, unsign
 }
 
 static inline const f16_bits *f16_walk_row(const struct f16_walk *w) {
-        return w->rows->base + ((size_t) w->rows->block_table[w->block] * w->rows->block_size + w->offset) * w->rows->row_stride;
+        return w->rows->base + (size_t) w->rows->block_table[w->block] * w->rows->block_stride + (size_t) w->offset * w->rows->row_stride;
 }
 
 static inline void f16_walk_next(struct f16_walk *w) {

@@ -37,6 +37,8 @@ int kv_pool_restore(struct kv_pool *pool, struct error *err);
 /* Bytes of k and v held now: 0 while released. */
 uint64_t kv_pool_bytes(const struct kv_pool *pool);
 
-static inline uint64_t kv_pool_slot(const struct kv_pool *pool, uint32_t layer, uint32_t block, uint32_t offset) {
-        return (((uint64_t) layer * pool->n_blocks + block) * pool->block_size + offset) * pool->kv_dim;
+/* The first element of a block of a layer. Inside a block the runner keeps each head's
+ * rows together (head, slot, head_dim): see cpu-runner.c. */
+static inline uint64_t kv_pool_block(const struct kv_pool *pool, uint32_t layer, uint32_t block) {
+        return ((uint64_t) layer * pool->n_blocks + block) * pool->block_size * pool->kv_dim;
 }

@@ -321,7 +321,7 @@ START_TEST(test_kv_pool_restores_zeroed) {
         ck_assert_msg(strstr(err.message, "too large"), "message: %s", err.message);
 
         ck_assert_int_eq(kv_pool_new(2, 3, 4, 8, &pool, &err), 0);
-        uint64_t n = kv_pool_slot(pool, 2, 0, 0);
+        uint64_t n = kv_pool_block(pool, 2, 0);
         ck_assert_uint_eq(kv_pool_bytes(pool), 2 * n * sizeof(f16_bits));
         for (uint64_t i = 0; i < n; i++)
                 pool->k[i] = pool->v[i] = 0x3c00;

@@ -178,8 +178,8 @@ static void compare_attention(const struct dot_kernels *k) {
                 size_t head = (size_t) rep % 3;
                 size_t row_stride = MAX_DIM + 1 + (size_t) rep % 3;
                 /* the scores fetch the values beside the keys every other repetition */
-                struct f16_rows keys = { cache_k + head, table, bs, row_stride, rep % 2 ? cache_v + head : NULL };
-                struct f16_rows values = { cache_v + head, table, bs, row_stride, NULL };
+                struct f16_rows keys = { cache_k + head, table, bs, row_stride, bs * row_stride, rep % 2 ? cache_v + head : NULL };
+                struct f16_rows values = { cache_v + head, table, bs, row_stride, bs * row_stride, NULL };
                 for (size_t i = 0; i < n_q * n; i++)
                         q[i] = f16_to_f32(f32_to_f16(next_float(2.0f)));
                 for (size_t i = 0; i < sizeof(w) / sizeof(w[0]); i++)
@@ -230,7 +230,7 @@ START_TEST(test_attention_reference_matches_float) {
                 q[i] = next_float(2.0f);
         for (unsigned j = 0; j < POS; j++)
                 w[j] = next_float(1.0f);
-        struct f16_rows keys = { cache_k, table, 1, DIM, NULL }, values = { cache_v, table, 1, DIM, NULL };
+        struct f16_rows keys = { cache_k, table, 1, DIM, DIM, NULL }, values = { cache_v, table, 1, DIM, DIM, NULL };
         for (int wide = 0; wide < 2; wide++) {
                 dot_kernels_scalar.attn_scores(&keys, POS, q, DIM, 1, DIM, wide, 0.5f, scores, POS + 16);
                 for (unsigned j = 0; j < POS; j++) {
