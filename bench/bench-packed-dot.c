@@ -2,7 +2,8 @@
 /* Today's 4x4 tile against the packed product on packed weights, on one thread, for the
  * matmul shapes of SmolLM2-135M: decode (one token) streaming ~100 MB of distinct copies of
  * the matrix as a forward pass does (cold), the same with one copy that stays in cache (hot),
- * a 32-sequence decode step streaming the copies (batch-cold) and a 512-token prefill. The two run interleaved, alternating which goes first; medians. */
+ * a 32-sequence decode step streaming the copies (batch-cold) and a 512-token prefill. The
+ * two run interleaved, alternating which goes first; medians. */
 #include "config.h"
 
 #include <getopt.h>

@@ -473,6 +473,14 @@ static void rope_tables(struct cpu_runner *r, unsigned ith, unsigned nth) {
         }
 }
 
+/* The first element of a head's row at a slot of a block of the KV pool: a block keeps each
+ * head's rows together, (head, slot, head_dim), so that attention reads a head's part of a
+ * block as consecutive lines. */
+static uint64_t kv_row(const struct cpu_runner *r, uint32_t layer, uint32_t block, uint32_t head, uint32_t slot) {
+        uint32_t bs = r->kv->block_size, hd = r->model->hp.head_dim;
+        return kv_pool_block(r->kv, layer, block) + ((uint64_t) head * bs + slot) * hd;
+}
+
 /* Applies RoPE to q and k of this thread's tokens and stores k and v in the KV pool. */
 static void store_kv(struct cpu_runner *r, uint32_t layer, unsigned ith, unsigned nth) {
         const struct model_hparams *hp = &r->model->hp;
@@ -482,16 +490,17 @@ static void store_kv(struct cpu_runner *r, uint32_t layer, unsigned ith, unsigne
         for (uint64_t t = begin; t < end; t++) {
                 const struct batch_seq *seq = &b->seqs[b->seq_ids[t]];
                 uint32_t pos = (uint32_t) b->positions[t];
-                uint32_t bs = r->kv->block_size, hd = hp->head_dim;
-                uint64_t slot = kv_pool_block(r->kv, layer, (uint32_t) seq->block_table[pos / bs]) + (uint64_t) (pos % bs) * hd;
+                uint32_t bs = r->kv->block_size, hd = hp->head_dim, block = (uint32_t) seq->block_table[pos / bs];
                 float *q = r->q + t * r->q_dim, *k = r->k + t * r->kv_dim, *v = r->v + t * r->kv_dim;
                 rope(r, q, hp->n_head, (uint32_t) t);
                 rope(r, k, hp->n_head_kv, (uint32_t) t);
-                for (uint32_t h = 0; h < hp->n_head_kv; h++)
+                for (uint32_t h = 0; h < hp->n_head_kv; h++) {
+                        uint64_t row = kv_row(r, layer, block, h, pos % bs);
                         for (uint32_t i = 0; i < hd; i++) {
-                                r->kv->k[slot + (uint64_t) h * bs * hd + i] = f32_to_f16(k[h * hd + i]);
-                                r->kv->v[slot + (uint64_t) h * bs * hd + i] = f32_to_f16(v[h * hd + i]);
+                                r->kv->k[row + i] = f32_to_f16(k[h * hd + i]);
+                                r->kv->v[row + i] = f32_to_f16(v[h * hd + i]);
                         }
+                }
         }
 }
 
@@ -569,12 +578,11 @@ static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
                 uint32_t n_lanes = prompt ? 16 : 64, n_q = n_tile * group;
                 size_t head_offset = (size_t) kv_head * hd;
 
-                /* a block holds each head's rows together: (head, slot, head_dim) */
-                size_t layer_offset = kv_pool_block(r->kv, layer, 0) + (size_t) kv_head * bs * hd, block_stride = (size_t) bs * r->kv_dim;
-                struct f16_rows values = { r->kv->v + layer_offset, seq->block_table, bs, hd, block_stride, NULL };
+                size_t head_base = kv_row(r, layer, 0, kv_head, 0), block_stride = kv_pool_block(r->kv, 0, 1);
+                struct f16_rows values = { r->kv->v + head_base, seq->block_table, bs, hd, block_stride, NULL };
                 /* A generated token's values are read lane by lane, positions 64 apart in
                  * blocks scattered over the pool, and the sums waited on each row. */
-                struct f16_rows keys = { r->kv->k + layer_offset, seq->block_table, bs, hd, block_stride,
+                struct f16_rows keys = { r->kv->k + head_base, seq->block_table, bs, hd, block_stride,
                                          prompt ? NULL : values.base };
 
                 /* The queries meet the f16 keys at f16 precision, as in the reference. */

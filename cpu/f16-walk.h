@@ -37,15 +37,19 @@ static inline void f16_walk_next(struct f16_walk *w) {
  * 32-sequence decode on the Intel AVX-512 machine). */
 #define F16_WALK_PREFETCH_POSITIONS 32
 
+/* Fetches a row's n elements into the cache, a line at a time. */
+static inline void f16_prefetch_row(const f16_bits *row, size_t n) {
+        for (size_t b = 0; b < n * sizeof(f16_bits); b += 64)
+                __builtin_prefetch((const char *) row + b, 0, 3);
+}
+
 /* A walk by single positions F16_WALK_PREFETCH_POSITIONS ahead of the reads (started
  * there): called once per position read, it fetches its row's n elements into the cache
  * while it is still below n_pos, and steps. */
 static inline void f16_walk_prefetch_ahead(struct f16_walk *ahead, unsigned position, unsigned n_pos, size_t n) {
         if (position + F16_WALK_PREFETCH_POSITIONS >= n_pos)
                 return;
-        const char *row = (const char *) f16_walk_row(ahead);
-        for (size_t b = 0; b < n * sizeof(f16_bits); b += 64)
-                __builtin_prefetch(row + b, 0, 3);
+        f16_prefetch_row(f16_walk_row(ahead), n);
         f16_walk_next(ahead);
 }
 
@@ -55,7 +59,5 @@ static inline void f16_walk_prefetch_ahead(struct f16_walk *ahead, unsigned posi
 static inline void f16_walk_fetch_beside(const struct f16_walk *w, size_t n) {
         if (!w->rows->fetch_beside)
                 return;
-        const char *row = (const char *) (w->rows->fetch_beside + (f16_walk_row(w) - w->rows->base));
-        for (size_t b = 0; b < n * sizeof(f16_bits); b += 64)
-                __builtin_prefetch(row + b, 0, 3);
+        f16_prefetch_row(w->rows->fetch_beside + (f16_walk_row(w) - w->rows->base), n);
 }
