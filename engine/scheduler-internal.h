@@ -29,11 +29,14 @@ void scheduler_admit(struct scheduler *s, uint32_t index, uint32_t n);
 
 /* Adds a chunk of n tokens of r to a step's shape. */
 static inline void step_shape_add_chunk(struct step_shape *shape, const struct request *r, uint32_t n) {
-        if (request_is_decode(r))
+        uint64_t reads = step_shape_context(r->num_computed_tokens, n);
+        if (request_is_decode(r)) {
                 shape->n_decode++;
-        else
+                shape->decode_context += reads;
+        } else {
                 shape->n_prompt += n;
-        shape->n_context += step_shape_context(r->num_computed_tokens, n);
+                shape->prompt_context += reads;
+        }
 }
 
 /* The shape of the plan as it stands. */

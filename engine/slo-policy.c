@@ -426,7 +426,7 @@ static double time_to_first_token(const struct scheduler *s, uint32_t n_prompt, 
                         uint32_t mid = hi - (hi - lo) / 2;
                         struct step_shape shape = *decodes;
                         shape.n_prompt += mid;
-                        shape.n_context += step_shape_context(0, mid);
+                        shape.prompt_context += step_shape_context(0, mid);
                         if (step_time_model_predict(m, &shape) * margin <= step_limit)
                                 lo = mid;
                         else
@@ -439,7 +439,7 @@ static double time_to_first_token(const struct scheduler *s, uint32_t n_prompt, 
         double seconds = 0;
         for (uint32_t done = 0; done < n_prompt; done += per_step) {
                 uint32_t chunk = n_prompt - done < per_step ? n_prompt - done : per_step;
-                struct step_shape shape = { .n_prompt = chunk, .n_context = step_shape_context(done, chunk) };
+                struct step_shape shape = { .n_prompt = chunk, .prompt_context = step_shape_context(done, chunk) };
                 seconds += step_time_model_predict(m, &shape) * margin;
         }
         return seconds;
@@ -452,7 +452,7 @@ int slo_policy_admit(struct scheduler *s, struct request *r, double now, double 
         double deadline = r->arrival_time + r->ttft_slo;
 
         /* every latency-sensitive request decoding at once, this one included */
-        struct step_shape all = { .n_decode = 1, .n_context = r->n_tokens + 1 };
+        struct step_shape all = { .n_decode = 1, .decode_context = r->n_tokens + 1 };
         struct step_shape decoding = { 0 };
         double tightest = r->slo, soonest_end = INFINITY;
         uint32_t prompt_ahead = r->n_tokens, n_latency_sensitive = 1;
@@ -462,12 +462,12 @@ int slo_policy_admit(struct scheduler *s, struct request *r, double now, double 
                         continue;
                 n_latency_sensitive++;
                 all.n_decode++;
-                all.n_context += q->n_tokens + 1;
+                all.decode_context += q->n_tokens + 1;
                 if (q->slo < tightest)
                         tightest = q->slo;
                 if (q->state == REQUEST_RUNNING && request_is_decode(q)) {
                         decoding.n_decode++;
-                        decoding.n_context += q->n_tokens;
+                        decoding.decode_context += q->n_tokens;
                         double end = output_left(s, q) * q->slo;
                         if (end < soonest_end)
                                 soonest_end = end;

@@ -38,6 +38,6 @@ uint32_t stall_guard_grant(struct stall_guard *g, uint32_t start, uint32_t cap) 
         if (n == 0 && g->shape.n_prompt == 0)
                 n = 1; /* prompts keep moving however dear their tokens */
         g->shape.n_prompt += n;
-        g->shape.n_context += step_shape_context(start, n);
+        g->shape.prompt_context += step_shape_context(start, n);
         return n;
 }

@@ -9,7 +9,8 @@
  * least-squares update well conditioned. */
 #define PROMPT_SCALE 64.0
 #define DECODE_SCALE 8.0
-#define CONTEXT_SCALE 16384.0
+#define PROMPT_CONTEXT_SCALE 16384.0
+#define DECODE_CONTEXT_SCALE 4096.0
 
 /* A window of about a hundred steps: follows drift, rides out single noisy steps. */
 #define FORGETTING 0.99
@@ -44,7 +45,8 @@ static void features(const struct step_shape *s, double x[STEP_MODEL_FEATURES]) 
         x[0] = 1.0;
         x[1] = s->n_prompt / PROMPT_SCALE;
         x[2] = s->n_decode / DECODE_SCALE;
-        x[3] = (double) s->n_context / CONTEXT_SCALE;
+        x[3] = (double) s->prompt_context / PROMPT_CONTEXT_SCALE;
+        x[4] = (double) s->decode_context / DECODE_CONTEXT_SCALE;
 }
 
 static double dot(const double *a, const double *b) {
@@ -65,7 +67,7 @@ static bool chunk_fits(const struct step_time_model *m, const struct step_shape 
                        double seconds) {
         struct step_shape with = *shape;
         with.n_prompt += n;
-        with.n_context += step_shape_context(start, n);
+        with.prompt_context += step_shape_context(start, n);
         return step_time_model_predict(m, &with) <= seconds;
 }
 

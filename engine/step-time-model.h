@@ -5,7 +5,9 @@
  * engine runs (recursive least squares on relative errors, with forgetting, so it follows a
  * machine whose speed drifts). A step costs a fixed part (reading every weight once: the memory-bound floor),
  * a part per prompt token, a part per decoding sequence, and a part per key/value position
- * its attention reads. The slo policy plans steps and admits requests with it; a margin
+ * its attention reads, priced apart for prompt chunks and for decodes: a chunk's queries
+ * share each key and value row they read, while a decode reads its whole context from
+ * memory for one query (on the Zen 4 machine ~0.6 against ~1.5 us a position). The slo policy plans steps and admits requests with it; a margin
  * taken from its recent under-predictions keeps the plans on the safe side. A step that
  * took over three times its prediction is taken for a descheduled one (another process
  * had the cores): it counts in the reported error but neither in the fit nor the margin,
@@ -14,7 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define STEP_MODEL_FEATURES 4
+#define STEP_MODEL_FEATURES 5
 #define STEP_MODEL_WARMUP 16     /* steps before predictions are trusted */
 #define STEP_MODEL_HISTORY 256   /* recent relative errors kept for the margin and stats */
 
@@ -22,7 +24,8 @@
 struct step_shape {
         uint32_t n_prompt;  /* prompt (or recomputed) tokens */
         uint32_t n_decode;  /* decoding sequences: one token each */
-        uint64_t n_context; /* key/value positions read by attention, summed over tokens */
+        uint64_t prompt_context; /* key/value positions the prompt tokens' attention reads */
+        uint64_t decode_context; /* those the decodes' attention reads */
 };
 
 struct step_time_model {

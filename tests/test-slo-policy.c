@@ -158,8 +158,10 @@ START_TEST(test_model_fits_and_reports_error) {
         srand(3);
         for (int i = 0; i < 300; i++) {
                 struct step_shape s = { .n_prompt = (uint32_t) (rand() % 512), .n_decode = (uint32_t) (rand() % 32),
-                                        .n_context = (uint64_t) (rand() % 100000) };
-                double t = true_cost(&s) + 1e-8 * (double) s.n_context;
+                                        .prompt_context = (uint64_t) (rand() % 100000),
+                                        .decode_context = (uint64_t) (rand() % 20000) };
+                /* a decode's read costs more than a prompt chunk's: the model prices them apart */
+                double t = true_cost(&s) + 1e-8 * (double) s.prompt_context + 5e-8 * (double) s.decode_context;
                 step_time_model_record(&m, &s, t);
         }
         ck_assert(step_time_model_ready(&m));

@@ -15,22 +15,24 @@
 #define FIXED 0.004
 #define PER_PROMPT 0.0003
 #define PER_DECODE 0.0006
-#define PER_READ 2e-7
+#define PER_PROMPT_READ 2e-7
+#define PER_DECODE_READ 6e-7
 
 static double true_time(const struct step_shape *s) {
-        return FIXED + PER_PROMPT * s->n_prompt + PER_DECODE * s->n_decode + PER_READ * (double) s->n_context;
+        return FIXED + PER_PROMPT * s->n_prompt + PER_DECODE * s->n_decode + PER_PROMPT_READ * (double) s->prompt_context +
+               PER_DECODE_READ * (double) s->decode_context;
 }
 
 static struct step_shape decoding(uint32_t n, uint32_t depth) {
         struct step_shape s = { .n_decode = n };
         for (uint32_t i = 0; i < n; i++)
-                s.n_context += step_shape_context(depth, 1);
+                s.decode_context += step_shape_context(depth, 1);
         return s;
 }
 
 static void add_prompt(struct step_shape *s, uint32_t start, uint32_t n) {
         s->n_prompt += n;
-        s->n_context += step_shape_context(start, n);
+        s->prompt_context += step_shape_context(start, n);
 }
 
 /* A model that has seen a few hundred varied steps of the synthetic machine. */
