@@ -412,7 +412,8 @@ static void quantize_row(const struct cpu_runner *r, const struct activations *a
         size_t n_blocks = width / QUANT_BLOCK;
         r->kernels->quantize_q8_1(x, a->xq + i * n_blocks, a->ds + i * n_blocks * 2, width);
         if (r->packed.arena)
-                packed_activation_corrections(a->xq + i * n_blocks, n_blocks, a->corrections + i * n_blocks * PACKED_CORRECTIONS);
+                r->kernels->activation_corrections(a->xq + i * n_blocks, n_blocks,
+                                                   a->corrections + i * n_blocks * PACKED_CORRECTIONS);
 }
 
 /* Normalizes and quantizes this thread's share of tokens: xn = norm(x) * weight, xq = q8(xn). */

@@ -209,5 +209,6 @@ const struct dot_kernels dot_kernels_scalar = {
         .sum_lanes = sum_lanes_scalar,
         .softmax_f16 = softmax_f16_scalar,
         .quantize_q8_1 = quantize_q8_1_scalar,
+        .activation_corrections = packed_activation_corrections,
         .swiglu = swiglu_scalar,
 };

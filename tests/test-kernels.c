@@ -281,6 +281,22 @@ static void compare_quantize(const struct dot_kernels *k) {
         }
 }
 
+/* The lanes' corrections of random blocks, the extreme quants -128 and 127 included. */
+static void compare_activation_corrections(const struct dot_kernels *k) {
+        struct block_q8_1 xq[N_BLOCKS];
+        int32_t want[N_BLOCKS * PACKED_CORRECTIONS], got[N_BLOCKS * PACKED_CORRECTIONS];
+        for (int rep = 0; rep < 100; rep++) {
+                for (int b = 0; b < N_BLOCKS; b++)
+                        for (int i = 0; i < QUANT_BLOCK; i++)
+                                xq[b].qs[i] = rep == 0 ? -128 : rep == 1 ? 127 : (int8_t) (uint8_t) (rand() >> 7);
+                packed_activation_corrections(xq, N_BLOCKS, want);
+                memset(got, 0x55, sizeof(got));
+                k->activation_corrections(xq, N_BLOCKS, got);
+                ck_assert_msg(memcmp(want, got, sizeof(want)) == 0,
+                              "%s activation_corrections differs from the reference (rep %d)", k->name, rep);
+        }
+}
+
 /* f16 rounding and the lane trees give the reference's bits, zero rows included. */
 static void compare_attention_helpers(const struct dot_kernels *k) {
         static float lanes[64 * 70], want[70], got[70], x[300], y[300];
@@ -348,6 +364,7 @@ START_TEST(test_simd_sets_match_scalar) {
                 compare_sets(k);
                 compare_exp(k);
                 compare_quantize(k);
+                compare_activation_corrections(k);
                 compare_attention_helpers(k);
                 compare_attention(k);
         }
