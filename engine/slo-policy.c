@@ -3,7 +3,7 @@
  * best-effort work fills whatever time those deadlines leave in each step.
  *
  * Token k of a latency-sensitive request is due at its first token's time + k x slo (the
- * first at arrival + ttft_slo). A step may take as long as the earliest deadline among the
+ * first at arrival + ttft_slo), planned a little ahead of that (SLO_PACE). A step may take as long as the earliest deadline among the
  * latency-sensitive decodes it carries allows, so slack earned by fast tokens can absorb
  * one longer step; never longer than a quarter of the default ttft_slo, so that a new
  * arrival waits little for the step in progress. Within that time, predicted by the
@@ -26,11 +26,19 @@
 /* Best-effort requests gain one priority level per this many seconds of waiting. */
 #define AGING_SECONDS 10.0
 
+/* Tokens after the first are planned at this share of their slo. A request's TPOT misses
+ * by its last token's lateness over its token count, and the step that brings that token
+ * overruns its prediction about one time in ten (the margin is a 90th percentile): paced
+ * right at the slo, 8 of 384 requests of a bench/coserve run (Zen 4) ended 1-3 ms late,
+ * at TPOT 50.02-50.04 ms for 50 and 15.02-15.04 for 15. The lead grows with each token,
+ * so a long output banks more than one step's overrun; the first token keeps ttft_slo. */
+#define SLO_PACE 0.98
+
 static double next_deadline(const struct request *r) {
         uint32_t n_out = request_num_output(r);
         if (n_out == 0 || !r->first_token_time)
                 return r->arrival_time + r->ttft_slo;
-        return r->first_token_time + n_out * r->slo;
+        return r->first_token_time + n_out * r->slo * SLO_PACE;
 }
 
 static double best_effort_key(const struct request *r, double now) {

@@ -225,7 +225,8 @@ START_TEST(test_fill_order_and_deadlines) {
         struct harness h;
         setup(&h, 512, 0);
         double now = 100.0;
-        /* two latency-sensitive decodes (slo 50 ms): one right on time, due 30 ms from now,
+        /* two latency-sensitive decodes (slo 50 ms): one right on time, due 29 ms from now
+         * (30 less the policy's 2% lead on its slo),
          * one ahead of schedule; a best-effort decode; a latency-sensitive prompt; a
          * best-effort prompt */
         struct request *tight = add_decoding(&h, true, 32, 0.050, now - 0.020, 1);
@@ -237,12 +238,12 @@ START_TEST(test_fill_order_and_deadlines) {
         h.s.last_best_effort_run = now; /* best-effort work ran just now: no nudge due */
 
         ck_assert_int_eq(scheduler_schedule(&h.s, now), 0);
-        /* 30 ms: 10 ms + 2 x 2 ms of decodes leave 16 ms, 32 prompt tokens of the
+        /* 29 ms: 10 ms + 2 x 2 ms of decodes leave 15 ms, 30 prompt tokens of the
          * latency-sensitive prompt; nothing best-effort fits */
         ck_assert_uint_eq(planned(&h.s, tight), 1);
         ck_assert_uint_eq(planned(&h.s, ahead), 1);
-        ck_assert_uint_ge(planned(&h.s, ls_prompt), 31); /* 32 exactly on the boundary: rounding */
-        ck_assert_uint_le(planned(&h.s, ls_prompt), 32);
+        ck_assert_uint_ge(planned(&h.s, ls_prompt), 29); /* 30 exactly on the boundary: rounding */
+        ck_assert_uint_le(planned(&h.s, ls_prompt), 30);
         ck_assert_uint_eq(planned(&h.s, be_decode), 0);
         ck_assert_uint_eq(planned(&h.s, be_prompt), 0);
         ck_assert_uint_lt(position(&h.s, tight), position(&h.s, ls_prompt));
@@ -259,19 +260,20 @@ START_TEST(test_slack_lets_best_effort_in) {
         setup(&h, 512, 0);
         double now = 100.0;
         /* the first token came 2 s ago and 1 token is out: token 1 is due at -1.95 s + ...
-         * i.e. this request is far ahead: its next deadline is 200 ms away */
+         * i.e. this request is far ahead: its next deadline is 198 ms away (100 + 98, the
+         * slo less the policy's 2% lead) */
         struct request *ls = add_decoding(&h, true, 32, 0.100, now + 0.100, 1);
         struct request *be_decode = add_decoding(&h, false, 32, 0, now - 1, 1);
         warm(&h.s);
         struct request *be_prompt = add(&h, false, 1000, 0, 0, now - 5);
 
         ck_assert_int_eq(scheduler_schedule(&h.s, now), 0);
-        /* the limit is min(200 ms of slack, 250 ms = ttft_slo / 4): 10 + 2 + 2 ms of decodes
-         * leave 186 ms, 372 prompt tokens */
+        /* the limit is min(198 ms of slack, 250 ms = ttft_slo / 4): 10 + 2 + 2 ms of decodes
+         * leave 184 ms, 368 prompt tokens */
         ck_assert_uint_eq(planned(&h.s, ls), 1);
         ck_assert_uint_eq(planned(&h.s, be_decode), 1);
         uint32_t chunk = planned(&h.s, be_prompt);
-        ck_assert_msg(chunk >= 370 && chunk <= 372, "chunk %u", chunk);
+        ck_assert_msg(chunk >= 366 && chunk <= 368, "chunk %u", chunk);
         ck_assert_uint_lt(position(&h.s, ls), position(&h.s, be_decode));
         ck_assert_uint_lt(position(&h.s, be_decode), position(&h.s, be_prompt));
 
@@ -291,16 +293,16 @@ START_TEST(test_prompts_by_earliest_deadline) {
         struct harness h;
         setup(&h, 512, 0);
         double now = 50.0;
-        struct request *decode = add_decoding(&h, true, 16, 0.050, now - 0.020, 1); /* due in 30 ms */
+        struct request *decode = add_decoding(&h, true, 16, 0.050, now - 0.020, 1); /* due in 29 ms */
         warm(&h.s);
         struct request *late = add(&h, true, 64, 0.050, 2.0, now);   /* first token due in 2 s */
         struct request *early = add(&h, true, 64, 0.050, 0.5, now); /* in 0.5 s, arrived after */
         ck_assert_int_eq(scheduler_schedule(&h.s, now), 0);
         ck_assert_uint_eq(planned(&h.s, decode), 1);
-        ck_assert_uint_ge(planned(&h.s, early), 35); /* 30 - 12 ms = 18 ms = 36 tokens */
-        ck_assert_uint_le(planned(&h.s, early), 36);
+        ck_assert_uint_ge(planned(&h.s, early), 33); /* 29 - 12 ms = 17 ms = 34 tokens */
+        ck_assert_uint_le(planned(&h.s, early), 34);
         /* the later one gets no time, only its share of its prompt per step until its own
-         * deadline: 64 tokens over the ~60 steps of 30 ms in 2 s */
+         * deadline: 64 tokens over the ~60 steps of 29 ms in 2 s */
         ck_assert_uint_le(planned(&h.s, late), 2);
         ck_assert_uint_lt(position(&h.s, early), position(&h.s, late));
         teardown(&h);
@@ -311,16 +313,16 @@ START_TEST(test_prompt_paced_to_its_deadline) {
         struct harness h;
         setup(&h, 512, 0);
         double now = 50.0;
-        struct request *decode = add_decoding(&h, true, 16, 0.050, now - 0.037, 1); /* due in 13 ms */
+        struct request *decode = add_decoding(&h, true, 16, 0.050, now - 0.037, 1); /* due in 12 ms */
         warm(&h.s);
         h.s.last_best_effort_run = now;
-        /* due in 0.1 s with 64 tokens: hardly any room beside the decode (2 tokens), but
-         * only about 7 steps of 13 ms left, so it takes a seventh of its prompt now */
+        /* due in 0.1 s with 64 tokens: no room beside the decode (its 12 ms), but only
+         * about 8 steps of 12 ms left, so it takes an eighth of its prompt now */
         struct request *due = add(&h, true, 64, 0.050, 0.1, now);
         ck_assert_int_eq(scheduler_schedule(&h.s, now), 0);
         ck_assert_uint_eq(planned(&h.s, decode), 1);
         uint32_t n = planned(&h.s, due);
-        ck_assert_msg(n >= 9 && n <= 12, "chunk %u", n);
+        ck_assert_msg(n >= 7 && n <= 10, "chunk %u", n);
         teardown(&h);
 }
 END_TEST
@@ -348,9 +350,9 @@ START_TEST(test_best_effort_chunks_in_gaps) {
         struct harness h;
         setup(&h, 512, 0);
         double now = 40.0;
-        /* two latency-sensitive decodes at 20 ms a token and a best-effort one: a step of
-         * the three costs 16 ms, so each step beside them had room for 4 ms (8 tokens) of a
-         * best-effort prompt */
+        /* two latency-sensitive decodes at 20 ms a token (planned at 19.6) and a best-effort
+         * one: a step of the three costs 16 ms, so each step beside them had room for 3.6 ms
+         * (7 tokens) of a best-effort prompt */
         add_decoding(&h, true, 32, 0.020, now, 1);
         add_decoding(&h, true, 48, 0.020, now, 1);
         add_decoding(&h, false, 40, 0, now - 1, 1);
@@ -374,11 +376,12 @@ START_TEST(test_best_effort_chunks_in_gaps) {
                 now = run_step_on_time(&h, now);
         }
         ck_assert(arrived);
-        /* about as far as the dribble got (286 tokens in 46 chunks): the latency-sensitive
+        /* about as far as the dribble got (286 tokens in 46 chunks at 4 ms a step, before
+         * the 2% lead; ~257 at 3.6): the latency-sensitive
          * decodes need a step per token period either way, so in this linear cost model
          * bigger chunks neither gain nor lose (they lose a little to rounding); what they
          * save is what small chunks cost beyond the model on the machine */
-        ck_assert_msg(be_tokens >= 250, "%u best-effort prompt tokens in 1 s", be_tokens);
+        ck_assert_msg(be_tokens >= 225, "%u best-effort prompt tokens in 1 s", be_tokens);
         ck_assert_msg(n_chunks >= 6 && n_chunks <= 12, "%u chunks", n_chunks);
         teardown(&h);
 }
