@@ -441,18 +441,8 @@ static void quantize_tokens(struct cpu_runner *r, const struct activations *a, c
 /* Rotates adjacent pairs (x[2i], x[2i+1]) of each head by position * theta^(-2i / rope_dim). */
 static void rope(const struct cpu_runner *r, float *x, uint32_t n_heads, uint32_t t) {
         const struct model_hparams *hp = &r->model->hp;
-        const float *c = r->rope_cos + (size_t) t * (hp->rope_dim / 2);
-        const float *s = r->rope_sin + (size_t) t * (hp->rope_dim / 2);
-        for (uint32_t h = 0; h < n_heads; h++) {
-                float *xh = x + (size_t) h * hp->head_dim;
-                for (uint32_t i = 0; i < hp->rope_dim / 2; i++) {
-                        float a = xh[2 * i], b = xh[2 * i + 1];
-                        /* one product fused into the sum, the way a compiler contracts
-                         * a*c - b*s for FMA hardware, so the rounding matches the reference */
-                        xh[2 * i] = fmaf(a, c[i], -(b * s[i]));
-                        xh[2 * i + 1] = fmaf(a, s[i], b * c[i]);
-                }
-        }
+        uint32_t half = hp->rope_dim / 2;
+        r->kernels->rope(x, n_heads, hp->head_dim, half, r->rope_cos + (size_t) t * half, r->rope_sin + (size_t) t * half);
 }
 
 static void rope_tables(struct cpu_runner *r, unsigned ith, unsigned nth) {

@@ -9,6 +9,7 @@
 #include "exp-poly.h"
 #include "float16.h"
 #include "quantize.h"
+#include "rope.h"
 
 static float dot_q4_0_scalar(const void *weight_row, const struct block_q8_1 *act, size_t n_blocks) {
         const struct block_q4_0 *w = weight_row;
@@ -187,6 +188,11 @@ static void softmax_f16_scalar(float *x, size_t n) {
                 x[i] = f16_to_f32(f32_to_f16(x[i] * inv));
 }
 
+static void rope_scalar(float *x, uint32_t n_heads, uint32_t head_dim, uint32_t half, const float *cos,
+                        const float *sin) {
+        rope_rows(x, n_heads, head_dim, half, cos, sin);
+}
+
 static void swiglu_scalar(float *h, const float *g, const float *u, size_t n) {
         for (size_t i = 0; i < n; i++)
                 h[i] = g[i] / (1.0f + exp_poly(0.0f - g[i])) * u[i];
@@ -209,6 +215,7 @@ const struct dot_kernels dot_kernels_scalar = {
         .sum_lanes = sum_lanes_scalar,
         .softmax_f16 = softmax_f16_scalar,
         .quantize_q8_1 = quantize_q8_1_scalar,
+        .rope = rope_scalar,
         .activation_corrections = packed_activation_corrections,
         .swiglu = swiglu_scalar,
 };

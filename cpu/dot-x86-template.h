@@ -11,6 +11,7 @@
 #include "attention-by-position.h"
 #include "exp-poly.h"
 #include "float16.h"
+#include "rope.h"
 
 #define DOT_CONCAT_(a, b) a##_##b
 #define DOT_CONCAT(a, b) DOT_CONCAT_(a, b)
@@ -177,6 +178,11 @@ TILE_ATTRS void DOT_FN(tile_q4_1_n)(const uint8_t *rows, size_t row_bytes, const
                 _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
                         out[t * DOT_TILE_ROWS + r] = DOT_FN(hsum)(acc[r][t]) + offsets[t];
         }
+}
+
+__attribute__((target(DOT_TARGET))) static void DOT_FN(rope)(float *x, uint32_t n_heads, uint32_t head_dim, uint32_t half,
+                                                             const float *cos, const float *sin) {
+        rope_rows(x, n_heads, head_dim, half, cos, sin);
 }
 
 /* packed_activation_corrections() a block at a time: its eight lanes' sums of four quants
@@ -504,6 +510,7 @@ const struct dot_kernels DOT_CONCAT(dot_kernels, DOT_SET) = {
         .sum_lanes = DOT_FN(sum_lanes),
         .softmax_f16 = DOT_FN(softmax_f16),
         .quantize_q8_1 = DOT_FN(quantize_q8_1),
+        .rope = DOT_FN(rope),
         .activation_corrections = DOT_FN(activation_corrections),
         .swiglu = DOT_FN(swiglu),
 };

@@ -116,6 +116,8 @@ struct dot_kernels {
         /* quantize_row_q8_1() (the reference, quantize.c) with the same bits; ds (if not NULL)
          * gets each block's d and s as floats, converted once here rather than in every tile. */
         void (*quantize_q8_1)(const float *x, struct block_q8_1 *out, float *ds, size_t n);
+        /* rope_rows() (rope.h) with the same bits. */
+        void (*rope)(float *x, uint32_t n_heads, uint32_t head_dim, uint32_t half, const float *cos, const float *sin);
         /* packed_activation_corrections() (the reference, packed-weights.c), same values. */
         void (*activation_corrections)(const struct block_q8_1 *xq, size_t n_blocks, int32_t *corrections);
         /* h[i] = silu(g[i]) * u[i], with the exp of exp_poly.h so that every set, and the

@@ -281,6 +281,25 @@ static void compare_quantize(const struct dot_kernels *k) {
         }
 }
 
+/* RoPE of random rows by random angles, every set against the scalar one bit for bit. */
+static void compare_rope(const struct dot_kernels *k) {
+        enum { HEADS = 3, HEAD_DIM = 64, HALF = 32 };
+        float want[HEADS * HEAD_DIM], got[HEADS * HEAD_DIM], c[HALF], s[HALF];
+        for (int rep = 0; rep < 100; rep++) {
+                for (int i = 0; i < HEADS * HEAD_DIM; i++)
+                        want[i] = got[i] = next_float(rep % 2 ? 50.0f : 1.0f);
+                for (int i = 0; i < HALF; i++) {
+                        float angle = next_float(1000.0f);
+                        c[i] = cosf(angle);
+                        s[i] = sinf(angle);
+                }
+                dot_kernels_scalar.rope(want, HEADS, HEAD_DIM, HALF, c, s);
+                k->rope(got, HEADS, HEAD_DIM, HALF, c, s);
+                ck_assert_msg(memcmp(want, got, sizeof(want)) == 0, "%s rope differs from the scalar set (rep %d)",
+                              k->name, rep);
+        }
+}
+
 /* The lanes' corrections of random blocks, the extreme quants -128 and 127 included. */
 static void compare_activation_corrections(const struct dot_kernels *k) {
         struct block_q8_1 xq[N_BLOCKS];
@@ -365,6 +384,7 @@ START_TEST(test_simd_sets_match_scalar) {
                 compare_exp(k);
                 compare_quantize(k);
                 compare_activation_corrections(k);
+                compare_rope(k);
                 compare_attention_helpers(k);
                 compare_attention(k);
         }
