@@ -3,10 +3,10 @@
  * best-effort work fills whatever time those deadlines leave in each step.
  *
  * Token k of a latency-sensitive request is due at its first token's time + k x slo (the
- * first at arrival + ttft_slo), planned a little ahead of that (SLO_PACE). A step may take as long as the earliest deadline among the
- * latency-sensitive decodes it carries allows, so slack earned by fast tokens can absorb
- * one longer step; never longer than a quarter of the default ttft_slo, so that a new
- * arrival waits little for the step in progress. Within that time, predicted by the
+ * first at arrival + ttft_slo), planned a little ahead of that (SLO_PACE). A step may take
+ * as long as the earliest deadline among the latency-sensitive decodes it carries allows,
+ * so slack earned by fast tokens can absorb one longer step; never longer than a quarter
+ * of the default ttft_slo, so that a new arrival waits little for the step in progress. Within that time, predicted by the
  * step-time model with its safety margin, a step takes: latency-sensitive decodes;
  * latency-sensitive prompt chunks, earliest deadline first (one that ends its prompt
  * bounds the step by its first token's deadline); best-effort decodes; best-effort prompt

@@ -7,11 +7,12 @@
  * a part per prompt token, a part per decoding sequence, and a part per key/value position
  * its attention reads, priced apart for prompt chunks and for decodes: a chunk's queries
  * share each key and value row they read, while a decode reads its whole context from
- * memory for one query (on the Zen 4 machine ~0.6 against ~1.5 us a position). The slo policy plans steps and admits requests with it; a margin
- * taken from its recent under-predictions keeps the plans on the safe side. A step that
- * took over three times its prediction is taken for a descheduled one (another process
- * had the cores): it counts in the reported error but neither in the fit nor the margin,
- * unless such steps keep coming (then the machine is slower, and the model follows). */
+ * memory for one query (on the Zen 4 machine ~0.6 against ~1.5 us a position). The slo
+ * policy plans steps and admits requests with it; a margin taken from its recent
+ * under-predictions keeps the plans on the safe side. A step that took over three times
+ * its prediction is taken for a descheduled one (another process had the cores): it counts
+ * in the reported error but neither in the fit nor the margin, unless such steps keep
+ * coming (then the machine is slower, and the model follows). */
 
 #include <stdbool.h>
 #include <stdint.h>
