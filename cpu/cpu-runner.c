@@ -43,13 +43,18 @@ struct packed_model {
  * their query heads within DOT_GROUP_MAX): each key and value is read and converted once for
  * all their query heads. */
 #define ATTN_TILE_TOKENS 4
+/* How much of its next matmul's first chunk a thread fetches while it waits at a barrier:
+ * about what memory delivers in an average wait of a decode step (~1.5 us). */
+#define BARRIER_FETCH_MAX 16384
 
-/* The next group of rows of one matmul that no thread has taken yet: threads take chunks as
- * they finish, so one that runs slow (a busy core, a stalled stream) does not hold the other
- * at the barrier. Each row is still computed whole by one thread, so the numbers do not
- * depend on who takes it. One cache line each. */
+/* Chunks of one matmul's groups of rows that threads have taken beyond their first: thread
+ * i's first chunk is chunk i, known before the matmul starts (so that it can be fetched at
+ * the barrier before), and after it threads take chunks as they finish, so one that runs slow
+ * (a busy core, a stalled stream) does not hold the other at the barrier. Each row is still
+ * computed whole by one thread, so the numbers do not depend on who takes it. One cache line
+ * each. */
 struct matmul_cursor {
-        _Atomic uint64_t next_group;
+        _Atomic uint64_t chunks_taken;
 } __attribute__((aligned(64)));
 
 struct cpu_runner {
@@ -332,6 +337,34 @@ static void rms_norm(const float *x, const float *weight, float *out, uint32_t n
                 out[i] = x[i] * scale * weight[i];
 }
 
+/* Groups of a packed matmul a thread takes at a time: about eight chunks per thread, enough
+ * to even out, few enough that taking one costs little next to computing it. */
+static uint64_t matmul_chunk(const struct packed_weights *packed, uint32_t n_tokens, unsigned nth) {
+        uint64_t chunk = packed->n_groups / (8 * (uint64_t) nth);
+        return chunk == 0 || n_tokens > MATMUL_FEW_TOKENS ? 1 : chunk;
+}
+
+/* A barrier that fetches what this thread's next matmul reads first while it waits. A decode
+ * step's phases between the matmuls (attention, norms, the barriers themselves) are a
+ * quarter of its time, and the memory stood idle through them: the weights' stream
+ * restarted cold at every matmul. */
+static void barrier_before_matmul(const struct cpu_runner *r, size_t weight_index, uint32_t n_tokens, unsigned ith,
+                                  unsigned nth) {
+        const struct packed_weights *packed = packed_for(r, weight_index);
+        const uint8_t *from = NULL;
+        size_t bytes = 0;
+        if (packed) {
+                uint64_t chunk = matmul_chunk(packed, n_tokens, nth), g0 = ith * chunk;
+                if (g0 < packed->n_groups) {
+                        from = packed->data + g0 * packed->group_bytes;
+                        bytes = (chunk < packed->n_groups - g0 ? chunk : packed->n_groups - g0) * packed->group_bytes;
+                        if (bytes > BARRIER_FETCH_MAX)
+                                bytes = BARRIER_FETCH_MAX;
+                }
+        }
+        thread_pool_barrier_fetch(r->pool, from, bytes);
+}
+
 /* out[t * out_stride + row] (+)= W[row] . x[t] for this thread's share of W's rows. Each
  * result depends only on its row and token, never on the split or the batch: the tiles give
  * the bits of the single products. Rows go in tiles of four across the threads, and each
@@ -352,15 +385,11 @@ static void matmul(const struct cpu_runner *r, size_t weight_index, const struct
          * group's weights staying in L1 while the tokens pass over them. */
         if (packed) {
                 dot_packed_fn fn = dot_packed_kernel_for(r->kernels, w->type);
-                _Atomic uint64_t *next = &r->cursors[weight_index].next_group;
+                _Atomic uint64_t *next = &r->cursors[weight_index].chunks_taken;
                 struct packed_activations pa = { xq, a->ds, a->corrections, n_blocks };
-                /* about eight chunks per thread: enough to even out, few enough that taking
-                 * one costs little next to computing it */
-                uint64_t chunk = packed->n_groups / (8 * (uint64_t) nth);
-                if (chunk == 0 || n_tokens > MATMUL_FEW_TOKENS)
-                        chunk = 1;
-                for (;;) {
-                        uint64_t g0 = atomic_fetch_add_explicit(next, chunk, memory_order_relaxed);
+                uint64_t chunk = matmul_chunk(packed, n_tokens, nth);
+                for (uint64_t claim = ith;; claim = nth + atomic_fetch_add_explicit(next, 1, memory_order_relaxed)) {
+                        uint64_t g0 = claim * chunk;
                         if (g0 >= packed->n_groups)
                                 return;
                         uint64_t g1 = g0 + chunk < packed->n_groups ? g0 + chunk : packed->n_groups;
@@ -636,7 +665,6 @@ static void embed(struct cpu_runner *r, float *row_scratch, unsigned ith, unsign
 
 static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
         struct cpu_runner *r = ctx;
-        struct thread_pool *pool = r->pool;
         const struct model *m = r->model;
         const struct model_hparams *hp = &m->hp;
         const struct batch *b = r->batch;
@@ -651,44 +679,47 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
 
         embed(r, row_scratch, ith, nth);
         rope_tables(r, ith, nth);
-        thread_pool_barrier(pool);
+        barrier_before_matmul(r, 0, T, ith, nth);
 
         for (uint32_t layer = 0; layer < hp->n_layer; layer++) {
                 const struct model_layer *l = &m->layers[layer];
 
                 norm_tokens(r, a, l->attn_norm, NULL, T, feed_ith, feed_nth);
                 if (!small)
-                        thread_pool_barrier(pool);
+                        barrier_before_matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 0, T, ith, nth);
                 matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 0, a, T, r->q, r->q_dim, false, row_scratch, ith, nth);
                 matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 1, a, T, r->k, r->kv_dim, false, row_scratch, ith, nth);
                 matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 2, a, T, r->v, r->kv_dim, false, row_scratch, ith, nth);
-                thread_pool_barrier(pool);
+                barrier_before_matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 3, T, ith, nth);
                 store_kv(r, layer, ith, nth);
-                thread_pool_barrier(pool);
+                barrier_before_matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 3, T, ith, nth);
                 attention(r, layer, ith, nth); /* into shared.xn */
-                thread_pool_barrier(pool);
+                barrier_before_matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 3, T, ith, nth);
                 quantize_tokens(r, a, r->shared.xn, r->q_dim, T, feed_ith, feed_nth);
                 if (!small)
-                        thread_pool_barrier(pool);
+                        barrier_before_matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 3, T, ith, nth);
                 matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 3, a, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
-                thread_pool_barrier(pool);
+                barrier_before_matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 4, T, ith, nth);
 
                 norm_tokens(r, a, l->ffn_norm, NULL, T, feed_ith, feed_nth);
                 if (!small)
-                        thread_pool_barrier(pool);
+                        barrier_before_matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 4, T, ith, nth);
                 matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 4, a, T, r->gate, hp->n_ff, false, row_scratch, ith, nth);
                 matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 5, a, T, r->up, hp->n_ff, false, row_scratch, ith, nth);
-                thread_pool_barrier(pool);
+                barrier_before_matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 6, T, ith, nth);
                 swiglu(r, a, feed_ith, feed_nth);
                 if (!small)
-                        thread_pool_barrier(pool);
+                        barrier_before_matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 6, T, ith, nth);
                 matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 6, a, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
-                thread_pool_barrier(pool);
+                if (layer + 1 < hp->n_layer)
+                        barrier_before_matmul(r, (size_t) (layer + 1) * WEIGHTS_PER_LAYER, T, ith, nth);
+                else
+                        barrier_before_matmul(r, n_matmul_weights(m) - 1, b->n_outputs, ith, nth);
         }
 
         norm_tokens(r, a, m->output_norm, b->output_tokens, b->n_outputs, feed_ith, feed_nth);
         if (!small)
-                thread_pool_barrier(pool);
+                barrier_before_matmul(r, n_matmul_weights(m) - 1, b->n_outputs, ith, nth);
         matmul(r, n_matmul_weights(m) - 1, a, b->n_outputs, r->logits, hp->n_vocab, false, row_scratch, ith, nth);
 }
 
@@ -735,7 +766,7 @@ int cpu_runner_forward(struct cpu_runner *r, const struct batch *batch, float *l
         r->batch = batch;
         r->logits = logits;
         for (size_t i = 0; i < n_matmul_weights(r->model); i++)
-                atomic_store_explicit(&r->cursors[i].next_group, 0, memory_order_relaxed);
+                atomic_store_explicit(&r->cursors[i].chunks_taken, 0, memory_order_relaxed);
         thread_pool_run(r->pool, forward_worker, r);
         r->batch = NULL;
         r->logits = NULL;

@@ -31,6 +31,9 @@
  * the contention it avoids, so a brief-spinning run cannot tell by itself. */
 #define CONTENDED_RUNS_FIRST 16
 #define CONTENDED_RUNS_MAX 256
+/* Cache lines a barrier's spin fetches per pause: about what memory delivers to one thread in
+ * a pause's time. */
+#define FETCH_LINES_PER_SPIN 4
 
 struct thread_pool {
         unsigned n_threads;
@@ -84,6 +87,11 @@ static inline void cpu_relax(void) {
 }
 
 void thread_pool_barrier(struct thread_pool *pool) {
+        thread_pool_barrier_fetch(pool, NULL, 0);
+}
+
+void thread_pool_barrier_fetch(struct thread_pool *pool, const void *fetch, size_t fetch_bytes) {
+        const char *next = fetch, *end = next + fetch_bytes;
         if (pool->n_threads == 1)
                 return;
         unsigned generation = atomic_load_explicit(&pool->barrier_generation, memory_order_acquire);
@@ -97,6 +105,8 @@ void thread_pool_barrier(struct thread_pool *pool) {
         for (unsigned i = 0; i < pool->barrier_spins; i++) {
                 if (atomic_load_explicit(&pool->barrier_generation, memory_order_acquire) != generation)
                         return;
+                for (unsigned k = 0; k < FETCH_LINES_PER_SPIN && next < end; k++, next += 64)
+                        __builtin_prefetch(next, 0, 3);
                 cpu_relax();
         }
         long slept_from = clock_ns(CLOCK_MONOTONIC);

@@ -5,6 +5,8 @@
  * index, with barriers between phases. Workers sleep on a futex between runs (0% CPU when
  * idle); a barrier spins briefly before it sleeps, since phases inside one run are short. */
 
+#include <stddef.h>
+
 #include "error.h"
 
 struct thread_pool;
@@ -21,3 +23,8 @@ void thread_pool_run(struct thread_pool *pool, thread_pool_fn fn, void *ctx);
 
 /* Inside fn: returns once every thread of the run has reached it. */
 void thread_pool_barrier(struct thread_pool *pool);
+
+/* The same, and while it spins waiting for the others it fetches [fetch, fetch + fetch_bytes)
+ * into the cache: what this thread reads next, so that the memory is not idle while it waits.
+ * fetch may be NULL when fetch_bytes is 0. */
+void thread_pool_barrier_fetch(struct thread_pool *pool, const void *fetch, size_t fetch_bytes);
