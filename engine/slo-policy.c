@@ -482,9 +482,12 @@ int slo_policy_admit(struct scheduler *s, struct request *r, double now, double 
                 } else if (q->arrival_time + q->ttft_slo <= deadline)
                         prompt_ahead += q->n_tokens - q->num_computed_tokens;
         }
+        /* judged at the pace the steps are planned at, so that an admitted request's deadlines
+         * can all be planned for */
+        double pace = tightest * SLO_PACE;
         double step = step_time_model_predict(&s->model, &all) * margin;
-        double ttft = time_to_first_token(s, prompt_ahead, &decoding, tightest, margin);
-        if (step <= tightest && ttft <= deadline - now)
+        double ttft = time_to_first_token(s, prompt_ahead, &decoding, pace, margin);
+        if (step <= pace && ttft <= deadline - now)
                 return 0;
 
         if (s->config->slo_admission == SLO_ADMISSION_DEMOTE) {
@@ -497,11 +500,12 @@ int slo_policy_admit(struct scheduler *s, struct request *r, double now, double 
         retry = retry < 0.1 ? 0.1 : retry > 60 ? 60 : retry;
         if (retry_after)
                 *retry_after = retry;
-        if (step > tightest)
+        if (step > pace)
                 return error_set(err, EAGAIN,
-                                 "overloaded: %u latency-sensitive requests would need about %.0f ms per step, above "
-                                 "the tightest slo of %.0f ms per token; retry in %.1f s or send it best-effort",
-                                 n_latency_sensitive, step * 1e3, tightest * 1e3, retry);
+                                 "overloaded: %u latency-sensitive requests would need about %.1f ms per step, above "
+                                 "the %.1f ms the tightest slo of %.1f ms per token leaves; retry in %.1f s or send it "
+                                 "best-effort",
+                                 n_latency_sensitive, step * 1e3, pace * 1e3, tightest * 1e3, retry);
         return error_set(err, EAGAIN,
                          "overloaded: the first token would come after about %.2f s, above ttft_slo %.2f s (%u prompt "
                          "tokens to compute first); retry in %.1f s, raise ttft_slo or send it best-effort",

@@ -488,11 +488,21 @@ START_TEST(test_admission) {
         ck_assert_double_le(retry, 60);
         ck_assert_uint_eq(h.s.slo_rejected, 1);
 
+        /* judged at the planned pace, 98% of the slo: a step that fits the slo itself but
+         * not the pace is refused, one that fits the pace taken */
+        struct step_shape one = { .n_decode = 1, .decode_context = 33 };
+        double step = step_time_model_predict(&h.s.model, &one) * step_time_model_margin(&h.s.model);
+        r = make(&h, true, 32, step / 0.99, 1.0, now);
+        ck_assert_int_eq(slo_policy_admit(&h.s, r, now, &retry, &err), -EAGAIN);
+        ck_assert_uint_eq(h.s.slo_rejected, 2);
+        r = make(&h, true, 32, step / 0.97, 1.0, now);
+        ck_assert_int_eq(slo_policy_admit(&h.s, r, now, &retry, &err), 0);
+
         /* 4000 prompt tokens take about 2 s: ttft_slo 0.5 s cannot be met */
         r = make(&h, true, 4000, 0.050, 0.5, now);
         ck_assert_int_eq(slo_policy_admit(&h.s, r, now, &retry, &err), -EAGAIN);
         ck_assert_msg(strstr(err.message, "ttft_slo"), "%s", err.message);
-        ck_assert_uint_eq(h.s.slo_rejected, 2);
+        ck_assert_uint_eq(h.s.slo_rejected, 3);
 
         /* the same with a ttft_slo it can meet, and a feasible slo */
         r = make(&h, true, 4000, 0.050, 5.0, now);
@@ -514,7 +524,7 @@ START_TEST(test_admission) {
         ck_assert_int_eq(slo_policy_admit(&h.s, r, now, &retry, &err), 0);
         ck_assert(!r->latency_sensitive);
         ck_assert_uint_eq(h.s.slo_demoted, 1);
-        ck_assert_uint_eq(h.s.slo_rejected, 3);
+        ck_assert_uint_eq(h.s.slo_rejected, 4);
         teardown(&h);
 }
 END_TEST
