@@ -47,14 +47,16 @@ struct packed_model {
  * about what memory delivers in an average wait of a decode step (~1.5 us). */
 #define BARRIER_FETCH_MAX 16384
 
-/* Chunks of one matmul's groups of rows that threads have taken beyond their first: thread
- * i's first chunk is chunk i, known before the matmul starts (so that it can be fetched at
- * the barrier before), and after it threads take chunks as they finish, so one that runs slow
- * (a busy core, a stalled stream) does not hold the other at the barrier. Each row is still
- * computed whole by one thread, so the numbers do not depend on who takes it. One cache line
- * each. */
+/* Which chunks of one matmul's groups of rows threads have taken. Thread i starts with chunk
+ * i (for i < MATMUL_FIRST_CHUNKS), known before the matmul (so that it can be fetched at the
+ * barrier before); then threads take the others in order as they finish, and last the first
+ * chunks of threads that have not come yet, so one that runs slow (preempted, a stalled
+ * stream) does not hold the other at the barrier. Each row is still computed whole by one
+ * thread, so the numbers do not depend on who takes it. One cache line each. */
+#define MATMUL_FIRST_CHUNKS 64
 struct matmul_cursor {
-        _Atomic uint64_t chunks_taken;
+        _Atomic uint64_t first_taken; /* bit i: chunk i (< MATMUL_FIRST_CHUNKS) is taken */
+        _Atomic uint64_t later_taken; /* chunks taken from MATMUL_FIRST_CHUNKS... on, counted */
 } __attribute__((aligned(64)));
 
 struct cpu_runner {
@@ -344,6 +346,34 @@ static uint64_t matmul_chunk(const struct packed_weights *packed, uint32_t n_tok
         return chunk == 0 || n_tokens > MATMUL_FEW_TOKENS ? 1 : chunk;
 }
 
+/* Takes chunk i (< MATMUL_FIRST_CHUNKS) unless another thread has. */
+static bool matmul_take_first(struct matmul_cursor *cursor, uint64_t i) {
+        uint64_t bit = UINT64_C(1) << i;
+        return !(atomic_fetch_or_explicit(&cursor->first_taken, bit, memory_order_relaxed) & bit);
+}
+
+/* The next chunk for thread ith, UINT64_MAX when none is left (see struct matmul_cursor). */
+static uint64_t matmul_take_chunk(struct matmul_cursor *cursor, uint64_t n_groups, uint64_t chunk, unsigned ith) {
+        uint64_t n_chunks = (n_groups + chunk - 1) / chunk;
+        uint64_t n_first = n_chunks < MATMUL_FIRST_CHUNKS ? n_chunks : MATMUL_FIRST_CHUNKS;
+        uint64_t first_mask = n_first == 64 ? UINT64_MAX : (UINT64_C(1) << n_first) - 1;
+        uint64_t taken = atomic_load_explicit(&cursor->first_taken, memory_order_relaxed);
+        if (ith < n_first && !(taken & (UINT64_C(1) << ith)) && matmul_take_first(cursor, ith))
+                return ith;
+        if (n_chunks > MATMUL_FIRST_CHUNKS) {
+                uint64_t later = MATMUL_FIRST_CHUNKS + atomic_fetch_add_explicit(&cursor->later_taken, 1, memory_order_relaxed);
+                if (later < n_chunks)
+                        return later;
+        }
+        uint64_t untaken;
+        while ((untaken = ~atomic_load_explicit(&cursor->first_taken, memory_order_relaxed) & first_mask)) {
+                uint64_t i = (uint64_t) __builtin_ctzll(untaken);
+                if (matmul_take_first(cursor, i))
+                        return i;
+        }
+        return UINT64_MAX;
+}
+
 /* A barrier that fetches what this thread's next matmul reads first while it waits. A decode
  * step's phases between the matmuls (attention, norms, the barriers themselves) are a
  * quarter of its time, and the memory stood idle through them: the weights' stream
@@ -355,7 +385,7 @@ static void barrier_before_matmul(const struct cpu_runner *r, size_t weight_inde
         size_t bytes = 0;
         if (packed) {
                 uint64_t chunk = matmul_chunk(packed, n_tokens, nth), g0 = ith * chunk;
-                if (g0 < packed->n_groups) {
+                if (ith < MATMUL_FIRST_CHUNKS && g0 < packed->n_groups) {
                         from = packed->data + g0 * packed->group_bytes;
                         bytes = (chunk < packed->n_groups - g0 ? chunk : packed->n_groups - g0) * packed->group_bytes;
                         if (bytes > BARRIER_FETCH_MAX)
@@ -385,16 +415,14 @@ static void matmul(const struct cpu_runner *r, size_t weight_index, const struct
          * group's weights staying in L1 while the tokens pass over them. */
         if (packed) {
                 dot_packed_fn fn = dot_packed_kernel_for(r->kernels, w->type);
-                _Atomic uint64_t *next = &r->cursors[weight_index].chunks_taken;
+                struct matmul_cursor *cursor = &r->cursors[weight_index];
                 struct packed_activations pa = { xq, a->ds, a->corrections, n_blocks };
-                uint64_t chunk = matmul_chunk(packed, n_tokens, nth);
-                for (uint64_t claim = ith;; claim = nth + atomic_fetch_add_explicit(next, 1, memory_order_relaxed)) {
-                        uint64_t g0 = claim * chunk;
-                        if (g0 >= packed->n_groups)
-                                return;
-                        uint64_t g1 = g0 + chunk < packed->n_groups ? g0 + chunk : packed->n_groups;
+                uint64_t chunk = matmul_chunk(packed, n_tokens, nth), c;
+                while ((c = matmul_take_chunk(cursor, packed->n_groups, chunk, ith)) != UINT64_MAX) {
+                        uint64_t g0 = c * chunk, g1 = g0 + chunk < packed->n_groups ? g0 + chunk : packed->n_groups;
                         fn(packed, g0, g1, &pa, n_tokens, out, out_stride, accumulate);
                 }
+                return;
         }
 
         split(n_tiles, ith, nth, &begin, &end);
@@ -501,27 +529,46 @@ static uint64_t kv_row(const struct cpu_runner *r, uint32_t layer, uint32_t bloc
         return kv_pool_block(r->kv, layer, block) + ((uint64_t) head * bs + slot) * hd;
 }
 
-/* Applies RoPE to q and k of this thread's tokens and stores k and v in the KV pool. */
-static void store_kv(struct cpu_runner *r, uint32_t layer, unsigned ith, unsigned nth) {
+/* Applies RoPE to token t's query heads of key-value head h and to its key head h, and
+ * stores that key and value in the KV pool. */
+static void store_kv_head(struct cpu_runner *r, uint32_t layer, uint32_t t, uint32_t h) {
         const struct model_hparams *hp = &r->model->hp;
         const struct batch *b = r->batch;
-        uint64_t begin, end;
-        split(b->n_tokens, ith, nth, &begin, &end);
-        for (uint64_t t = begin; t < end; t++) {
-                const struct batch_seq *seq = &b->seqs[b->seq_ids[t]];
-                uint32_t pos = (uint32_t) b->positions[t];
-                uint32_t bs = r->kv->block_size, hd = hp->head_dim, block = (uint32_t) seq->block_table[pos / bs];
-                float *q = r->q + t * r->q_dim, *k = r->k + t * r->kv_dim, *v = r->v + t * r->kv_dim;
-                rope(r, q, hp->n_head, (uint32_t) t);
-                rope(r, k, hp->n_head_kv, (uint32_t) t);
-                for (uint32_t h = 0; h < hp->n_head_kv; h++) {
-                        uint64_t row = kv_row(r, layer, block, h, pos % bs);
-                        for (uint32_t i = 0; i < hd; i++) {
-                                r->kv->k[row + i] = f32_to_f16(k[h * hd + i]);
-                                r->kv->v[row + i] = f32_to_f16(v[h * hd + i]);
-                        }
-                }
+        const struct batch_seq *seq = &b->seqs[b->seq_ids[t]];
+        uint32_t pos = (uint32_t) b->positions[t], group = hp->n_head / hp->n_head_kv;
+        uint32_t bs = r->kv->block_size, hd = hp->head_dim, block = (uint32_t) seq->block_table[pos / bs];
+        float *q = r->q + (size_t) t * r->q_dim + (size_t) h * group * hd;
+        float *k = r->k + (size_t) t * r->kv_dim + (size_t) h * hd, *v = r->v + (size_t) t * r->kv_dim + (size_t) h * hd;
+        rope(r, q, group, t);
+        rope(r, k, 1, t);
+        uint64_t row = kv_row(r, layer, block, h, pos % bs);
+        for (uint32_t i = 0; i < hd; i++) {
+                r->kv->k[row + i] = f32_to_f16(k[i]);
+                r->kv->v[row + i] = f32_to_f16(v[i]);
         }
+}
+
+/* store_kv_head() for every head of this thread's tokens. */
+static void store_kv(struct cpu_runner *r, uint32_t layer, unsigned ith, unsigned nth) {
+        uint64_t begin, end;
+        split(r->batch->n_tokens, ith, nth, &begin, &end);
+        for (uint64_t t = begin; t < end; t++)
+                for (uint32_t h = 0; h < r->model->hp.n_head_kv; h++)
+                        store_kv_head(r, layer, (uint32_t) t, h);
+}
+
+/* Whether each token of a small batch is its sequence's only one: then a token's attention
+ * under one key-value head reads no key or value that another head or token stores in this
+ * step, and attention can store its own before it reads (store_kv_head()), without a
+ * barrier between. */
+static bool attention_stores_own_kv(const struct batch *b) {
+        if (b->n_tokens > SMALL_BATCH)
+                return false;
+        for (uint32_t t = 0; t < b->n_tokens; t++)
+                for (uint32_t u = 0; u < t; u++)
+                        if (b->seq_ids[u] == b->seq_ids[t])
+                                return false;
+        return true;
 }
 
 /* Attention items are (token, head) pairs costing the token's context length each; a
@@ -565,7 +612,7 @@ static uint32_t attention_tile(const struct batch *b, uint32_t t, uint32_t kv_he
  * for prompt positions, its vector dot product (64 lanes) for generated ones; position j
  * feeds lane j % lanes. The order depends only on the sequence, and each head's numbers are
  * what it would get alone. */
-static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsigned nth) {
+static void attention(struct cpu_runner *r, uint32_t layer, bool store_own_kv, unsigned ith, unsigned nth) {
         const struct model_hparams *hp = &r->model->hp;
         const struct batch *b = r->batch;
         const struct dot_kernels *kern = r->kernels;
@@ -592,6 +639,8 @@ static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
                         continue; /* in a tile already computed */
                 uint32_t n_tile = attention_tile(b, t, kv_head, hp->n_head_kv, end, r->attn_tile_tokens);
                 done_until[kv_head] = t + n_tile;
+                if (store_own_kv)
+                        store_kv_head(r, layer, t, kv_head);
                 const struct batch_seq *seq = &b->seqs[b->seq_ids[t]];
                 uint32_t n_pos = (uint32_t) b->positions[t + n_tile - 1] + 1; /* the tile's last token's */
                 bool prompt = (uint32_t) b->positions[t] < seq->n_prompt;
@@ -676,6 +725,7 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
         bool small = r->own && T <= SMALL_BATCH;
         const struct activations *a = small ? &r->own[ith] : &r->shared;
         unsigned feed_ith = small ? 0 : ith, feed_nth = small ? 1 : nth;
+        bool store_own_kv = attention_stores_own_kv(b);
 
         embed(r, row_scratch, ith, nth);
         rope_tables(r, ith, nth);
@@ -691,9 +741,11 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
                 matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 1, a, T, r->k, r->kv_dim, false, row_scratch, ith, nth);
                 matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 2, a, T, r->v, r->kv_dim, false, row_scratch, ith, nth);
                 barrier_before_matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 3, T, ith, nth);
-                store_kv(r, layer, ith, nth);
-                barrier_before_matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 3, T, ith, nth);
-                attention(r, layer, ith, nth); /* into shared.xn */
+                if (!store_own_kv) {
+                        store_kv(r, layer, ith, nth);
+                        barrier_before_matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 3, T, ith, nth);
+                }
+                attention(r, layer, store_own_kv, ith, nth); /* into shared.xn */
                 barrier_before_matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 3, T, ith, nth);
                 quantize_tokens(r, a, r->shared.xn, r->q_dim, T, feed_ith, feed_nth);
                 if (!small)
@@ -765,8 +817,10 @@ int cpu_runner_forward(struct cpu_runner *r, const struct batch *batch, float *l
                 return rc;
         r->batch = batch;
         r->logits = logits;
-        for (size_t i = 0; i < n_matmul_weights(r->model); i++)
-                atomic_store_explicit(&r->cursors[i].chunks_taken, 0, memory_order_relaxed);
+        for (size_t i = 0; i < n_matmul_weights(r->model); i++) {
+                atomic_store_explicit(&r->cursors[i].first_taken, 0, memory_order_relaxed);
+                atomic_store_explicit(&r->cursors[i].later_taken, 0, memory_order_relaxed);
+        }
         thread_pool_run(r->pool, forward_worker, r);
         r->batch = NULL;
         r->logits = NULL;
