@@ -91,7 +91,7 @@ void thread_pool_barrier(struct thread_pool *pool) {
 }
 
 void thread_pool_barrier_fetch(struct thread_pool *pool, const void *fetch, size_t fetch_bytes) {
-        const char *next = fetch, *end = next + fetch_bytes;
+        const char *next = fetch, *end = fetch ? next + fetch_bytes : next;
         if (pool->n_threads == 1)
                 return;
         unsigned generation = atomic_load_explicit(&pool->barrier_generation, memory_order_acquire);
