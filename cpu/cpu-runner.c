@@ -346,6 +346,11 @@ static uint64_t matmul_chunk(const struct packed_weights *packed, uint32_t n_tok
         return chunk == 0 || n_tokens > MATMUL_FEW_TOKENS ? 1 : chunk;
 }
 
+/* The end of the groups of the chunk that starts at group g0. */
+static uint64_t matmul_chunk_end(const struct packed_weights *packed, uint64_t g0, uint64_t chunk) {
+        return g0 + chunk < packed->n_groups ? g0 + chunk : packed->n_groups;
+}
+
 /* Takes chunk i (< MATMUL_FIRST_CHUNKS) unless another thread has. */
 static bool matmul_take_first(struct matmul_cursor *cursor, uint64_t i) {
         uint64_t bit = UINT64_C(1) << i;
@@ -387,7 +392,7 @@ static void barrier_before_matmul(const struct cpu_runner *r, size_t weight_inde
                 uint64_t chunk = matmul_chunk(packed, n_tokens, nth), g0 = ith * chunk;
                 if (ith < MATMUL_FIRST_CHUNKS && g0 < packed->n_groups) {
                         from = packed->data + g0 * packed->group_bytes;
-                        bytes = (chunk < packed->n_groups - g0 ? chunk : packed->n_groups - g0) * packed->group_bytes;
+                        bytes = (matmul_chunk_end(packed, g0, chunk) - g0) * packed->group_bytes;
                         if (bytes > BARRIER_FETCH_MAX)
                                 bytes = BARRIER_FETCH_MAX;
                 }
@@ -419,8 +424,8 @@ static void matmul(const struct cpu_runner *r, size_t weight_index, const struct
                 struct packed_activations pa = { xq, a->ds, a->corrections, n_blocks };
                 uint64_t chunk = matmul_chunk(packed, n_tokens, nth), c;
                 while ((c = matmul_take_chunk(cursor, packed->n_groups, chunk, ith)) != UINT64_MAX) {
-                        uint64_t g0 = c * chunk, g1 = g0 + chunk < packed->n_groups ? g0 + chunk : packed->n_groups;
-                        fn(packed, g0, g1, &pa, n_tokens, out, out_stride, accumulate);
+                        uint64_t g0 = c * chunk;
+                        fn(packed, g0, matmul_chunk_end(packed, g0, chunk), &pa, n_tokens, out, out_stride, accumulate);
                 }
                 return;
         }
@@ -733,38 +738,39 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
 
         for (uint32_t layer = 0; layer < hp->n_layer; layer++) {
                 const struct model_layer *l = &m->layers[layer];
+                size_t w = (size_t) layer * WEIGHTS_PER_LAYER; /* the layer's first weight */
 
                 norm_tokens(r, a, l->attn_norm, NULL, T, feed_ith, feed_nth);
                 if (!small)
-                        barrier_before_matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 0, T, ith, nth);
-                matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 0, a, T, r->q, r->q_dim, false, row_scratch, ith, nth);
-                matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 1, a, T, r->k, r->kv_dim, false, row_scratch, ith, nth);
-                matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 2, a, T, r->v, r->kv_dim, false, row_scratch, ith, nth);
-                barrier_before_matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 3, T, ith, nth);
+                        barrier_before_matmul(r, w + 0, T, ith, nth);
+                matmul(r, w + 0, a, T, r->q, r->q_dim, false, row_scratch, ith, nth);
+                matmul(r, w + 1, a, T, r->k, r->kv_dim, false, row_scratch, ith, nth);
+                matmul(r, w + 2, a, T, r->v, r->kv_dim, false, row_scratch, ith, nth);
+                barrier_before_matmul(r, w + 3, T, ith, nth);
                 if (!store_own_kv) {
                         store_kv(r, layer, ith, nth);
-                        barrier_before_matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 3, T, ith, nth);
+                        barrier_before_matmul(r, w + 3, T, ith, nth);
                 }
                 attention(r, layer, store_own_kv, ith, nth); /* into shared.xn */
-                barrier_before_matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 3, T, ith, nth);
+                barrier_before_matmul(r, w + 3, T, ith, nth);
                 quantize_tokens(r, a, r->shared.xn, r->q_dim, T, feed_ith, feed_nth);
                 if (!small)
-                        barrier_before_matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 3, T, ith, nth);
-                matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 3, a, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
-                barrier_before_matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 4, T, ith, nth);
+                        barrier_before_matmul(r, w + 3, T, ith, nth);
+                matmul(r, w + 3, a, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
+                barrier_before_matmul(r, w + 4, T, ith, nth);
 
                 norm_tokens(r, a, l->ffn_norm, NULL, T, feed_ith, feed_nth);
                 if (!small)
-                        barrier_before_matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 4, T, ith, nth);
-                matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 4, a, T, r->gate, hp->n_ff, false, row_scratch, ith, nth);
-                matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 5, a, T, r->up, hp->n_ff, false, row_scratch, ith, nth);
-                barrier_before_matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 6, T, ith, nth);
+                        barrier_before_matmul(r, w + 4, T, ith, nth);
+                matmul(r, w + 4, a, T, r->gate, hp->n_ff, false, row_scratch, ith, nth);
+                matmul(r, w + 5, a, T, r->up, hp->n_ff, false, row_scratch, ith, nth);
+                barrier_before_matmul(r, w + 6, T, ith, nth);
                 swiglu(r, a, feed_ith, feed_nth);
                 if (!small)
-                        barrier_before_matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 6, T, ith, nth);
-                matmul(r, (size_t) layer * WEIGHTS_PER_LAYER + 6, a, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
+                        barrier_before_matmul(r, w + 6, T, ith, nth);
+                matmul(r, w + 6, a, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
                 if (layer + 1 < hp->n_layer)
-                        barrier_before_matmul(r, (size_t) (layer + 1) * WEIGHTS_PER_LAYER, T, ith, nth);
+                        barrier_before_matmul(r, w + WEIGHTS_PER_LAYER, T, ith, nth);
                 else
                         barrier_before_matmul(r, n_matmul_weights(m) - 1, b->n_outputs, ith, nth);
         }
