@@ -36,7 +36,7 @@ enum setting_type {
         SETTING_I32,         /* int32_t in [min, max] (non-negative) */
         SETTING_SIZE,        /* uint64_t bytes in [min, max], with an optional unit suffix */
         SETTING_SECONDS,     /* double in [dmin, dmax], or (dmin, dmax] with dmin_open */
-        SETTING_STALL_LIMIT, /* double: 0, or in (1, 1000] */
+        SETTING_FACTOR,      /* double: 0 (what .zero says), or in (1, 1000] */
         SETTING_FRACTION,    /* double in [0, 1) */
         SETTING_PATH,        /* char *, malloc()ed; at most max bytes when max > 0 */
         SETTING_GROUP,       /* char *, malloc()ed; a group name */
@@ -63,6 +63,7 @@ enum setting_id {
         KEY_DEFAULT_SLO,
         KEY_DEFAULT_TTFT_SLO,
         KEY_SLO_KV_RESERVE,
+        KEY_SLO_AIM_FACTOR,
         KEY_SEED,
         KEY_MAX_LOGPROBS,
         KEY_DECODE_STALL_LIMIT,
@@ -199,6 +200,10 @@ static const struct setting table[N_KEYS] = {
                 "slo-kv-reserve", SETTING_FRACTION, FIELD(engine.slo_kv_reserve), .arg = "FRACTION",
                 .help = "slo policy: the share of KV blocks best-effort requests may not take",
         },
+        [KEY_SLO_AIM_FACTOR] = {
+                "slo-aim-factor", SETTING_FACTOR, FIELD(engine.slo_aim_factor), .zero = "at the slo", .arg = "X",
+                .help = "slo policy: latency-sensitive tokens aimed at X times their own step's time, within their slo",
+        },
         [KEY_SEED] = {
                 "seed", SETTING_U64, FIELD(engine.seed), .min = 0, .max = UINT64_MAX, .arg = "N",
                 .help = "seeds requests that bring no seed of their own",
@@ -208,7 +213,7 @@ static const struct setting table[N_KEYS] = {
                 .arg = "N", .help = "the most logprobs a request may ask for",
         },
         [KEY_DECODE_STALL_LIMIT] = {
-                "decode-stall-limit", SETTING_STALL_LIMIT, FIELD(engine.decode_stall_limit), .arg = "X",
+                "decode-stall-limit", SETTING_FACTOR, FIELD(engine.decode_stall_limit), .zero = "no limit", .arg = "X",
                 .help = "with decodes running, 99 steps in 100 take at most X times a decode-only step (0 = no limit)",
         },
         [KEY_SOCKET] = {
@@ -364,8 +369,8 @@ static const char *describe_allowed(const struct setting *st, char *buf, size_t 
         case SETTING_FRACTION:
                 snprintf(buf, size, "a fraction from 0 to less than 1 (0.1 is a tenth)");
                 break;
-        case SETTING_STALL_LIMIT:
-                snprintf(buf, size, "0 (no limit), or more than 1 and at most 1000");
+        case SETTING_FACTOR:
+                snprintf(buf, size, "0 (%s), or more than 1 and at most 1000", st->zero);
                 break;
         case SETTING_PATH:
                 if (st->max > 0)
@@ -549,7 +554,7 @@ static int parse_value(const struct setting *st, const char *who, const char *v,
                 ret->u = u;
                 return 0;
         case SETTING_SECONDS:
-        case SETTING_STALL_LIMIT:
+        case SETTING_FACTOR:
         case SETTING_FRACTION:
                 r = parse_double(v, &d);
                 if (r == -EINVAL)
@@ -558,7 +563,7 @@ static int parse_value(const struct setting *st, const char *who, const char *v,
                 if (r < 0 ||
                     (st->type == SETTING_SECONDS &&
                      (d < st->dmin || (st->dmin_open && d == st->dmin) || d > st->dmax)) ||
-                    (st->type == SETTING_STALL_LIMIT && !(d == 0 || (d > 1 && d <= 1000))) ||
+                    (st->type == SETTING_FACTOR && !(d == 0 || (d > 1 && d <= 1000))) ||
                     (st->type == SETTING_FRACTION && !(d >= 0 && d < 1)))
                         return error_set(err, ERANGE, "%s: %s is out of range; allowed: %s", who, v,
                                          describe_allowed(st, allowed, sizeof(allowed)));
@@ -615,7 +620,7 @@ static int store_value(struct daemon_settings *s, const struct setting *st, cons
                 *(int32_t *) p = (int32_t) v->u;
                 break;
         case SETTING_SECONDS:
-        case SETTING_STALL_LIMIT:
+        case SETTING_FACTOR:
         case SETTING_FRACTION:
                 *(double *) p = v->d;
                 break;
@@ -652,7 +657,7 @@ static bool value_equal(const struct daemon_settings *a, const struct daemon_set
         case SETTING_I32:
                 return *(const int32_t *) pa == *(const int32_t *) pb;
         case SETTING_SECONDS:
-        case SETTING_STALL_LIMIT:
+        case SETTING_FACTOR:
         case SETTING_FRACTION:
                 return *(const double *) pa == *(const double *) pb;
         case SETTING_PATH:
@@ -680,7 +685,7 @@ static size_t value_size(const struct setting *st) {
         case SETTING_I32:
                 return sizeof(int32_t);
         case SETTING_SECONDS:
-        case SETTING_STALL_LIMIT:
+        case SETTING_FACTOR:
         case SETTING_FRACTION:
                 return sizeof(double);
         case SETTING_PATH:
@@ -715,7 +720,7 @@ static void format_value(const struct daemon_settings *s, const struct setting *
                 format_size(*(const uint64_t *) p, buf, size);
                 break;
         case SETTING_SECONDS:
-        case SETTING_STALL_LIMIT:
+        case SETTING_FACTOR:
         case SETTING_FRACTION:
                 format_double(*(const double *) p, buf, size);
                 break;

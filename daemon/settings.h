@@ -46,7 +46,7 @@ enum daemon_settings_action {
 struct daemon_settings {
         /* max-num-seqs, max-num-batched-tokens, enable-chunked-prefill, long-prefill-token-threshold,
          * max-model-len, block-size, kv-cache-space, enable-prefix-caching, scheduling-policy,
-         * slo-admission, default-slo, default-ttft-slo, slo-kv-reserve, seed, max-logprobs,
+         * slo-admission, default-slo, default-ttft-slo, slo-kv-reserve, slo-aim-factor, seed, max-logprobs,
          * decode-stall-limit */
         struct engine_config engine;
 

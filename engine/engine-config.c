@@ -23,6 +23,7 @@ void engine_config_init_default(struct engine_config *c) {
                 .default_slo = 0.05,
                 .default_ttft_slo = 1.0,
                 .slo_kv_reserve = 0.1,
+                .slo_aim_factor = 1.5,
         };
 }
 
@@ -52,6 +53,9 @@ int engine_config_finalize(struct engine_config *c, uint32_t model_context_len, 
                 return error_set(err, EINVAL, "default_ttft_slo must be in (0, 3600] seconds, got %g", c->default_ttft_slo);
         if (!(c->slo_kv_reserve >= 0 && c->slo_kv_reserve < 1))
                 return error_set(err, EINVAL, "slo_kv_reserve must be a fraction in [0, 1), got %g", c->slo_kv_reserve);
+        if (!(c->slo_aim_factor == 0 || (c->slo_aim_factor > 1 && c->slo_aim_factor <= 1000)))
+                return error_set(err, EINVAL, "slo_aim_factor must be 0 (aim at the slo) or in (1, 1000], got %g",
+                                 c->slo_aim_factor);
         if (c->max_logprobs < 0)
                 return error_set(err, EINVAL, "max_logprobs must be >= 0, got %d", c->max_logprobs);
         return 0;

@@ -53,6 +53,10 @@ struct request {
         bool latency_sensitive; /* false once demoted by admission control */
         double slo, ttft_slo;   /* defaults resolved */
         double sort_key;        /* the slo policy's order within its class, for the current step */
+        /* The slo policy's aim for a latency-sensitive request: the time its latest output
+         * token was aimed at, and how many output tokens it had then (0: none aimed yet). */
+        double aimed_token_time;
+        uint32_t aimed_n_out;
 
         struct sampling_params params; /* its arrays point into the request's own copies */
         struct sampler_seq sampler;

@@ -3,7 +3,11 @@
  * best-effort work fills whatever time those deadlines leave in each step.
  *
  * Token k of a latency-sensitive request is due at its first token's time + k x slo (the
- * first at arrival + ttft_slo), planned a little ahead of that (SLO_PACE). A step may take
+ * first at arrival + ttft_slo), planned a little ahead of that (SLO_PACE), and sooner still
+ * where the aim asks: each token aimed at slo_aim_factor x the time a step of the
+ * latency-sensitive decodes alone takes after the one before, so that they come about as
+ * fast as they would alone however loose their slo, while best-effort work keeps the rest
+ * of every step. A step may take
  * as long as the earliest deadline among the latency-sensitive decodes it carries allows,
  * so slack earned by fast tokens can absorb one longer step; never longer than a quarter
  * of the default ttft_slo, so that a new arrival waits little for the step in progress. Within that time, predicted by the
@@ -34,12 +38,6 @@
  * so a long output banks more than one step's overrun; the first token keeps ttft_slo. */
 #define SLO_PACE 0.98
 
-static double next_deadline(const struct request *r) {
-        uint32_t n_out = request_num_output(r);
-        if (n_out == 0 || !r->first_token_time)
-                return r->arrival_time + r->ttft_slo;
-        return r->first_token_time + n_out * r->slo * SLO_PACE;
-}
 
 static double best_effort_key(const struct request *r, double now) {
         return r->priority - (now - r->arrival_time) / AGING_SECONDS;
@@ -55,6 +53,7 @@ static int compare_sort_key(const void *a, const void *b) {
 struct step_plan {
         struct scheduler *s;
         double now;
+        double aim;     /* seconds from one aimed latency-sensitive token to the next; INFINITY: none */
         double limit;   /* seconds the step may take; meaningful when timed */
         double margin;  /* predictions are multiplied by it */
         bool timed;     /* the step-time model is warm */
@@ -64,6 +63,62 @@ struct step_plan {
         bool latency_sensitive_planned; /* the step runs for latency-sensitive work anyway */
         struct step_shape shape;
 };
+
+/* When r's next token is planned for: its deadline (its slo's pace), or its aim if sooner. */
+static double next_deadline(const struct step_plan *p, const struct request *r) {
+        uint32_t n_out = request_num_output(r);
+        if (n_out == 0 || !r->first_token_time)
+                return r->arrival_time + r->ttft_slo;
+        double deadline = r->first_token_time + n_out * r->slo * SLO_PACE;
+        if (isfinite(p->aim) && r->aimed_n_out == n_out && r->aimed_token_time + p->aim < deadline)
+                return r->aimed_token_time + p->aim;
+        return deadline;
+}
+
+/* The aim of this step: slo_aim_factor x the predicted time of a step of the running
+ * latency-sensitive decodes alone. As more of them decode, their step and so the aim grow,
+ * and the slo takes over where the aim would be later than it. */
+static double step_aim(const struct step_plan *p) {
+        const struct scheduler *s = p->s;
+        struct step_shape alone = { 0 };
+        if (!p->timed || s->config->slo_aim_factor == 0)
+                return INFINITY;
+        for (uint32_t i = 0; i < s->n_running; i++)
+                if (s->running[i]->latency_sensitive && request_is_decode(s->running[i]))
+                        step_shape_add_chunk(&alone, s->running[i], 1);
+        if (alone.n_decode == 0)
+                return INFINITY;
+        return s->config->slo_aim_factor * step_time_model_predict(&s->model, &alone);
+}
+
+/* A latency-sensitive request behind its aim catches up (steps of its decodes alone) by at
+ * most this many aims. Steps that overrun their prediction make tokens late by about an
+ * aim; forgiven at once, that lateness added up to TPOTs 10-20% over the aim in
+ * bench/coserve. A machine stall of a second is forgiven past this bound, or best-effort
+ * work would get nothing for about as long while the requests caught up. */
+#define AIM_DEBT 4
+
+/* Moves each latency-sensitive request's aim on to its latest token: one aim after the
+ * token aimed before, but never more than AIM_DEBT aims before the token's real time. */
+static void advance_aims(struct step_plan *p) {
+        const struct scheduler *s = p->s;
+        if (!isfinite(p->aim))
+                return;
+        for (uint32_t i = 0; i < s->n_running + s->n_waiting; i++) {
+                struct request *r = i < s->n_running ? s->running[i] : s->waiting[i - s->n_running];
+                uint32_t n_out = request_num_output(r);
+                if (!r->latency_sensitive || n_out == 0 || !r->first_token_time)
+                        continue;
+                if (r->aimed_n_out == 0) {
+                        r->aimed_token_time = r->first_token_time;
+                        r->aimed_n_out = 1;
+                }
+                r->aimed_token_time += p->aim * (n_out - r->aimed_n_out);
+                r->aimed_n_out = n_out;
+                if (r->aimed_token_time < r->last_token_time - AIM_DEBT * p->aim)
+                        r->aimed_token_time = r->last_token_time - AIM_DEBT * p->aim;
+        }
+}
 
 static bool in_plan(const struct scheduler *s, const struct request *r) {
         for (uint32_t i = 0; i < s->n_plan; i++)
@@ -98,11 +153,12 @@ static struct request *best_effort_victim(const struct scheduler *s, const struc
 }
 
 /* The latency-sensitive request with the latest deadline, keep included: the last resort. */
-static struct request *latency_sensitive_victim(const struct scheduler *s) {
+static struct request *latency_sensitive_victim(const struct step_plan *p) {
+        const struct scheduler *s = p->s;
         struct request *victim = NULL;
         for (uint32_t i = 0; i < s->n_running; i++) {
                 struct request *r = s->running[i];
-                if (r->latency_sensitive && (!victim || next_deadline(r) > next_deadline(victim)))
+                if (r->latency_sensitive && (!victim || next_deadline(p, r) > next_deadline(p, victim)))
                         victim = r;
         }
         return victim;
@@ -116,7 +172,7 @@ static bool grow_latency_sensitive(struct step_plan *p, struct request *r, uint3
                         return true;
                 struct request *victim = best_effort_victim(p->s, r, NULL);
                 if (!victim)
-                        victim = latency_sensitive_victim(p->s);
+                        victim = latency_sensitive_victim(p);
                 if (!victim)
                         return false;
                 bool self = victim == r;
@@ -223,7 +279,7 @@ static int plan_prompt(struct step_plan *p, struct request *r, enum chunk_rule r
                 struct step_shape with = p->shape;
                 step_shape_add_chunk(&with, r, n);
                 double step = step_time_model_predict(&s->model, &with) * p->margin;
-                double steps_left = step > 0 ? floor((next_deadline(r) - p->now) / step) : 1;
+                double steps_left = step > 0 ? floor((next_deadline(p, r) - p->now) / step) : 1;
                 uint32_t left = r->n_tokens - r->num_computed_tokens;
                 uint32_t share = steps_left >= 1 ? (uint32_t) ceil(left / steps_left) : left;
                 if (share > n)
@@ -259,7 +315,8 @@ enum pick {
 };
 
 /* The requests of one class and kind, in the order to serve them. */
-static uint32_t collect(struct scheduler *s, bool latency_sensitive, enum pick pick, double now) {
+static uint32_t collect(const struct step_plan *p, bool latency_sensitive, enum pick pick) {
+        struct scheduler *s = p->s;
         uint32_t n = 0;
         for (uint32_t i = 0; i < s->n_running; i++) {
                 struct request *r = s->running[i];
@@ -272,8 +329,8 @@ static uint32_t collect(struct scheduler *s, bool latency_sensitive, enum pick p
                         if (s->waiting[i]->latency_sensitive == latency_sensitive)
                                 s->candidates[n++] = s->waiting[i];
         for (uint32_t i = 0; i < n; i++)
-                s->candidates[i]->sort_key = latency_sensitive ? next_deadline(s->candidates[i])
-                                                               : best_effort_key(s->candidates[i], now);
+                s->candidates[i]->sort_key = latency_sensitive ? next_deadline(p, s->candidates[i])
+                                                               : best_effort_key(s->candidates[i], p->now);
         qsort(s->candidates, n, sizeof(*s->candidates), compare_sort_key);
         return n;
 }
@@ -286,14 +343,14 @@ static bool still_eligible(const struct request *r, enum pick pick) {
 /* A latency-sensitive token of r comes at the end of the step: the step must end by its
  * deadline. */
 static void limit_to_deadline(struct step_plan *p, const struct request *r) {
-        double left = next_deadline(r) - p->now;
+        double left = next_deadline(p, r) - p->now;
         if (left < p->limit)
                 p->limit = left;
 }
 
 static int plan_latency_sensitive(struct step_plan *p) {
         struct scheduler *s = p->s;
-        uint32_t n = collect(s, true, PICK_DECODES, p->now);
+        uint32_t n = collect(p, true, PICK_DECODES);
         for (uint32_t i = 0; i < n && p->budget > 0; i++) {
                 struct request *r = s->candidates[i];
                 if (!still_eligible(r, PICK_DECODES) || in_plan(s, r) || !grow_latency_sensitive(p, r, 1))
@@ -302,7 +359,7 @@ static int plan_latency_sensitive(struct step_plan *p) {
                 limit_to_deadline(p, r);
                 p->protects_decodes = p->latency_sensitive_planned = true;
         }
-        n = collect(s, true, PICK_PROMPTS, p->now);
+        n = collect(p, true, PICK_PROMPTS);
         for (uint32_t i = 0; i < n && p->budget > 0; i++) {
                 struct request *r = s->candidates[i];
                 /* with no decode to protect a prompt takes a whole chunk: its own first
@@ -324,7 +381,7 @@ static int plan_latency_sensitive(struct step_plan *p) {
 
 static int plan_best_effort(struct step_plan *p, bool *planned) {
         struct scheduler *s = p->s;
-        uint32_t n = collect(s, false, PICK_DECODES, p->now);
+        uint32_t n = collect(p, false, PICK_DECODES);
         for (uint32_t i = 0; i < n && p->budget > 0; i++) {
                 struct request *r = s->candidates[i];
                 /* with nothing latency-sensitive to protect, every decode runs: only
@@ -336,7 +393,7 @@ static int plan_best_effort(struct step_plan *p, bool *planned) {
                 plan_chunk(p, r, 1);
                 *planned = true;
         }
-        n = collect(s, false, PICK_PROMPTS, p->now);
+        n = collect(p, false, PICK_PROMPTS);
         for (uint32_t i = 0; i < n && p->budget > 0; i++) {
                 int rc = plan_prompt(p, s->candidates[i], CHUNK_FIT);
                 if (rc < 0)
@@ -353,7 +410,7 @@ static int plan_best_effort(struct step_plan *p, bool *planned) {
 static int force_best_effort(struct step_plan *p, bool *planned) {
         struct scheduler *s = p->s;
         for (enum pick pick = PICK_DECODES; pick <= PICK_PROMPTS; pick++) {
-                uint32_t n = collect(s, false, pick, p->now);
+                uint32_t n = collect(p, false, pick);
                 for (uint32_t i = 0; i < n && p->budget > 0; i++) {
                         struct request *r = s->candidates[i];
                         int rc;
@@ -383,6 +440,8 @@ int slo_policy_schedule(struct scheduler *s, double now) {
                 .timed = step_time_model_ready(&s->model),
                 .budget = config->max_num_batched_tokens,
         };
+        p.aim = step_aim(&p);
+        advance_aims(&p);
         bool best_effort_present = false, best_effort_planned = false;
         int rc;
 

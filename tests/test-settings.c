@@ -107,6 +107,7 @@ START_TEST(test_defaults) {
         ck_assert_double_eq(s.engine.default_slo, e.default_slo);
         ck_assert_double_eq(s.engine.default_ttft_slo, e.default_ttft_slo);
         ck_assert_double_eq(s.engine.slo_kv_reserve, e.slo_kv_reserve);
+        ck_assert_double_eq(s.engine.slo_aim_factor, e.slo_aim_factor);
         ck_assert_ptr_null(s.model);
         ck_assert_ptr_null(s.socket);
         ck_assert_ptr_null(s.config);
@@ -134,6 +135,7 @@ START_TEST(test_defaults) {
         expect_format(&s, "default-slo", "0.05");
         expect_format(&s, "default-ttft-slo", "1");
         expect_format(&s, "slo-kv-reserve", "0.1");
+        expect_format(&s, "slo-aim-factor", "1.5");
         expect_format(&s, "bus", "none");
         expect_format(&s, "log-level", "info");
         expect_format(&s, "model", "(none)");
@@ -266,6 +268,11 @@ START_TEST(test_flag_errors) {
         expect_flag_error(ARGS("--decode-stall-limit=1000.5"), "1000.5 is out of range");
         expect_flag_error(ARGS("--decode-stall-limit=nan"), "'nan' is not a number");
         expect_flag_error(ARGS("--decode-stall-limit=inf"), "'inf' is not a number");
+        expect_flag_error(ARGS("--slo-aim-factor=1"),
+                          "--slo-aim-factor: 1 is out of range; "
+                          "allowed: 0 (at the slo), or more than 1 and at most 1000");
+        expect_flag_error(ARGS("--slo-aim-factor=-2"), "-2 is out of range");
+        expect_flag_error(ARGS("--slo-aim-factor=fast"), "--slo-aim-factor: 'fast' is not a number");
         expect_flag_error(ARGS("--shutdown-timeout=-1"),
                           "--shutdown-timeout: -1 is out of range; allowed: 0 to 86400 seconds");
         expect_flag_error(ARGS("--shutdown-timeout=1e999"), "1e999 is out of range");
@@ -763,7 +770,7 @@ START_TEST(test_slo_keys) {
         struct error err;
 
         ck_assert_int_eq(load(&s, ARGS("--scheduling-policy=slo", "--slo-admission", "demote", "--default-slo=0.02",
-                                       "--default-ttft-slo", "0.25", "--slo-kv-reserve=0"),
+                                       "--default-ttft-slo", "0.25", "--slo-kv-reserve=0", "--slo-aim-factor=0"),
                               NULL, true, &err),
                          0);
         ck_assert_int_eq(s.engine.scheduling_policy, SCHEDULING_SLO);
@@ -771,22 +778,25 @@ START_TEST(test_slo_keys) {
         ck_assert_double_eq(s.engine.default_slo, 0.02);
         ck_assert_double_eq(s.engine.default_ttft_slo, 0.25);
         ck_assert_double_eq(s.engine.slo_kv_reserve, 0);
+        ck_assert_double_eq(s.engine.slo_aim_factor, 0);
         expect_format(&s, "scheduling-policy", "slo");
         expect_format(&s, "slo-admission", "demote");
         expect_format(&s, "default-ttft-slo", "0.25");
         daemon_settings_done(&s);
 
         /* the bounds themselves */
-        ck_assert_int_eq(load(&s, ARGS("--default-slo=3600", "--default-ttft-slo=0.000001", "--slo-kv-reserve=0.999"),
+        ck_assert_int_eq(load(&s, ARGS("--default-slo=3600", "--default-ttft-slo=0.000001", "--slo-kv-reserve=0.999",
+                                       "--slo-aim-factor=1000"),
                               NULL, true, &err),
                          0);
         ck_assert_double_eq(s.engine.default_slo, 3600);
         ck_assert_double_eq(s.engine.default_ttft_slo, 0.000001);
         ck_assert_double_eq(s.engine.slo_kv_reserve, 0.999);
+        ck_assert_double_eq(s.engine.slo_aim_factor, 1000);
         daemon_settings_done(&s);
 
         char *path = write_conf("slo.conf", "scheduling-policy = slo\nslo-admission = reject\ndefault-slo = 0.1\n"
-                                            "default-ttft-slo = 2\nslo-kv-reserve = 0.25\n");
+                                            "default-ttft-slo = 2\nslo-kv-reserve = 0.25\nslo-aim-factor = 3\n");
         char *argv[] = { (char *) "asyncllmd", (char *) "--config", path, NULL };
         ck_assert_int_eq(load(&s, ARGS("--config", path), NULL, true, &err), 0);
         ck_assert_int_eq(s.engine.scheduling_policy, SCHEDULING_SLO);
@@ -794,13 +804,14 @@ START_TEST(test_slo_keys) {
         ck_assert_double_eq(s.engine.default_slo, 0.1);
         ck_assert_double_eq(s.engine.default_ttft_slo, 2);
         ck_assert_double_eq(s.engine.slo_kv_reserve, 0.25);
+        ck_assert_double_eq(s.engine.slo_aim_factor, 3);
 
         /* engine settings: a change waits for a restart */
         char *v2 = write_conf("slo.conf", "scheduling-policy = priority\nslo-admission = demote\ndefault-slo = 0.2\n"
-                                          "default-ttft-slo = 3\nslo-kv-reserve = 0.5\n");
+                                          "default-ttft-slo = 3\nslo-kv-reserve = 0.5\nslo-aim-factor = 3\n");
         ck_assert_int_eq(daemon_settings_reload(&s, 3, argv, &next, &ch, &err), 0);
         ck_assert_uint_eq(ch.n_applied, 0);
-        ck_assert_uint_eq(ch.n_need_restart, 5);
+        ck_assert_uint_eq(ch.n_need_restart, 5); /* slo-aim-factor is unchanged */
         ck_assert(listed(ch.need_restart, ch.n_need_restart, "scheduling-policy"));
         ck_assert(listed(ch.need_restart, ch.n_need_restart, "slo-admission"));
         ck_assert(listed(ch.need_restart, ch.n_need_restart, "default-slo"));

@@ -43,6 +43,7 @@ static void setup(struct harness *h, uint32_t n_blocks, double reserve) {
         h->config.max_model_len = 8192;
         h->config.block_size = BLOCK;
         h->config.slo_kv_reserve = reserve;
+        h->config.slo_aim_factor = 0; /* deadlines alone; the aim has tests of its own */
         ck_assert_int_eq(kv_blocks_new(n_blocks, BLOCK, true, &h->kv, &err), 0);
         ck_assert_int_eq(scheduler_init(&h->s, &h->config, h->kv, &err), 0);
 }
@@ -103,6 +104,7 @@ static void run_plan(struct harness *h, double now) {
                         ck_assert_int_eq(request_append(r, &sample), 0);
                         if (!r->first_token_time)
                                 r->first_token_time = now;
+                        r->last_token_time = now;
                 }
         }
 }
@@ -387,6 +389,109 @@ START_TEST(test_best_effort_chunks_in_gaps) {
 }
 END_TEST
 
+/* One latency-sensitive decode with a loose slo (1 s a token) beside a best-effort decode
+ * and prompt for a second, with the aim off (0) or at factor; returns its time per output
+ * token and sets *be_tokens to the best-effort prompt tokens planned. */
+static double run_loose_slo(double factor, uint32_t *be_tokens) {
+        struct harness h;
+        setup(&h, 512, 0);
+        h.config.slo_aim_factor = factor;
+        double now = 30.0;
+        struct request *ls = add_decoding(&h, true, 32, 1.0, now, 1);
+        add_decoding(&h, false, 40, 0, now - 1, 1);
+        warm(&h.s);
+        struct request *be = add(&h, false, 4000, 0, 0, now - 1);
+        h.s.last_best_effort_run = now;
+        *be_tokens = 0;
+        for (double start = now; now < start + 1.0;) {
+                ck_assert_int_eq(scheduler_schedule(&h.s, now), 0);
+                ck_assert_uint_eq(planned(&h.s, ls), 1);
+                *be_tokens += planned(&h.s, be);
+                now = run_step_on_time(&h, now);
+        }
+        double tpot = (ls->last_token_time - ls->first_token_time) / (request_num_output(ls) - 1);
+        teardown(&h);
+        return tpot;
+}
+
+START_TEST(test_aim_paces_a_loose_slo) {
+        uint32_t at_slo, aimed;
+        /* by its deadlines alone a step may run to the cap (250 ms): a token per ~250 ms */
+        double tpot = run_loose_slo(0, &at_slo);
+        ck_assert_msg(tpot > 0.2, "TPOT %.4f s with the aim off", tpot);
+        /* aimed at 2 x its own step (10 + 2 ms): a token every 24 ms, each step pair being a
+         * decode step (with the best-effort decode: 14 ms) and one with 40 prompt tokens in
+         * the 20 ms the first left, 833 tokens a second; 1890 without the aim */
+        tpot = run_loose_slo(2, &aimed);
+        ck_assert_msg(tpot <= 0.024 + 1e-6, "TPOT %.4f s aimed at 24 ms", tpot);
+        ck_assert_msg(aimed >= 780 && aimed <= 860, "%u best-effort prompt tokens aimed", aimed);
+        ck_assert_msg(at_slo >= 1800, "%u best-effort prompt tokens at the slo", at_slo);
+}
+END_TEST
+
+/* The best-effort prompt chunk planned beside n latency-sensitive decodes (at slo, the
+ * first token just out) aimed at 2 x their step alone. */
+static uint32_t chunk_beside_aimed(uint32_t n, double slo) {
+        struct harness h;
+        setup(&h, 512, 0);
+        h.config.slo_aim_factor = 2;
+        double now = 20.0;
+        for (uint32_t i = 0; i < n; i++)
+                add_decoding(&h, true, 32, slo, now, 1);
+        warm(&h.s);
+        struct request *be = add(&h, false, 1000, 0, 0, now - 1);
+        h.s.last_best_effort_run = now;
+        ck_assert_int_eq(scheduler_schedule(&h.s, now), 0);
+        ck_assert_uint_eq(h.s.plan_shape.n_decode, n);
+        uint32_t chunk = planned(&h.s, be);
+        teardown(&h);
+        return chunk;
+}
+
+START_TEST(test_aim_grows_with_the_decodes) {
+        /* four with a loose slo: a step of them alone costs 18 ms, so the next tokens are
+         * aimed 36 ms from now, which leaves 18 ms (36 tokens) for a best-effort prompt */
+        uint32_t chunk = chunk_beside_aimed(4, 1.0);
+        ck_assert_msg(chunk >= 35 && chunk <= 36, "chunk %u", chunk);
+        /* one alone: aimed 24 ms away, 12 ms left, less than a chunk worth planning */
+        ck_assert_uint_eq(chunk_beside_aimed(1, 1.0), 0);
+        /* four again, but their slo (30 ms, planned at 29.4) is sooner than the aim: 11.4 ms
+         * left, no chunk */
+        ck_assert_uint_eq(chunk_beside_aimed(4, 0.030), 0);
+}
+END_TEST
+
+START_TEST(test_aim_debt_is_bounded) {
+        struct harness h;
+        setup(&h, 512, 0);
+        h.config.slo_aim_factor = 2;
+        double now = 10.0;
+        /* three tokens out, the first a second ago: aimed 24 ms apart, the third was aimed
+         * at 0.95 s ago. Only four aims (96 ms) of that are caught up: the next token is
+         * aimed 72 ms ago, and each step of the latency-sensitive decode alone (12 ms)
+         * gains 12 ms on an aim (24), so the ninth step is the first that may last the
+         * 14 ms both decodes take (-72 + 8 x 12 = 24 ms left) */
+        struct request *ls = add_decoding(&h, true, 32, 1.0, now - 1.0, 3);
+        ls->last_token_time = now;
+        struct request *be = add_decoding(&h, false, 40, 0, now - 1, 1);
+        warm(&h.s);
+        h.s.last_best_effort_run = now;
+        uint32_t alone = 0;
+        for (;;) {
+                ck_assert_int_eq(scheduler_schedule(&h.s, now), 0);
+                ck_assert_uint_eq(planned(&h.s, ls), 1);
+                if (planned(&h.s, be))
+                        break;
+                alone++;
+                h.s.last_best_effort_run = now; /* keep the starvation guard out of it */
+                now = run_step_on_time(&h, now);
+                ck_assert_uint_lt(alone, 80);
+        }
+        ck_assert_uint_eq(alone, 8);
+        teardown(&h);
+}
+END_TEST
+
 START_TEST(test_best_effort_prompt_end_runs_beside_decodes) {
         struct harness h;
         setup(&h, 512, 0);
@@ -573,6 +678,9 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_prompts_by_earliest_deadline);
         tcase_add_test(tc, test_prompt_paced_to_its_deadline);
         tcase_add_test(tc, test_best_effort_chunks_in_gaps);
+        tcase_add_test(tc, test_aim_paces_a_loose_slo);
+        tcase_add_test(tc, test_aim_grows_with_the_decodes);
+        tcase_add_test(tc, test_aim_debt_is_bounded);
         tcase_add_test(tc, test_best_effort_prompt_end_runs_beside_decodes);
         tcase_add_test(tc, test_prompt_end_bounds_the_step);
         tcase_add_test(tc, test_reserve_and_eviction);
