@@ -202,7 +202,7 @@ static const struct setting table[N_KEYS] = {
         },
         [KEY_SLO_AIM_FACTOR] = {
                 "slo-aim-factor", SETTING_FACTOR, FIELD(engine.slo_aim_factor), .zero = "at the slo", .arg = "X",
-                .help = "slo policy: latency-sensitive tokens aimed at X times their own step's time, within their slo",
+                .help = "slo policy: aim latency-sensitive tokens at their step + X-1 one-decode steps, within the slo",
         },
         [KEY_SEED] = {
                 "seed", SETTING_U64, FIELD(engine.seed), .min = 0, .max = UINT64_MAX, .arg = "N",

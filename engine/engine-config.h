@@ -41,8 +41,9 @@ struct engine_config {
         double default_slo;      /* seconds per output token for latency-sensitive requests without one */
         double default_ttft_slo; /* seconds to the first token for latency-sensitive requests without one */
         double slo_kv_reserve;   /* fraction of the KV blocks best-effort work may not take */
-        /* Latency-sensitive tokens are aimed at this many times the time a step of the
-         * latency-sensitive decodes alone takes, never later than their slo; 0 = at the slo. */
+        /* Latency-sensitive tokens are aimed at the time a step of the latency-sensitive
+         * decodes alone takes + this - 1 times a one-decode step's, never later than their
+         * slo; 0 = at the slo. */
         double slo_aim_factor;
 };
 

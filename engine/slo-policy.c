@@ -4,14 +4,14 @@
  *
  * Token k of a latency-sensitive request is due at its first token's time + k x slo (the
  * first at arrival + ttft_slo), planned a little ahead of that (SLO_PACE), and sooner still
- * where the aim asks: each token aimed at slo_aim_factor x the time a step of the
- * latency-sensitive decodes alone takes after the one before, so that they come about as
- * fast as they would alone however loose their slo, while best-effort work keeps the rest
- * of every step. A step may take
- * as long as the earliest deadline among the latency-sensitive decodes it carries allows,
- * so slack earned by fast tokens can absorb one longer step; never longer than a quarter
- * of the default ttft_slo, so that a new arrival waits little for the step in progress. Within that time, predicted by the
- * step-time model with its safety margin, a step takes: latency-sensitive decodes;
+ * where the aim asks: each token aimed at the time a step of the latency-sensitive decodes
+ * alone takes after the one before, plus slo_aim_factor - 1 times a one-decode step for
+ * best-effort work, so that they come about as fast as they would alone however loose
+ * their slo. A step may take as long as the earliest deadline among the latency-sensitive
+ * decodes it carries allows, so slack earned by fast tokens can absorb one longer step;
+ * never longer than a quarter of the default ttft_slo, so that a new arrival waits little
+ * for the step in progress. Within that time, predicted by the step-time model with its
+ * safety margin, a step takes: latency-sensitive decodes;
  * latency-sensitive prompt chunks, earliest deadline first (one that ends its prompt
  * bounds the step by its first token's deadline); best-effort decodes; best-effort prompt
  * chunks sized to the time left, none of a few tokens beside latency-sensitive work (the
@@ -75,9 +75,12 @@ static double next_deadline(const struct step_plan *p, const struct request *r) 
         return deadline;
 }
 
-/* The aim of this step: slo_aim_factor x the predicted time of a step of the running
- * latency-sensitive decodes alone. As more of them decode, their step and so the aim grow,
- * and the slo takes over where the aim would be later than it. */
+/* The aim of this step: the predicted time of a step of the running latency-sensitive
+ * decodes alone, plus slo_aim_factor - 1 times that of a step of one of them (at their mean
+ * context), which best-effort work may have. The share is a single decode's, not all of
+ * theirs: three requests decoding together had their tokens aimed ~1.4x as far apart as
+ * served alone when it was a multiple of their whole step. The slo takes over where the aim
+ * would be later than it. */
 static double step_aim(const struct step_plan *p) {
         const struct scheduler *s = p->s;
         struct step_shape alone = { 0 };
@@ -88,13 +91,14 @@ static double step_aim(const struct step_plan *p) {
                         step_shape_add_chunk(&alone, s->running[i], 1);
         if (alone.n_decode == 0)
                 return INFINITY;
-        return s->config->slo_aim_factor * step_time_model_predict(&s->model, &alone);
+        struct step_shape one = { .n_decode = 1, .decode_context = alone.decode_context / alone.n_decode };
+        return step_time_model_predict(&s->model, &alone) +
+               (s->config->slo_aim_factor - 1) * step_time_model_predict(&s->model, &one);
 }
 
 /* A latency-sensitive request behind its aim catches up (steps of its decodes alone) by at
- * most this many aims. Steps that overrun their prediction make tokens late by about an
- * aim; forgiven at once, that lateness added up to TPOTs 10-20% over the aim in
- * bench/coserve. A machine stall of a second is forgiven past this bound, or best-effort
+ * most this many aims: a step that overruns its prediction makes a token late by about an
+ * aim, which is caught up; a machine stall of a second is mostly forgiven, or best-effort
  * work would get nothing for about as long while the requests caught up. */
 #define AIM_DEBT 4
 

@@ -430,11 +430,11 @@ START_TEST(test_aim_paces_a_loose_slo) {
 END_TEST
 
 /* The best-effort prompt chunk planned beside n latency-sensitive decodes (at slo, the
- * first token just out) aimed at 2 x their step alone. */
+ * first token just out) aimed at factor 3. */
 static uint32_t chunk_beside_aimed(uint32_t n, double slo) {
         struct harness h;
         setup(&h, 512, 0);
-        h.config.slo_aim_factor = 2;
+        h.config.slo_aim_factor = 3;
         double now = 20.0;
         for (uint32_t i = 0; i < n; i++)
                 add_decoding(&h, true, 32, slo, now, 1);
@@ -449,14 +449,16 @@ static uint32_t chunk_beside_aimed(uint32_t n, double slo) {
 }
 
 START_TEST(test_aim_grows_with_the_decodes) {
-        /* four with a loose slo: a step of them alone costs 18 ms, so the next tokens are
-         * aimed 36 ms from now, which leaves 18 ms (36 tokens) for a best-effort prompt */
-        uint32_t chunk = chunk_beside_aimed(4, 1.0);
-        ck_assert_msg(chunk >= 35 && chunk <= 36, "chunk %u", chunk);
-        /* one alone: aimed 24 ms away, 12 ms left, less than a chunk worth planning */
-        ck_assert_uint_eq(chunk_beside_aimed(1, 1.0), 0);
-        /* four again, but their slo (30 ms, planned at 29.4) is sooner than the aim: 11.4 ms
-         * left, no chunk */
+        /* one with a loose slo: a step of it alone costs 12 ms, so its next token is aimed
+         * 36 ms from now, which leaves 24 ms (48 tokens) for a best-effort prompt */
+        uint32_t chunk = chunk_beside_aimed(1, 1.0);
+        ck_assert_msg(chunk >= 47 && chunk <= 48, "chunk %u", chunk);
+        /* four: their step alone costs 18 ms, and best-effort work still gets 2 x the 12 ms
+         * of one decode's step, not 2 x their 18 */
+        chunk = chunk_beside_aimed(4, 1.0);
+        ck_assert_msg(chunk >= 47 && chunk <= 48, "chunk %u", chunk);
+        /* four again, but their slo (30 ms, planned at 29.4) is sooner than the aim (42):
+         * 11.4 ms left, no chunk */
         ck_assert_uint_eq(chunk_beside_aimed(4, 0.030), 0);
 }
 END_TEST
