@@ -27,6 +27,11 @@ void engine_config_init_default(struct engine_config *c) {
         };
 }
 
+/* A factor setting: 0 (off), or more than 1 and at most 1000. */
+static bool valid_factor(double x) {
+        return x == 0 || (x > 1 && x <= 1000);
+}
+
 int engine_config_finalize(struct engine_config *c, uint32_t model_context_len, struct error *err) {
         if (c->max_model_len == 0)
                 c->max_model_len = model_context_len;
@@ -44,7 +49,7 @@ int engine_config_finalize(struct engine_config *c, uint32_t model_context_len, 
                                  c->max_num_batched_tokens, c->max_model_len);
         if (c->block_size < 1 || c->block_size > 1024)
                 return error_set(err, EINVAL, "block_size must be in [1, 1024], got %u", c->block_size);
-        if (!(c->decode_stall_limit == 0 || (c->decode_stall_limit > 1 && c->decode_stall_limit <= 1000)))
+        if (!valid_factor(c->decode_stall_limit))
                 return error_set(err, EINVAL, "decode_stall_limit must be 0 (no limit) or in (1, 1000], got %g",
                                  c->decode_stall_limit);
         if (!(c->default_slo > 0 && c->default_slo <= 3600))
@@ -53,7 +58,7 @@ int engine_config_finalize(struct engine_config *c, uint32_t model_context_len, 
                 return error_set(err, EINVAL, "default_ttft_slo must be in (0, 3600] seconds, got %g", c->default_ttft_slo);
         if (!(c->slo_kv_reserve >= 0 && c->slo_kv_reserve < 1))
                 return error_set(err, EINVAL, "slo_kv_reserve must be a fraction in [0, 1), got %g", c->slo_kv_reserve);
-        if (!(c->slo_aim_factor == 0 || (c->slo_aim_factor > 1 && c->slo_aim_factor <= 1000)))
+        if (!valid_factor(c->slo_aim_factor))
                 return error_set(err, EINVAL, "slo_aim_factor must be 0 (aim at the slo) or in (1, 1000], got %g",
                                  c->slo_aim_factor);
         if (c->max_logprobs < 0)

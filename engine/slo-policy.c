@@ -38,7 +38,6 @@
  * so a long output banks more than one step's overrun; the first token keeps ttft_slo. */
 #define SLO_PACE 0.98
 
-
 static double best_effort_key(const struct request *r, double now) {
         return r->priority - (now - r->arrival_time) / AGING_SECONDS;
 }
