@@ -21,15 +21,32 @@ static int compare_double(const void *a, const void *b) {
         return (x > y) - (x < y);
 }
 
+/* The q-quantile (nearest rank) of n sorted values. */
+static double sorted_quantile(const double *sorted, unsigned n, double q) {
+        return sorted[(unsigned) (q * (n - 1) + 0.5)];
+}
+
+/* One JSON line; token_seconds (n_token_times of them, or NULL): every token's own time,
+ * whose spread is the machine's: the same step, repeated, is what a step-time model can at
+ * best predict. */
 static void report(const char *test, unsigned n_tokens, unsigned threads, const char *kernels, double *rates,
-                   unsigned reps) {
+                   unsigned reps, double *token_seconds, unsigned n_token_times) {
         qsort(rates, reps, sizeof(double), compare_double);
         printf("{\"test\": \"%s%u\", \"threads\": %u, \"kernels\": \"%s\", \"median_tps\": %.2f, \"min_tps\": %.2f, "
                "\"max_tps\": %.2f, \"reps\": [",
                test, n_tokens, threads, kernels, rates[reps / 2], rates[0], rates[reps - 1]);
         for (unsigned i = 0; i < reps; i++)
                 printf("%s%.2f", i ? ", " : "", rates[i]);
-        printf("]}\n");
+        printf("]");
+        if (token_seconds) {
+                qsort(token_seconds, n_token_times, sizeof(double), compare_double);
+                printf(", \"token_ms\": {\"p10\": %.3f, \"p50\": %.3f, \"p90\": %.3f, \"p99\": %.3f}",
+                       1e3 * sorted_quantile(token_seconds, n_token_times, 0.10),
+                       1e3 * sorted_quantile(token_seconds, n_token_times, 0.50),
+                       1e3 * sorted_quantile(token_seconds, n_token_times, 0.90),
+                       1e3 * sorted_quantile(token_seconds, n_token_times, 0.99));
+        }
+        printf("}\n");
         fflush(stdout);
 }
 
@@ -80,7 +97,8 @@ int main(int argc, char **argv) {
         int32_t *tokens = malloc(sizeof(int32_t) * max_len);
         float *logits = malloc(sizeof(float) * model->hp.n_vocab);
         double *rates = malloc(sizeof(double) * reps);
-        if (!tokens || !logits || !rates)
+        double *token_seconds = malloc(sizeof(double) * n_gen * reps);
+        if (!tokens || !logits || !rates || !token_seconds)
                 return 1;
         srand(1234);
         for (unsigned i = 0; i < max_len; i++)
@@ -97,16 +115,20 @@ int main(int argc, char **argv) {
                 sequence_feed(seq, tokens, n_prompt, false, logits, &err);
                 rates[r] = n_prompt / (monotonic_seconds() - t0);
         }
-        report("pp", n_prompt, threads, cpu_runner_kernels(runner), rates, reps);
+        report("pp", n_prompt, threads, cpu_runner_kernels(runner), rates, reps, NULL, 0);
         for (unsigned r = 0; r < reps; r++) {
                 sequence_reset(seq);
                 double t0 = monotonic_seconds();
-                for (unsigned i = 0; i < n_gen; i++)
+                for (unsigned i = 0; i < n_gen; i++) {
+                        double started = monotonic_seconds();
                         sequence_feed(seq, &tokens[i], 1, false, logits, &err);
+                        token_seconds[r * n_gen + i] = monotonic_seconds() - started;
+                }
                 rates[r] = n_gen / (monotonic_seconds() - t0);
         }
-        report("tg", n_gen, threads, cpu_runner_kernels(runner), rates, reps);
+        report("tg", n_gen, threads, cpu_runner_kernels(runner), rates, reps, token_seconds, n_gen * reps);
 
+        free(token_seconds);
         free(rates);
         free(logits);
         free(tokens);

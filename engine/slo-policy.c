@@ -545,9 +545,10 @@ int slo_policy_admit(struct scheduler *s, struct request *r, double now, double 
                         prompt_ahead += q->n_tokens - q->num_computed_tokens;
         }
         /* judged at the pace the steps are planned at, so that an admitted request's deadlines
-         * can all be planned for */
+         * can all be planned for; with the margin of such steps (the general one, set by
+         * best-effort work, refused requests whose steps came well within their slo) */
         double pace = tightest * SLO_PACE;
-        double step = step_time_model_predict(&s->model, &all) * margin;
+        double step = step_time_model_predict(&s->model, &all) * step_time_model_decodes_alone_margin(&s->model);
         double ttft = time_to_first_token(s, prompt_ahead, &decoding, pace, margin);
         if (step <= pace && ttft <= deadline - now)
                 return 0;

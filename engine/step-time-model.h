@@ -27,6 +27,9 @@ struct step_shape {
         uint32_t n_decode;  /* decoding sequences: one token each */
         uint64_t prompt_context; /* key/value positions the prompt tokens' attention reads */
         uint64_t decode_context; /* those the decodes' attention reads */
+        /* Best-effort requests among those: not priced (a token costs the same in either
+         * class), but steps of latency-sensitive decodes alone keep a margin of their own. */
+        uint32_t n_best_effort;
 };
 
 struct step_time_model {
@@ -36,6 +39,7 @@ struct step_time_model {
         /* relative errors (measured - predicted) / measured of the latest steps, after warm-up */
         double errors[STEP_MODEL_HISTORY];
         bool outliers[STEP_MODEL_HISTORY]; /* errors[i] is of a step left out of fit and margin */
+        bool decodes_alone[STEP_MODEL_HISTORY]; /* errors[i] is of latency-sensitive decodes alone */
         uint32_t n_errors, next_error;
         uint32_t outlier_run; /* outlier-sized steps in a row */
 };
@@ -63,6 +67,14 @@ uint32_t step_time_model_fitting_chunk(const struct step_time_model *m, const st
 /* The factor to plan with: 1 + the 90th percentile of recent under-predictions, outliers
  * left out (at most 2); 1.25 before enough errors are known. */
 double step_time_model_margin(const struct step_time_model *m);
+
+/* The same, from the recent steps of latency-sensitive decodes alone (no prompt token, no
+ * best-effort request): what slo admission judges. Best-effort work makes up most steps
+ * and sets the margin above: its prompt chunks and long-context decodes are predicted less
+ * closely, and the fit, pulled by them, over-predicts a few short decodes (a bench/coserve
+ * trace: two of them predicted 6.3 ms, measured 5.6). The margin above until 16 such
+ * steps are known; below 1 where they came in under their predictions. */
+double step_time_model_decodes_alone_margin(const struct step_time_model *m);
 
 /* Percentile (0..1) of the recent absolute relative errors, outliers included; 0 when
  * none. */

@@ -157,6 +157,7 @@ START_TEST(test_model_fits_and_reports_error) {
         ck_assert(!step_time_model_ready(&m));
         ck_assert_double_eq(step_time_model_error(&m, 0.99), 0);
         ck_assert_double_eq(step_time_model_margin(&m), 1.25); /* nothing known: careful */
+        ck_assert_double_eq(step_time_model_decodes_alone_margin(&m), 1.25);
         srand(3);
         for (int i = 0; i < 300; i++) {
                 struct step_shape s = { .n_prompt = (uint32_t) (rand() % 512), .n_decode = (uint32_t) (rand() % 32),
@@ -178,6 +179,18 @@ START_TEST(test_model_fits_and_reports_error) {
         ck_assert_msg(margin > 1.02 && margin < 1.1, "margin %g", margin);
         ck_assert_double_lt(step_time_model_error(&m, 0.99), 0.08);
         ck_assert_double_gt(step_time_model_error(&m, 0.99), step_time_model_error(&m, 0.5));
+
+        /* steps of latency-sensitive decodes alone 30% faster than best-effort decode steps
+         * of the same shapes (the fit cannot tell them apart): their own margin goes below
+         * 1, the general one stays at 1 */
+        for (int i = 0; i < 200; i++) {
+                struct step_shape s = { .n_decode = 1 + (uint32_t) (rand() % 8) };
+                bool alone = i % 4 == 0;
+                s.n_best_effort = alone ? 0 : s.n_decode;
+                step_time_model_record(&m, &s, true_cost(&s) * (alone ? 0.7 : 1));
+        }
+        ck_assert_double_lt(step_time_model_decodes_alone_margin(&m), 0.9);
+        ck_assert_double_ge(step_time_model_margin(&m), 1.0);
 
         /* a step that took no time or an impossible time teaches nothing */
         uint64_t n = m.n_samples;
@@ -278,6 +291,10 @@ START_TEST(test_slack_lets_best_effort_in) {
         ck_assert_msg(chunk >= 366 && chunk <= 368, "chunk %u", chunk);
         ck_assert_uint_lt(position(&h.s, ls), position(&h.s, be_decode));
         ck_assert_uint_lt(position(&h.s, be_decode), position(&h.s, be_prompt));
+        /* the step's shape counts its best-effort requests (their errors set the general
+         * margin, not that of latency-sensitive decodes alone) */
+        ck_assert_uint_eq(h.s.plan_shape.n_best_effort, 2);
+        ck_assert_uint_eq(h.s.plan_shape.n_decode, 2);
 
         /* with nothing latency-sensitive, best-effort steps still end within a quarter of the
          * default ttft_slo, so that an arrival waits little */
@@ -598,7 +615,7 @@ START_TEST(test_admission) {
         /* judged at the planned pace, 98% of the slo: a step that fits the slo itself but
          * not the pace is refused, one that fits the pace taken */
         struct step_shape one = { .n_decode = 1, .decode_context = 33 };
-        double step = step_time_model_predict(&h.s.model, &one) * step_time_model_margin(&h.s.model);
+        double step = step_time_model_predict(&h.s.model, &one) * step_time_model_decodes_alone_margin(&h.s.model);
         r = make(&h, true, 32, step / 0.99, 1.0, now);
         ck_assert_int_eq(slo_policy_admit(&h.s, r, now, &retry, &err), -EAGAIN);
         ck_assert_uint_eq(h.s.slo_rejected, 2);
@@ -632,6 +649,50 @@ START_TEST(test_admission) {
         ck_assert(!r->latency_sensitive);
         ck_assert_uint_eq(h.s.slo_demoted, 1);
         ck_assert_uint_eq(h.s.slo_rejected, 4);
+        teardown(&h);
+}
+END_TEST
+
+/* Best-effort steps (prompt chunks, decodes) predicted to within +-30%, steps of latency-
+ * sensitive decodes alone exactly: a request whose step of decodes fits its slo by 15% is
+ * judged by the latter's margin and taken; once those run over their predictions too, it
+ * is refused. */
+START_TEST(test_admission_judges_decodes_by_their_own_margin) {
+        struct harness h;
+        struct error err;
+        double retry = -1;
+        setup(&h, 512, 0);
+        double now = 20.0;
+        srand(11);
+        for (int i = 0; i < STEP_MODEL_HISTORY; i++) {
+                uint32_t n_decode = 1 + (uint32_t) (rand() % 8);
+                struct step_shape shape = { .n_decode = n_decode };
+                double noise = 1 + 0.6 * ((double) rand() / RAND_MAX - 0.5);
+                if (i % 3 == 0) /* best-effort prompt chunks beside the decodes */
+                        shape.n_prompt = 32 + (uint32_t) (rand() % 256), shape.n_best_effort = 1;
+                else if (i % 3 == 1) /* best-effort decodes */
+                        shape.n_best_effort = n_decode;
+                else
+                        noise = 1;
+                step_time_model_record(&h.s.model, &shape, true_cost(&shape) * noise);
+        }
+        double margin = step_time_model_margin(&h.s.model);
+        double alone = step_time_model_decodes_alone_margin(&h.s.model);
+        ck_assert_msg(margin > 1.2 && alone < 1.1, "margin %g, decodes alone %g", margin, alone);
+
+        struct step_shape one = { .n_decode = 1, .decode_context = 33 };
+        double slo = step_time_model_predict(&h.s.model, &one) * 1.15 / 0.98; /* the pace steps are planned at */
+        struct request *r = make(&h, true, 32, slo, 1.0, now);
+        ck_assert_int_eq(slo_policy_admit(&h.s, r, now, &retry, &err), 0);
+
+        for (int i = 0; i < 128; i++) { /* every other step of decodes alone now 40% over */
+                struct step_shape shape = { .n_decode = 1 + (uint32_t) (rand() % 8) };
+                step_time_model_record(&h.s.model, &shape, true_cost(&shape) * (i % 2 ? 1 : 1.4));
+        }
+        ck_assert_double_gt(step_time_model_decodes_alone_margin(&h.s.model), 1.15);
+        r = make(&h, true, 32, slo, 1.0, now);
+        ck_assert_int_eq(slo_policy_admit(&h.s, r, now, &retry, &err), -EAGAIN);
+        ck_assert_msg(strstr(err.message, "per step"), "%s", err.message);
         teardown(&h);
 }
 END_TEST
@@ -688,6 +749,7 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_reserve_and_eviction);
         tcase_add_test(tc, test_best_effort_alone_may_use_the_reserve);
         tcase_add_test(tc, test_admission);
+        tcase_add_test(tc, test_admission_judges_decodes_by_their_own_margin);
         tcase_add_test(tc, test_starvation_guard);
         tcase_add_test(tc, test_never_an_empty_step);
         suite_add_tcase(s, tc);
