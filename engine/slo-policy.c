@@ -3,7 +3,7 @@
  * best-effort work fills whatever time those deadlines leave in each step.
  *
  * Token k of a latency-sensitive request is due at its first token's time + k x slo (the
- * first at arrival + ttft_slo), planned a little ahead of that (SLO_PACE), and sooner still
+ * first at arrival + ttft_slo), planned a little ahead of that (SLO_PACE, TTFT_PACE), and sooner still
  * where the aim asks: each token aimed at the time a step of the latency-sensitive decodes
  * alone takes after the one before, plus slo_aim_factor - 1 times a one-decode step for
  * best-effort work, so that they come about as fast as they would alone however loose
@@ -35,8 +35,15 @@
  * overruns its prediction about one time in ten (the margin is a 90th percentile): paced
  * right at the slo, 8 of 384 requests of a bench/coserve run (Zen 4) ended 1-3 ms late,
  * at TPOT 50.02-50.04 ms for 50 and 15.02-15.04 for 15. The lead grows with each token,
- * so a long output banks more than one step's overrun; the first token keeps ttft_slo. */
+ * so a long output banks more than one step's overrun. */
 #define SLO_PACE 0.98
+
+/* The first token is planned at this share of its ttft_slo. A prompt takes at least its
+ * share of what is left per step until then, so that best-effort work keeps the rest, and
+ * so it ends close to that time, in a step as long as up to a quarter of ttft_slo: planned
+ * at ttft_slo itself, a three-sweep bench/coserve run (Zen 4) had first tokens at P99 ~990
+ * ms for 1 s, and two at 1.015 and 1.109 s, the misses of two of its levels. */
+#define TTFT_PACE 0.9
 
 static double best_effort_key(const struct request *r, double now) {
         return r->priority - (now - r->arrival_time) / AGING_SECONDS;
@@ -67,7 +74,7 @@ struct step_plan {
 static double next_deadline(const struct step_plan *p, const struct request *r) {
         uint32_t n_out = request_num_output(r);
         if (n_out == 0 || !r->first_token_time)
-                return r->arrival_time + r->ttft_slo;
+                return r->arrival_time + r->ttft_slo * TTFT_PACE;
         double deadline = r->first_token_time + n_out * r->slo * SLO_PACE;
         if (isfinite(p->aim) && r->aimed_n_out == n_out && r->aimed_token_time + p->aim < deadline)
                 return r->aimed_token_time + p->aim;
