@@ -11,15 +11,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench-util.h"
 #include "cpu-runner.h"
 #include "model.h"
 #include "clock.h"
 #include "sequence.h"
-
-static int compare_double(const void *a, const void *b) {
-        double x = *(const double *) a, y = *(const double *) b;
-        return (x > y) - (x < y);
-}
 
 /* The q-quantile (nearest rank) of n sorted values. */
 static double sorted_quantile(const double *sorted, unsigned n, double q) {
@@ -31,7 +27,7 @@ static double sorted_quantile(const double *sorted, unsigned n, double q) {
  * best predict. */
 static void report(const char *test, unsigned n_tokens, unsigned threads, const char *kernels, double *rates,
                    unsigned reps, double *token_seconds, unsigned n_token_times) {
-        qsort(rates, reps, sizeof(double), compare_double);
+        qsort(rates, reps, sizeof(double), bench_compare_double);
         printf("{\"test\": \"%s%u\", \"threads\": %u, \"kernels\": \"%s\", \"median_tps\": %.2f, \"min_tps\": %.2f, "
                "\"max_tps\": %.2f, \"reps\": [",
                test, n_tokens, threads, kernels, rates[reps / 2], rates[0], rates[reps - 1]);
@@ -39,7 +35,7 @@ static void report(const char *test, unsigned n_tokens, unsigned threads, const 
                 printf("%s%.2f", i ? ", " : "", rates[i]);
         printf("]");
         if (token_seconds) {
-                qsort(token_seconds, n_token_times, sizeof(double), compare_double);
+                qsort(token_seconds, n_token_times, sizeof(double), bench_compare_double);
                 printf(", \"token_ms\": {\"p10\": %.3f, \"p50\": %.3f, \"p90\": %.3f, \"p99\": %.3f}",
                        1e3 * sorted_quantile(token_seconds, n_token_times, 0.10),
                        1e3 * sorted_quantile(token_seconds, n_token_times, 0.50),
