@@ -271,12 +271,16 @@ static void compare_quantize(const struct dot_kernels *k) {
                 x[QUANT_BLOCK] = 127.0f;
                 for (int i = 1; i < QUANT_BLOCK; i++)
                         x[QUANT_BLOCK + i] = (float) (i % 7) - 3.5f;
+                /* whole rows, and rows whose last blocks do not make a set's group of blocks */
+                static const int lengths[] = { N_BLOCKS, 1, 6, 7, 18, N_BLOCKS - 1 };
+                int n_blocks = lengths[rep % (sizeof(lengths) / sizeof(lengths[0]))];
                 static float ds[N_BLOCKS * 2];
-                quantize_row_q8_1(x, want, N);
-                k->quantize_q8_1(x, got, ds, N);
-                ck_assert_msg(memcmp(want, got, sizeof(want)) == 0, "%s quantize_q8_1 differs from the reference (rep %d)",
-                              k->name, rep);
-                for (int b = 0; b < N_BLOCKS; b++)
+                memset(got, 0, sizeof(got));
+                quantize_row_q8_1(x, want, (size_t) n_blocks * QUANT_BLOCK);
+                k->quantize_q8_1(x, got, ds, (size_t) n_blocks * QUANT_BLOCK);
+                ck_assert_msg(memcmp(want, got, sizeof(want[0]) * (size_t) n_blocks) == 0,
+                              "%s quantize_q8_1 of %d blocks differs from the reference (rep %d)", k->name, n_blocks, rep);
+                for (int b = 0; b < n_blocks; b++)
                         ck_assert(ds[2 * b] == f16_to_f32(want[b].d) && ds[2 * b + 1] == f16_to_f32(want[b].s));
         }
 }
