@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -13,6 +12,7 @@
 #include "dot.h"
 #include "float16.h"
 #include "kv-pool.h"
+#include "matmul-shares.h"
 #include "packed-weights.h"
 #include "quantize.h"
 #include "thread-pool.h"
@@ -36,28 +36,16 @@ struct packed_model {
 };
 
 #define SMALL_BATCH 4
-/* Up to this many tokens a packed matmul hands out its groups in chunks; more, and one
- * group is a thread's work at a time. */
+/* Up to this many tokens a thread takes several groups of a packed matmul at a time; more,
+ * and one group is a thread's work at a time (matmul_take_size). */
 #define MATMUL_FEW_TOKENS 8
 /* Consecutive prompt tokens of a sequence whose attention goes together (as many as keep
  * their query heads within DOT_GROUP_MAX): each key and value is read and converted once for
  * all their query heads. */
 #define ATTN_TILE_TOKENS 4
-/* How much of its next matmul's first chunk a thread fetches while it waits at a barrier:
+/* How much of its next matmul's first take a thread fetches while it waits at a barrier:
  * about what memory delivers in an average wait of a decode step (~1.5 us). */
 #define BARRIER_FETCH_MAX 16384
-
-/* Which chunks of one matmul's groups of rows threads have taken. Thread i starts with chunk
- * i (for i < MATMUL_FIRST_CHUNKS), known before the matmul (so that it can be fetched at the
- * barrier before); then threads take the others in order as they finish, and last the first
- * chunks of threads that have not come yet, so one that runs slow (preempted, a stalled
- * stream) does not hold the other at the barrier. Each row is still computed whole by one
- * thread, so the numbers do not depend on who takes it. One cache line each. */
-#define MATMUL_FIRST_CHUNKS 64
-struct matmul_cursor {
-        _Atomic uint64_t first_taken; /* bit i: chunk i (< MATMUL_FIRST_CHUNKS) is taken */
-        _Atomic uint64_t later_taken; /* chunks taken from MATMUL_FIRST_CHUNKS... on, counted */
-} __attribute__((aligned(64)));
 
 struct cpu_runner {
         const struct model *model;
@@ -69,7 +57,7 @@ struct cpu_runner {
         unsigned released; /* enum backend_memory bits */
         bool use_packed;   /* $ASYNCLLM_CPU_PACKED=0 keeps the tiles on the original rows */
         struct packed_model packed;
-        struct matmul_cursor *cursors; /* (n_matmul_weights), reset before each step */
+        struct matmul_share *shares; /* (n_matmul_weights, n_threads), reset before each step */
 
         /* Scratch for one step, T = max_batch_tokens, reused across steps. */
         float *x;                /* (T, n_embd) the residual stream */
@@ -281,9 +269,10 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
         r->rope_cos = alloc_floats(r, T * (hp->rope_dim / 2));
         r->rope_sin = alloc_floats(r, T * (hp->rope_dim / 2));
         r->thread_scratch = alloc_floats(r, config->n_threads * r->thread_scratch_stride);
-        r->cursors = aligned_alloc(_Alignof(struct matmul_cursor), n_matmul_weights(r->model) * sizeof(struct matmul_cursor));
+        r->shares = aligned_alloc(_Alignof(struct matmul_share),
+                                  n_matmul_weights(r->model) * config->n_threads * sizeof(struct matmul_share));
         if (!ok || !r->x || !r->q || !r->k || !r->v || !r->gate || !r->up || !r->rope_cos ||
-            !r->rope_sin || !r->thread_scratch || !r->cursors || !r->attn_done_until) {
+            !r->rope_sin || !r->thread_scratch || !r->shares || !r->attn_done_until) {
                 cpu_runner_free(r);
                 return error_set(err, ENOMEM, "cannot allocate scratch for %zu tokens per step", T);
         }
@@ -310,7 +299,7 @@ void cpu_runner_free(struct cpu_runner *r) {
         free(r->rope_cos);
         free(r->rope_sin);
         free(r->thread_scratch);
-        free(r->cursors);
+        free(r->shares);
         free(r->attn_done_until);
         free(r);
 }
@@ -339,44 +328,12 @@ static void rms_norm(const float *x, const float *weight, float *out, uint32_t n
                 out[i] = x[i] * scale * weight[i];
 }
 
-/* Groups of a packed matmul a thread takes at a time: about eight chunks per thread, enough
- * to even out, few enough that taking one costs little next to computing it. */
-static uint64_t matmul_chunk(const struct packed_weights *packed, uint32_t n_tokens, unsigned nth) {
-        uint64_t chunk = packed->n_groups / (8 * (uint64_t) nth);
-        return chunk == 0 || n_tokens > MATMUL_FEW_TOKENS ? 1 : chunk;
-}
-
-/* The end of the groups of the chunk that starts at group g0. */
-static uint64_t matmul_chunk_end(const struct packed_weights *packed, uint64_t g0, uint64_t chunk) {
-        return g0 + chunk < packed->n_groups ? g0 + chunk : packed->n_groups;
-}
-
-/* Takes chunk i (< MATMUL_FIRST_CHUNKS) unless another thread has. */
-static bool matmul_take_first(struct matmul_cursor *cursor, uint64_t i) {
-        uint64_t bit = UINT64_C(1) << i;
-        return !(atomic_fetch_or_explicit(&cursor->first_taken, bit, memory_order_relaxed) & bit);
-}
-
-/* The next chunk for thread ith, UINT64_MAX when none is left (see struct matmul_cursor). */
-static uint64_t matmul_take_chunk(struct matmul_cursor *cursor, uint64_t n_groups, uint64_t chunk, unsigned ith) {
-        uint64_t n_chunks = (n_groups + chunk - 1) / chunk;
-        uint64_t n_first = n_chunks < MATMUL_FIRST_CHUNKS ? n_chunks : MATMUL_FIRST_CHUNKS;
-        uint64_t first_mask = n_first == 64 ? UINT64_MAX : (UINT64_C(1) << n_first) - 1;
-        uint64_t taken = atomic_load_explicit(&cursor->first_taken, memory_order_relaxed);
-        if (ith < n_first && !(taken & (UINT64_C(1) << ith)) && matmul_take_first(cursor, ith))
-                return ith;
-        if (n_chunks > MATMUL_FIRST_CHUNKS) {
-                uint64_t later = MATMUL_FIRST_CHUNKS + atomic_fetch_add_explicit(&cursor->later_taken, 1, memory_order_relaxed);
-                if (later < n_chunks)
-                        return later;
-        }
-        uint64_t untaken;
-        while ((untaken = ~atomic_load_explicit(&cursor->first_taken, memory_order_relaxed) & first_mask)) {
-                uint64_t i = (uint64_t) __builtin_ctzll(untaken);
-                if (matmul_take_first(cursor, i))
-                        return i;
-        }
-        return UINT64_MAX;
+/* Groups of a packed matmul a thread takes from its own run at a time (matmul-shares.h):
+ * about eight takes per thread, enough to even out, few enough that a take costs little next
+ * to computing it; one group at a time for many tokens. */
+static uint32_t matmul_take_size(const struct packed_weights *packed, uint32_t n_tokens, unsigned nth) {
+        uint64_t size = packed->n_groups / (8 * (uint64_t) nth);
+        return size == 0 || n_tokens > MATMUL_FEW_TOKENS ? 1 : (uint32_t) size;
 }
 
 /* A barrier that fetches what this thread's next matmul reads first while it waits. A decode
@@ -389,10 +346,10 @@ static void barrier_before_matmul(const struct cpu_runner *r, size_t weight_inde
         const uint8_t *from = NULL;
         size_t bytes = 0;
         if (packed) {
-                uint64_t chunk = matmul_chunk(packed, n_tokens, nth), g0 = ith * chunk;
-                if (ith < MATMUL_FIRST_CHUNKS && g0 < packed->n_groups) {
+                uint64_t g0 = matmul_share_begin(packed->n_groups, ith, nth);
+                if (g0 < matmul_share_begin(packed->n_groups, ith + 1, nth)) {
                         from = packed->data + g0 * packed->group_bytes;
-                        bytes = (matmul_chunk_end(packed, g0, chunk) - g0) * packed->group_bytes;
+                        bytes = (size_t) matmul_take_size(packed, n_tokens, nth) * packed->group_bytes;
                         if (bytes > BARRIER_FETCH_MAX)
                                 bytes = BARRIER_FETCH_MAX;
                 }
@@ -420,13 +377,12 @@ static void matmul(const struct cpu_runner *r, size_t weight_index, const struct
          * group's weights staying in L1 while the tokens pass over them. */
         if (packed) {
                 dot_packed_fn fn = dot_packed_kernel_for(r->kernels, w->type);
-                struct matmul_cursor *cursor = &r->cursors[weight_index];
+                struct matmul_share *shares = &r->shares[weight_index * nth];
                 struct packed_activations pa = { xq, a->ds, a->corrections, n_blocks };
-                uint64_t chunk = matmul_chunk(packed, n_tokens, nth), c;
-                while ((c = matmul_take_chunk(cursor, packed->n_groups, chunk, ith)) != UINT64_MAX) {
-                        uint64_t g0 = c * chunk;
-                        fn(packed, g0, matmul_chunk_end(packed, g0, chunk), &pa, n_tokens, out, out_stride, accumulate);
-                }
+                uint32_t take = matmul_take_size(packed, n_tokens, nth), n;
+                uint64_t g0;
+                while (matmul_shares_take(shares, ith, nth, take, &g0, &n))
+                        fn(packed, g0, g0 + n, &pa, n_tokens, out, out_stride, accumulate);
                 return;
         }
 
@@ -823,9 +779,11 @@ int cpu_runner_forward(struct cpu_runner *r, const struct batch *batch, float *l
                 return rc;
         r->batch = batch;
         r->logits = logits;
+        unsigned nth = r->config.n_threads;
         for (size_t i = 0; i < n_matmul_weights(r->model); i++) {
-                atomic_store_explicit(&r->cursors[i].first_taken, 0, memory_order_relaxed);
-                atomic_store_explicit(&r->cursors[i].later_taken, 0, memory_order_relaxed);
+                const struct packed_weights *packed = packed_for(r, i);
+                if (packed)
+                        matmul_shares_reset(&r->shares[i * nth], nth, packed->n_groups);
         }
         thread_pool_run(r->pool, forward_worker, r);
         r->batch = NULL;

@@ -160,7 +160,8 @@ PACKED_ATTRS void packed_groups_512(const struct packed_weights *w, uint64_t gro
                 struct packed_unpacked_block unpacked[PACKED_UNPACK_MAX_BLOCKS];
                 for (uint64_t g = group_begin; g < group_end; g++) {
                         packed_unpack_group_512(w, g, unpacked, kind);
-                        const uint8_t *next = g + 1 < group_end ? w->data + (g + 1) * w->group_bytes : NULL;
+                        /* the caller's next groups usually follow (matmul-shares.h) */
+                        const uint8_t *next = g + 1 < w->n_groups ? w->data + (g + 1) * w->group_bytes : NULL;
                         packed_passes_512(w, g, a, n_tokens, out, out_stride, accumulate, unpacked, next, kind);
                 }
         } else

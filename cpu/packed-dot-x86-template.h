@@ -225,7 +225,8 @@ PACKED_ATTRS_256 void DOT_FN(packed_groups)(const struct packed_weights *w, uint
         if (kind != 2 && n_tokens > 2 && w->n_blocks <= PACKED_UNPACK_MAX_BLOCKS) {
                 struct DOT_FN(packed_unpacked_half) unpacked[PACKED_UNPACK_MAX_BLOCKS];
                 for (uint64_t g = group_begin; g < group_end; g++) {
-                        const uint8_t *next = g + 1 < group_end ? w->data + (g + 1) * w->group_bytes : NULL;
+                        /* the caller's next groups usually follow (matmul-shares.h) */
+                        const uint8_t *next = g + 1 < w->n_groups ? w->data + (g + 1) * w->group_bytes : NULL;
                         for (unsigned h = 0; h < 2; h++) {
                                 DOT_FN(packed_unpack_half)(w, g, h, unpacked, kind);
                                 DOT_FN(packed_half_passes)(w, g, h, a, n_tokens, out, out_stride, accumulate, unpacked, next,
