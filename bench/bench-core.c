@@ -58,17 +58,27 @@ int main(int argc, char **argv) {
                 { "help", no_argument, NULL, 'h' },        { NULL, 0, NULL, 0 },
         };
         int c;
-        while ((c = getopt_long(argc, argv, "m:t:p:n:r:h", options, NULL)) != -1)
+        while ((c = getopt_long(argc, argv, "m:t:p:n:r:h", options, NULL)) != -1) {
+                unsigned *target = NULL;
                 switch (c) {
                 case 'm': model_path = optarg; break;
-                case 't': threads = (unsigned) atoi(optarg); break;
-                case 'p': n_prompt = (unsigned) atoi(optarg); break;
-                case 'n': n_gen = (unsigned) atoi(optarg); break;
-                case 'r': reps = (unsigned) atoi(optarg); break;
+                case 't': target = &threads; break;
+                case 'p': target = &n_prompt; break;
+                case 'n': target = &n_gen; break;
+                case 'r': target = &reps; break;
                 case 'h': usage(stdout); return 0;
                 default: usage(stderr); return 2;
                 }
-        if (!model_path || threads < 1 || n_prompt < 1 || n_gen < 1 || reps < 1) {
+                if (target && bench_parse_uint(optarg, target) < 0) {
+                        fprintf(stderr, "bench-core: invalid number '%s'\n", optarg);
+                        return 2;
+                }
+        }
+        if (!model_path) {
+                fprintf(stderr, "bench-core: no model: give --model or set ASYNCLLM_MODEL\n");
+                return 2;
+        }
+        if (optind < argc || threads < 1 || n_prompt < 1 || n_gen < 1 || reps < 1) {
                 usage(stderr);
                 return 2;
         }
