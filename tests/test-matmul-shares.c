@@ -74,7 +74,7 @@ START_TEST(test_fewer_groups_than_threads) {
 }
 END_TEST
 
-#define RACE_GROUPS 200000
+#define RACE_GROUPS 100000
 
 struct racer {
         struct matmul_share *shares;
@@ -122,32 +122,65 @@ START_TEST(test_threads_take_each_group_once) {
 END_TEST
 
 /* Many short matmuls: threads run out at about the same time, so that owners and takers
- * meet at the ends of runs, where a take can find its run emptied under it. */
-START_TEST(test_short_races) {
-        enum { N_GROUPS = 24, ROUNDS = 3000 };
+ * meet at the ends of runs, where a take can find its run emptied under it. The same threads
+ * race round after round, released together by a barrier (creating them anew each round
+ * took longer than a test may under the sanitizers). */
+#define SHORT_GROUPS 24
+#define SHORT_ROUNDS 3000
+
+struct short_races {
         struct matmul_share shares[MAX_THREADS];
-        _Atomic unsigned char taken[N_GROUPS];
-        pthread_t threads[MAX_THREADS];
-        struct racer racers[MAX_THREADS];
-        for (int round = 0; round < ROUNDS; round++) {
-                for (int g = 0; g < N_GROUPS; g++)
-                        atomic_init(&taken[g], 0);
-                matmul_shares_reset(shares, MAX_THREADS, N_GROUPS);
-                for (unsigned t = 0; t < MAX_THREADS; t++) {
-                        racers[t] = (struct racer) { shares, taken, t, MAX_THREADS, 1 + t % 2, N_GROUPS };
-                        ck_assert_int_eq(pthread_create(&threads[t], NULL, race, &racers[t]), 0);
-                }
-                for (unsigned t = 0; t < MAX_THREADS; t++)
-                        pthread_join(threads[t], NULL);
-                for (int g = 0; g < N_GROUPS; g++)
-                        ck_assert_msg(taken[g] == 1, "round %d: group %d taken %u times", round, g, (unsigned) taken[g]);
+        _Atomic unsigned char taken[SHORT_GROUPS];
+        pthread_barrier_t start, done;
+};
+
+struct short_racer {
+        struct short_races *races;
+        unsigned ith;
+};
+
+static void *short_race(void *p) {
+        struct short_racer *sr = p;
+        struct racer r = { sr->races->shares, sr->races->taken, sr->ith, MAX_THREADS, 1 + sr->ith % 2, SHORT_GROUPS };
+        for (int round = 0; round < SHORT_ROUNDS; round++) {
+                pthread_barrier_wait(&sr->races->start);
+                race(&r);
+                pthread_barrier_wait(&sr->races->done);
         }
+        return NULL;
+}
+
+START_TEST(test_short_races) {
+        static struct short_races races;
+        pthread_t threads[MAX_THREADS];
+        struct short_racer racers[MAX_THREADS];
+        ck_assert_int_eq(pthread_barrier_init(&races.start, NULL, MAX_THREADS + 1), 0);
+        ck_assert_int_eq(pthread_barrier_init(&races.done, NULL, MAX_THREADS + 1), 0);
+        for (unsigned t = 0; t < MAX_THREADS; t++) {
+                racers[t] = (struct short_racer) { &races, t };
+                ck_assert_int_eq(pthread_create(&threads[t], NULL, short_race, &racers[t]), 0);
+        }
+        for (int round = 0; round < SHORT_ROUNDS; round++) {
+                for (int g = 0; g < SHORT_GROUPS; g++)
+                        atomic_store(&races.taken[g], 0);
+                matmul_shares_reset(races.shares, MAX_THREADS, SHORT_GROUPS);
+                pthread_barrier_wait(&races.start);
+                pthread_barrier_wait(&races.done);
+                for (int g = 0; g < SHORT_GROUPS; g++)
+                        ck_assert_msg(races.taken[g] == 1, "round %d: group %d taken %u times", round, g,
+                                      (unsigned) races.taken[g]);
+        }
+        for (unsigned t = 0; t < MAX_THREADS; t++)
+                pthread_join(threads[t], NULL);
+        pthread_barrier_destroy(&races.start);
+        pthread_barrier_destroy(&races.done);
 }
 END_TEST
 
 int main(void) {
         Suite *s = suite_create("matmul-shares");
         TCase *tc = tcase_create("matmul-shares");
+        tcase_set_timeout(tc, 60); /* thousands of thread handovers, slow under the sanitizers */
         tcase_add_test(tc, test_runs_split_the_groups);
         tcase_add_test(tc, test_one_thread_takes_everything);
         tcase_add_test(tc, test_fewer_groups_than_threads);
