@@ -59,7 +59,9 @@ struct cpu_runner {
         struct packed_model packed;
         struct matmul_share *shares; /* (n_matmul_weights, n_threads), reset before each step */
 
-        /* Scratch for one step, T = max_batch_tokens, reused across steps. */
+        /* Scratch for one slice of a step, T = slice_tokens, reused across slices and steps. */
+        uint32_t slice_tokens;   /* max_slice_tokens, at most max_batch_tokens */
+        int32_t *slice_outputs;  /* (T) the slice's output token indices, from its first token */
         float *x;                /* (T, n_embd) the residual stream */
         struct activations shared; /* (T, ...) written by the threads together */
         /* Per thread, for batches of at most SMALL_BATCH tokens: each thread normalizes and
@@ -243,7 +245,10 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
                 return rc;
         }
 
-        size_t T = config->max_batch_tokens;
+        r->slice_tokens = config->max_slice_tokens ? config->max_slice_tokens : CPU_RUNNER_SLICE_TOKENS;
+        if (r->slice_tokens > config->max_batch_tokens)
+                r->slice_tokens = config->max_batch_tokens;
+        size_t T = r->slice_tokens;
         /* per query head of a tile: scores (padded to 16); then the tile's queries or a
          * dequantized row; then per query head of a tile 64 lanes of a head */
         uint32_t group = hp->n_head / hp->n_head_kv;
@@ -253,6 +258,7 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
         r->attn_queries_floats = queries > r->max_dim ? queries : r->max_dim;
         r->thread_scratch_stride = r->attn_scores_floats + r->attn_queries_floats + attn_rows * 64 * hp->head_dim;
         r->attn_done_until = calloc((size_t) config->n_threads * hp->n_head_kv, sizeof(*r->attn_done_until));
+        r->slice_outputs = alloc_scratch(r, T, sizeof(*r->slice_outputs));
         r->x = alloc_floats(r, T * hp->n_embd);
         bool ok = activations_alloc(r, T, &r->shared);
         if (ok && all_weights_tiled(r)) {
@@ -271,7 +277,7 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
         r->thread_scratch = alloc_floats(r, config->n_threads * r->thread_scratch_stride);
         r->shares = aligned_alloc(_Alignof(struct matmul_share),
                                   n_matmul_weights(r->model) * config->n_threads * sizeof(struct matmul_share));
-        if (!ok || !r->x || !r->q || !r->k || !r->v || !r->gate || !r->up || !r->rope_cos ||
+        if (!ok || !r->slice_outputs || !r->x || !r->q || !r->k || !r->v || !r->gate || !r->up || !r->rope_cos ||
             !r->rope_sin || !r->thread_scratch || !r->shares || !r->attn_done_until) {
                 cpu_runner_free(r);
                 return error_set(err, ENOMEM, "cannot allocate scratch for %zu tokens per step", T);
@@ -286,6 +292,7 @@ void cpu_runner_free(struct cpu_runner *r) {
         thread_pool_free(r->pool);
         kv_pool_free(r->kv);
         packed_model_free(&r->packed);
+        free(r->slice_outputs);
         free(r->x);
         activations_free(&r->shared);
         for (unsigned i = 0; r->own && i < r->config.n_threads; i++)
@@ -743,9 +750,13 @@ static int validate_batch(const struct cpu_runner *r, const struct batch *b, str
                 return error_set(err, EINVAL, "batch of %u tokens; 1 to %u allowed", b->n_tokens, r->config.max_batch_tokens);
         if (b->n_outputs > b->n_tokens)
                 return error_set(err, EINVAL, "batch asks for %u outputs from %u tokens", b->n_outputs, b->n_tokens);
-        for (uint32_t i = 0; i < b->n_outputs; i++)
+        for (uint32_t i = 0; i < b->n_outputs; i++) {
                 if (b->output_tokens[i] < 0 || (uint32_t) b->output_tokens[i] >= b->n_tokens)
                         return error_set(err, EINVAL, "output token index %d out of range", b->output_tokens[i]);
+                if (i > 0 && b->output_tokens[i] <= b->output_tokens[i - 1])
+                        return error_set(err, EINVAL, "output token indices must rise: %d follows %d",
+                                         b->output_tokens[i], b->output_tokens[i - 1]);
+        }
         for (uint32_t t = 0; t < b->n_tokens; t++) {
                 if (b->tokens[t] < 0 || (uint32_t) b->tokens[t] >= hp->n_vocab)
                         return error_set(err, EINVAL, "token id %d outside the vocabulary [0, %u)", b->tokens[t], hp->n_vocab);
@@ -765,6 +776,20 @@ static int validate_batch(const struct cpu_runner *r, const struct batch *b, str
         return 0;
 }
 
+static void run_slice(struct cpu_runner *r, const struct batch *slice, float *logits) {
+        unsigned nth = r->config.n_threads;
+        for (size_t i = 0; i < n_matmul_weights(r->model); i++) {
+                const struct packed_weights *packed = packed_for(r, i);
+                if (packed)
+                        matmul_shares_reset(&r->shares[i * nth], nth, packed->n_groups);
+        }
+        r->batch = slice;
+        r->logits = logits;
+        thread_pool_run(r->pool, forward_worker, r);
+        r->batch = NULL;
+        r->logits = NULL;
+}
+
 int cpu_runner_forward(struct cpu_runner *r, const struct batch *batch, float *logits, struct error *err) {
         static const char *const what[] = {
                 [BACKEND_MEMORY_WEIGHTS] = "model weights are",
@@ -777,17 +802,28 @@ int cpu_runner_forward(struct cpu_runner *r, const struct batch *batch, float *l
         int rc = validate_batch(r, batch, err);
         if (rc < 0)
                 return rc;
-        r->batch = batch;
-        r->logits = logits;
-        unsigned nth = r->config.n_threads;
-        for (size_t i = 0; i < n_matmul_weights(r->model); i++) {
-                const struct packed_weights *packed = packed_for(r, i);
-                if (packed)
-                        matmul_shares_reset(&r->shares[i * nth], nth, packed->n_groups);
+        /* A long step goes through the layers in slices of consecutive tokens: a slice's
+         * tokens read the keys and values of earlier slices' tokens as a later chunk reads
+         * an earlier chunk's, so each token gets the bits it would get in one slice. */
+        uint32_t n_vocab = r->model->hp.n_vocab, out = 0;
+        for (uint32_t first = 0; first < batch->n_tokens; first += r->slice_tokens) {
+                uint32_t n = batch->n_tokens - first < r->slice_tokens ? batch->n_tokens - first : r->slice_tokens;
+                uint32_t n_out = 0;
+                for (; out + n_out < batch->n_outputs && (uint32_t) batch->output_tokens[out + n_out] < first + n; n_out++)
+                        r->slice_outputs[n_out] = batch->output_tokens[out + n_out] - (int32_t) first;
+                struct batch slice = {
+                        .n_tokens = n,
+                        .tokens = batch->tokens + first,
+                        .positions = batch->positions + first,
+                        .seq_ids = batch->seq_ids + first,
+                        .n_seqs = batch->n_seqs,
+                        .seqs = batch->seqs,
+                        .n_outputs = n_out,
+                        .output_tokens = r->slice_outputs,
+                };
+                run_slice(r, &slice, logits ? logits + (size_t) out * n_vocab : NULL);
+                out += n_out;
         }
-        thread_pool_run(r->pool, forward_worker, r);
-        r->batch = NULL;
-        r->logits = NULL;
         return 0;
 }
 

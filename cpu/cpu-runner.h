@@ -16,7 +16,15 @@ struct cpu_runner_config {
         uint32_t max_model_len;    /* longest sequence, prompt and output */
         uint32_t block_size;       /* KV cache tokens per block */
         uint32_t n_kv_blocks;      /* blocks in the KV pool */
+        /* A step's tokens go through the layers in slices of at most this many consecutive
+         * tokens, with the same results; 0 for the default, CPU_RUNNER_SLICE_TOKENS. */
+        uint32_t max_slice_tokens;
 };
+
+/* Slices of 256 tokens keep the activations of the widest matmul's input (n_ff = 1536 for
+ * SmolLM2-135M: ~500 KB of q8_1 blocks and scales) within a 1 MB L2 while every group of
+ * weight rows goes over all of the slice's tokens. */
+#define CPU_RUNNER_SLICE_TOKENS 256
 
 struct cpu_runner;
 
@@ -24,7 +32,8 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
                    struct error *err);
 void cpu_runner_free(struct cpu_runner *runner);
 
-/* Runs the batch, writing n_vocab logits for each of its output tokens, in order. Keys and
+/* Runs the batch, writing n_vocab logits for each of its output tokens, in order (their
+ * indices must rise). Keys and
  * values of every token are stored in the KV pool at its position's slot. -EBUSY while any
  * memory is released. */
 int cpu_runner_forward(struct cpu_runner *runner, const struct batch *batch, float *logits, struct error *err);

@@ -25,5 +25,5 @@ struct batch {
         uint32_t n_seqs;
         const struct batch_seq *seqs;
         uint32_t n_outputs;
-        const int32_t *output_tokens; /* (n_outputs) indices of the tokens whose logits are wanted */
+        const int32_t *output_tokens; /* (n_outputs) indices of the tokens whose logits are wanted, rising */
 };

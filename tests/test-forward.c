@@ -152,15 +152,20 @@ static void ref_step(struct reference *ref, int32_t token, float *logits) {
 
 /* --- helpers to drive the runner ----------------------------------------------------------- */
 
-static struct cpu_runner *new_runner(const struct model *m, unsigned threads, uint32_t max_batch) {
+static struct cpu_runner *new_sliced_runner(const struct model *m, unsigned threads, uint32_t max_batch,
+                                            uint32_t max_slice) {
         struct cpu_runner_config config = {
                 .n_threads = threads, .max_batch_tokens = max_batch, .max_model_len = MAX_LEN,
-                .block_size = BLOCK_SIZE, .n_kv_blocks = 4 * MAX_LEN / BLOCK_SIZE,
+                .block_size = BLOCK_SIZE, .n_kv_blocks = 4 * MAX_LEN / BLOCK_SIZE, .max_slice_tokens = max_slice,
         };
         struct cpu_runner *r;
         struct error err;
         ck_assert_msg(cpu_runner_new(m, &config, &r, &err) == 0, "%s", err.message);
         return r;
+}
+
+static struct cpu_runner *new_runner(const struct model *m, unsigned threads, uint32_t max_batch) {
+        return new_sliced_runner(m, threads, max_batch, 0);
 }
 
 struct test_seq {
@@ -285,7 +290,9 @@ START_TEST(test_invariance) {
                 together[s] = calloc((size_t) lens[s] * V, sizeof(float));
         }
 
-        struct cpu_runner *one = new_runner(m, 1, 256), *three = new_runner(m, 3, 256);
+        /* three threads take a step in slices of 7 tokens: slices end inside sequences and
+         * hold outputs of several */
+        struct cpu_runner *one = new_runner(m, 1, 256), *three = new_sliced_runner(m, 3, 256, 7);
         for (uint32_t s = 0; s < 3; s++)
                 run_batched(one, m, &seqs[s], 1, 1, &alone[s]); /* token by token, alone */
         static const uint32_t chunks[] = { 1, 5, 16, 64 };
@@ -379,6 +386,10 @@ START_TEST(test_rejects_bad_batches) {
         sid = 0;
         b.n_tokens = 9;
         ck_assert_int_eq(cpu_runner_forward(r, &b, logits, &err), -EINVAL);
+        int32_t toks[2] = { 5, 6 }, poss[2] = { 0, 1 }, sids[2] = { 0, 0 }, outs[2] = { 1, 0 };
+        struct batch two = { 2, toks, poss, sids, 1, &bs, 2, outs };
+        ck_assert_int_eq(cpu_runner_forward(r, &two, logits, &err), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err.message, "must rise"));
         b.n_tokens = 1;
         ck_assert_int_eq(cpu_runner_forward(r, &b, logits, &err), 0);
         free(logits);
