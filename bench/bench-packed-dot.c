@@ -3,7 +3,8 @@
  * matmul shapes of SmolLM2-135M: decode (one token) streaming ~100 MB of distinct copies of
  * the matrix as a forward pass does (cold), the same with one copy that stays in cache (hot),
  * a 32-sequence decode step streaming the copies (batch-cold) and a 512-token prefill. The
- * two run interleaved, alternating which goes first; medians. */
+ * two run interleaved, alternating which goes first; medians. With --logits (Q8_0) the packed
+ * side runs the logits product instead, and the output's shape gets a batch-cold run too. */
 #include "config.h"
 
 #include <getopt.h>
@@ -84,7 +85,10 @@ struct acts {
         struct block_q8_1 *xq;
         float *ds;
         int32_t *corrections;
+        int32_t *logits_corrections;
 };
+
+static bool logits;
 
 /* The runner's tile loop: four rows at a time, each tile meeting the tokens four at a time. */
 static void run_tiles(const struct dot_kernels *k, const struct matrices *m, uint64_t copy, const struct acts *a,
@@ -108,8 +112,9 @@ static void run_tiles(const struct dot_kernels *k, const struct matrices *m, uin
 static void run_packed(const struct dot_kernels *k, const struct matrices *m, uint64_t copy, const struct acts *a,
                        unsigned n_tokens, float *out) {
         const struct packed_weights *p = &m->packed[copy];
-        struct packed_activations pa = { a->xq, a->ds, a->corrections, m->n_blocks };
-        dot_packed_kernel_for(k, m->type)(p, 0, p->n_groups, &pa, n_tokens, out, m->rows, false);
+        struct packed_activations pa = { a->xq, a->ds, a->corrections, m->n_blocks, a->logits_corrections };
+        dot_packed_fn fn = logits ? k->packed_logits_q8_0 : dot_packed_kernel_for(k, m->type);
+        fn(p, 0, p->n_groups, &pa, n_tokens, out, m->rows, false);
 }
 
 /* A plain read of the same bytes, for the bandwidth one core gets. */
@@ -166,7 +171,8 @@ static void measure(const struct dot_kernels *k, const struct matrices *m, const
 }
 
 static void usage(FILE *f) {
-        fprintf(f, "Usage: bench-packed-dot [--type q4_1|q4_0|q8_0] [--kernels NAME] [--reps N] [--mbytes N] [--no-prefill] [--huge-pages]\n");
+        fprintf(f, "Usage: bench-packed-dot [--type q4_1|q4_0|q8_0] [--logits] [--kernels NAME] [--reps N] [--mbytes N] [--no-prefill]\n"
+                   "                        [--huge-pages]\n");
 }
 
 int main(int argc, char **argv) {
@@ -180,6 +186,7 @@ int main(int argc, char **argv) {
                 { "type", required_argument, NULL, 'T' }, { "kernels", required_argument, NULL, 'k' },
                 { "reps", required_argument, NULL, 'r' }, { "mbytes", required_argument, NULL, 'm' },
                 { "no-prefill", no_argument, NULL, 'P' }, { "huge-pages", no_argument, NULL, 'H' },
+                { "logits", no_argument, NULL, 'L' },
                 { "help", no_argument, NULL, 'h' },
                 { NULL, 0, NULL, 0 },
         };
@@ -209,20 +216,27 @@ int main(int argc, char **argv) {
                         break;
                 case 'P': prefill = false; break;
                 case 'H': huge_pages = true; break;
+                case 'L': logits = true; break;
                 case 'h': usage(stdout); return 0;
                 default: usage(stderr); return 2;
                 }
 
+        if (logits && type != TENSOR_Q8_0) {
+                fprintf(stderr, "bench-packed-dot: --logits is the product of Q8_0 output weights; add --type q8_0\n");
+                return 2;
+        }
         const unsigned n_prefill = 512;
         uint64_t max_blocks = 1536 / QUANT_BLOCK;
         struct acts a = {
                 .xq = malloc(sizeof(struct block_q8_1) * n_prefill * max_blocks),
                 .ds = malloc(sizeof(float) * 2 * n_prefill * max_blocks),
                 .corrections = malloc(sizeof(int32_t) * PACKED_CORRECTIONS * n_prefill * max_blocks),
+                .logits_corrections = malloc(sizeof(int32_t) * n_prefill * max_blocks),
         };
-        float *out = malloc(sizeof(float) * 49152 * 8 > sizeof(float) * 1536 * n_prefill ? sizeof(float) * 49152 * 8
-                                                                                          : sizeof(float) * 1536 * n_prefill);
-        if (!a.xq || !a.ds || !a.corrections || !out)
+        /* the widest result: 32 tokens of the output's rows (batch-cold with --logits) */
+        float *out = malloc(sizeof(float) * 49152 * 32 > sizeof(float) * 1536 * n_prefill ? sizeof(float) * 49152 * 32
+                                                                                           : sizeof(float) * 1536 * n_prefill);
+        if (!a.xq || !a.ds || !a.corrections || !a.logits_corrections || !out)
                 return 1;
         float x[1536];
 
@@ -239,11 +253,13 @@ int main(int argc, char **argv) {
                         k->quantize_q8_1(x, a.xq + t * m.n_blocks, a.ds + 2 * t * m.n_blocks, s->cols);
                         packed_activation_corrections(a.xq + t * m.n_blocks, m.n_blocks,
                                                       a.corrections + t * m.n_blocks * PACKED_CORRECTIONS);
+                        packed_logits_corrections(a.xq + t * m.n_blocks, m.n_blocks, a.logits_corrections + t * m.n_blocks);
                 }
                 measure(k, &m, s->name, "decode-cold", &a, 1, m.n_copies, true, reps, out);
                 measure(k, &m, s->name, "decode-hot", &a, 1, m.n_copies, false, reps, out);
-                if (prefill && s->prefill) {
+                if (prefill && (s->prefill || logits))
                         measure(k, &m, s->name, "batch-cold", &a, 32, m.n_copies, true, reps, out);
+                if (prefill && s->prefill) {
                         measure(k, &m, s->name, "prefill", &a, n_prefill, 3, false, reps, out);
                 }
                 matrices_free(&m);
@@ -251,6 +267,7 @@ int main(int argc, char **argv) {
         free(a.xq);
         free(a.ds);
         free(a.corrections);
+        free(a.logits_corrections);
         free(out);
         return 0;
 }

@@ -24,6 +24,7 @@ struct activations {
         struct block_q8_1 *xq; /* (tokens, max_dim / 32) */
         float *ds;             /* (tokens, max_dim / 32, 2) */
         int32_t *corrections;  /* (tokens, max_dim / 32, PACKED_CORRECTIONS) for packed Q4_0 and Q8_0 */
+        int32_t *logits_corrections; /* (tokens, max_dim / 32) for the packed logits product */
 };
 
 /* The matmul weights repacked for the packed product (packed-weights.h), all in one
@@ -103,7 +104,8 @@ static bool activations_alloc(struct cpu_runner *r, size_t tokens, struct activa
         a->xq = alloc_scratch(r, tokens * (r->max_dim / QUANT_BLOCK), sizeof(struct block_q8_1));
         a->ds = alloc_floats(r, tokens * (r->max_dim / QUANT_BLOCK) * 2);
         a->corrections = alloc_scratch(r, tokens * (r->max_dim / QUANT_BLOCK), PACKED_CORRECTIONS * sizeof(int32_t));
-        return a->xn && a->xq && a->ds && a->corrections;
+        a->logits_corrections = alloc_scratch(r, tokens * (r->max_dim / QUANT_BLOCK), sizeof(int32_t));
+        return a->xn && a->xq && a->ds && a->corrections && a->logits_corrections;
 }
 
 static void activations_free(struct activations *a) {
@@ -111,6 +113,7 @@ static void activations_free(struct activations *a) {
         free(a->xq);
         free(a->ds);
         free(a->corrections);
+        free(a->logits_corrections);
 }
 
 static const struct weight *layer_weight(const struct model_layer *l, unsigned k) {
@@ -125,6 +128,12 @@ static const struct weight *matmul_weight(const struct model *m, size_t i) {
 
 static size_t n_matmul_weights(const struct model *m) {
         return (size_t) m->hp.n_layer * WEIGHTS_PER_LAYER + 1;
+}
+
+/* Whether matmul weight i makes the logits with the logits product (dot.h): the output of a
+ * Q8_0 output weight. */
+static bool logits_product(const struct model *m, size_t i) {
+        return i == (size_t) m->hp.n_layer * WEIGHTS_PER_LAYER && m->output.type == TENSOR_Q8_0;
 }
 
 static bool packable(const struct cpu_runner *r, const struct weight *w) {
@@ -382,14 +391,25 @@ static void matmul(const struct cpu_runner *r, size_t weight_index, const struct
 
         /* Packed: groups of sixteen rows across the threads, every token in one call, the
          * group's weights staying in L1 while the tokens pass over them. */
+        bool logits = logits_product(r->model, weight_index);
         if (packed) {
-                dot_packed_fn fn = dot_packed_kernel_for(r->kernels, w->type);
+                dot_packed_fn fn = logits ? r->kernels->packed_logits_q8_0 : dot_packed_kernel_for(r->kernels, w->type);
                 struct matmul_share *shares = &r->shares[weight_index * nth];
-                struct packed_activations pa = { xq, a->ds, a->corrections, n_blocks };
+                struct packed_activations pa = { xq, a->ds, a->corrections, n_blocks, a->logits_corrections };
                 uint32_t take = matmul_take_size(packed, n_tokens, nth), n;
                 uint64_t g0;
                 while (matmul_shares_take(shares, ith, nth, take, &g0, &n))
                         fn(packed, g0, g0 + n, &pa, n_tokens, out, out_stride, accumulate);
+                return;
+        }
+        if (logits) {
+                split(w->n_rows, ith, nth, &begin, &end);
+                for (uint64_t row = begin; row < end; row++)
+                        for (uint32_t t = 0; t < n_tokens; t++) {
+                                float v = dot_logits_q8_0_reference(w->data + row * w->row_bytes, xq + t * n_blocks, n_blocks);
+                                float *o = &out[(size_t) t * out_stride + row];
+                                *o = accumulate ? *o + v : v;
+                        }
                 return;
         }
 
@@ -441,10 +461,12 @@ static void quantize_row(const struct cpu_runner *r, const struct activations *a
                                                    a->corrections + i * n_blocks * PACKED_CORRECTIONS);
 }
 
-/* Normalizes and quantizes this thread's share of tokens: xn = norm(x) * weight, xq = q8(xn). */
+/* Normalizes and quantizes this thread's share of tokens: xn = norm(x) * weight, xq = q8(xn);
+ * with for_logits also the blocks' corrections that the packed logits product reads. */
 static void norm_tokens(struct cpu_runner *r, const struct activations *a, const float *weight, const int32_t *rows,
-                        uint32_t n_rows, unsigned ith, unsigned nth) {
+                        uint32_t n_rows, unsigned ith, unsigned nth, bool for_logits) {
         const struct model_hparams *hp = &r->model->hp;
+        size_t n_blocks = hp->n_embd / QUANT_BLOCK;
         uint64_t begin, end;
         split(n_rows, ith, nth, &begin, &end);
         for (uint64_t i = begin; i < end; i++) {
@@ -452,6 +474,8 @@ static void norm_tokens(struct cpu_runner *r, const struct activations *a, const
                 float *xn = a->xn + i * hp->n_embd;
                 rms_norm(r->x + (size_t) t * hp->n_embd, weight, xn, hp->n_embd, hp->rms_eps);
                 quantize_row(r, a, xn, i, hp->n_embd);
+                if (for_logits)
+                        packed_logits_corrections(a->xq + i * n_blocks, n_blocks, a->logits_corrections + i * n_blocks);
         }
 }
 
@@ -703,7 +727,7 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
                 const struct model_layer *l = &m->layers[layer];
                 size_t w = (size_t) layer * WEIGHTS_PER_LAYER; /* the layer's first weight */
 
-                norm_tokens(r, a, l->attn_norm, NULL, T, feed_ith, feed_nth);
+                norm_tokens(r, a, l->attn_norm, NULL, T, feed_ith, feed_nth, false);
                 if (!small)
                         barrier_before_matmul(r, w + 0, T, ith, nth);
                 matmul(r, w + 0, a, T, r->q, r->q_dim, false, row_scratch, ith, nth);
@@ -722,7 +746,7 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
                 matmul(r, w + 3, a, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
                 barrier_before_matmul(r, w + 4, T, ith, nth);
 
-                norm_tokens(r, a, l->ffn_norm, NULL, T, feed_ith, feed_nth);
+                norm_tokens(r, a, l->ffn_norm, NULL, T, feed_ith, feed_nth, false);
                 if (!small)
                         barrier_before_matmul(r, w + 4, T, ith, nth);
                 matmul(r, w + 4, a, T, r->gate, hp->n_ff, false, row_scratch, ith, nth);
@@ -738,7 +762,8 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
                         barrier_before_matmul(r, n_matmul_weights(m) - 1, b->n_outputs, ith, nth);
         }
 
-        norm_tokens(r, a, m->output_norm, b->output_tokens, b->n_outputs, feed_ith, feed_nth);
+        bool packed_logits = packed_for(r, n_matmul_weights(m) - 1) && logits_product(m, n_matmul_weights(m) - 1);
+        norm_tokens(r, a, m->output_norm, b->output_tokens, b->n_outputs, feed_ith, feed_nth, packed_logits);
         if (!small)
                 barrier_before_matmul(r, n_matmul_weights(m) - 1, b->n_outputs, ith, nth);
         matmul(r, n_matmul_weights(m) - 1, a, b->n_outputs, r->logits, hp->n_vocab, false, row_scratch, ith, nth);

@@ -49,6 +49,18 @@ static float dot_q8_0_scalar(const void *weight_row, const struct block_q8_1 *ac
         return sum;
 }
 
+float dot_logits_q8_0_reference(const uint8_t *row, const struct block_q8_1 *act, size_t n_blocks) {
+        const struct block_q8_0 *w = (const void *) row;
+        float acc = 0.0f;
+        for (size_t b = 0; b < n_blocks; b++) {
+                int32_t isum = 0;
+                for (int j = 0; j < QUANT_BLOCK; j++)
+                        isum += w[b].qs[j] * act[b].qs[j];
+                acc = fmaf((float) isum, f16_to_f32(w[b].d) * f16_to_f32(act[b].d), acc);
+        }
+        return acc;
+}
+
 /* The reference tiles: one product at a time. */
 #define SCALAR_TILE(type)                                                                                               \
         static void tile_##type##_scalar(const void *weight_rows, size_t row_bytes, const struct block_q8_1 *act,      \
@@ -65,19 +77,21 @@ SCALAR_TILE(q4_1)
 SCALAR_TILE(q8_0)
 
 /* The reference for the packed product: one row and token at a time, in dot.h's order (eight
- * lanes, one float accumulator each), from the packed bytes themselves, with the weights'
- * bias taken off each quant and the activation's scales converted here (the ds and
- * corrections tables are the SIMD sets' shortcuts, checked against this). */
-static float packed_row_scalar(const struct packed_weights *w, uint64_t row, const struct block_q8_1 *act) {
+ * lanes, one float accumulator each; or, for the logits product, the block's lanes summed
+ * first into one), from the packed bytes themselves, with the weights' bias taken off each
+ * quant and the activation's scales converted here (the ds and corrections tables are the
+ * SIMD sets' shortcuts, checked against this). */
+static float packed_row_scalar(const struct packed_weights *w, uint64_t row, const struct block_q8_1 *act, bool logits) {
         unsigned r = (unsigned) (row % PACKED_ROWS);
         const uint8_t *quants = w->data + row / PACKED_ROWS * w->group_bytes;
         const uint8_t *scales = quants + w->n_blocks * w->quant_bytes;
         int32_t bias = packed_quant_bias(w->type);
-        float lanes[PACKED_LANES] = { 0 }, off = 0.0f;
+        float lanes[PACKED_LANES] = { 0 }, off = 0.0f, acc = 0.0f;
         for (uint64_t b = 0; b < w->n_blocks; b++) {
                 const uint8_t *rec = quants + b * w->quant_bytes;
                 const f16_bits *s = (const f16_bits *) (scales + b * w->scale_bytes);
                 float scale = f16_to_f32(s[r]) * f16_to_f32(act[b].d);
+                int32_t block_sum = 0;
                 for (unsigned l = 0; l < PACKED_LANES; l++) {
                         int32_t isum = 0;
                         for (unsigned k = 0; k < 4; k++) {
@@ -90,23 +104,39 @@ static float packed_row_scalar(const struct packed_weights *w, uint64_t row, con
                                 }
                                 isum += (q - bias) * act[b].qs[4 * l + k];
                         }
+                        block_sum += isum;
                         lanes[l] = fmaf((float) isum, scale, lanes[l]);
                 }
+                acc = fmaf((float) block_sum, scale, acc);
                 if (w->type == TENSOR_Q4_1)
                         off = fmaf(f16_to_f32(s[PACKED_ROWS + r]), f16_to_f32(act[b].s), off);
         }
+        if (logits)
+                return acc;
         return w->type == TENSOR_Q4_1 ? lanes_sum8(lanes) + off : lanes_sum8(lanes);
+}
+
+static void packed_rows_scalar(const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,
+                               const struct packed_activations *a, unsigned n_tokens, float *out, size_t out_stride,
+                               bool accumulate, bool logits) {
+        for (uint64_t row = group_begin * PACKED_ROWS; row < group_end * PACKED_ROWS && row < w->n_rows; row++)
+                for (unsigned t = 0; t < n_tokens; t++) {
+                        float v = packed_row_scalar(w, row, a->xq + t * a->stride, logits);
+                        float *o = &out[t * out_stride + row];
+                        *o = accumulate ? *o + v : v;
+                }
 }
 
 static void packed_scalar(const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,
                           const struct packed_activations *a, unsigned n_tokens, float *out, size_t out_stride,
                           bool accumulate) {
-        for (uint64_t row = group_begin * PACKED_ROWS; row < group_end * PACKED_ROWS && row < w->n_rows; row++)
-                for (unsigned t = 0; t < n_tokens; t++) {
-                        float v = packed_row_scalar(w, row, a->xq + t * a->stride);
-                        float *o = &out[t * out_stride + row];
-                        *o = accumulate ? *o + v : v;
-                }
+        packed_rows_scalar(w, group_begin, group_end, a, n_tokens, out, out_stride, accumulate, false);
+}
+
+static void packed_logits_scalar(const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,
+                                 const struct packed_activations *a, unsigned n_tokens, float *out, size_t out_stride,
+                                 bool accumulate) {
+        packed_rows_scalar(w, group_begin, group_end, a, n_tokens, out, out_stride, accumulate, true);
 }
 
 static void dot_f16_scalar(const f16_bits *k, const float *q, size_t q_stride, unsigned n_q, size_t n, float *out) {
@@ -209,6 +239,7 @@ const struct dot_kernels dot_kernels_scalar = {
         .packed_q4_0 = packed_scalar,
         .packed_q4_1 = packed_scalar,
         .packed_q8_0 = packed_scalar,
+        .packed_logits_q8_0 = packed_logits_scalar,
         .attn_scores = attn_scores_scalar,
         .attn_values = attn_values_scalar,
         .round_f16 = round_f16_scalar,

@@ -504,6 +504,7 @@ const struct dot_kernels DOT_CONCAT(dot_kernels, DOT_SET) = {
         .packed_q4_0 = DOT_PACKED_FN(q4_0),
         .packed_q4_1 = DOT_PACKED_FN(q4_1),
         .packed_q8_0 = DOT_PACKED_FN(q8_0),
+        .packed_logits_q8_0 = DOT_PACKED_FN(logits_q8_0),
         .attn_scores = DOT_FN(attn_scores),
         .attn_values = DOT_FN(attn_values),
         .round_f16 = DOT_FN(round_f16),

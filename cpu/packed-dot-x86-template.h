@@ -239,6 +239,46 @@ PACKED_ATTRS_256 void DOT_FN(packed_groups)(const struct packed_weights *w, uint
                                 DOT_FN(packed_half_passes)(w, g, h, a, n_tokens, out, out_stride, accumulate, NULL, NULL, kind);
 }
 
+/* The logits product (dot.h) of rows 8h..8h+7 of group g against one token (out is its row
+ * of outputs): per block the eight lanes' exact int32 added into one, then one conversion
+ * and one fma. */
+PACKED_ATTRS_256 void DOT_FN(packed_logits_half)(const struct packed_weights *w, uint64_t g, unsigned h,
+                                                 const struct packed_activations *a, unsigned t, float *out, bool accumulate,
+                                                 bool prefetch) {
+        const struct packed_half_layout lay = DOT_FN(packed_half_layout)(w, g, h, 2);
+        __m256 acc = _mm256_setzero_ps();
+        for (uint64_t b = 0; b < w->n_blocks; b++) {
+                const uint8_t *rec = lay.quants + b * lay.quant_bytes;
+                if (prefetch)
+                        packed_prefetch_block(lay.group, b, lay.quant_bytes + lay.scale_bytes);
+                size_t ab = t * a->stride + b;
+                __m256i isum = _mm256_setzero_si256();
+                _Pragma("GCC unroll 8") for (unsigned l = 0; l < PACKED_LANES; l++)
+                        isum = _mm256_add_epi32(isum, DOT_FN(packed_lane_isum)(DOT_FN(packed_lane_weights)(rec, l, 2), a, ab, l, 2));
+                __m256 dw = _mm256_cvtph_ps(_mm_load_si128((const __m128i *) (lay.scales + b * lay.scale_bytes)));
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(a->ds[2 * ab])), acc);
+        }
+        uint64_t row0 = g * PACKED_ROWS + 8 * h;
+        if (row0 >= w->n_rows)
+                return;
+        unsigned n_valid = w->n_rows - row0 < 8 ? (unsigned) (w->n_rows - row0) : 8;
+        float v[8];
+        _mm256_storeu_ps(v, acc);
+        float *o = out + row0;
+        for (unsigned r = 0; r < n_valid; r++)
+                o[r] = accumulate ? o[r] + v[r] : v[r];
+}
+
+__attribute__((target(DOT_TARGET))) static void DOT_FN(packed_logits_q8_0)(const struct packed_weights *w, uint64_t group_begin,
+                                                                          uint64_t group_end, const struct packed_activations *a,
+                                                                          unsigned n_tokens, float *out, size_t out_stride,
+                                                                          bool accumulate) {
+        for (uint64_t g = group_begin; g < group_end; g++)
+                for (unsigned h = 0; h < 2; h++)
+                        for (unsigned t = 0; t < n_tokens; t++)
+                                DOT_FN(packed_logits_half)(w, g, h, a, t, out + t * out_stride, accumulate, h == 0 && t == 0);
+}
+
 #define PACKED_ENTRY_256(name, kind)                                                                                   \
         __attribute__((target(DOT_TARGET))) static void DOT_FN(packed_##name)(                                        \
                 const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,                              \

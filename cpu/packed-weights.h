@@ -141,3 +141,7 @@ static inline void packed_fetch_step(struct packed_fetch *f) {
  * quants 4l..4l+3), for Q4_0 and Q8_0; exact. Computed once per activation, shared by every
  * matrix and row that meets it. */
 void packed_activation_corrections(const struct block_q8_1 *xq, size_t n_blocks, int32_t *corrections);
+
+/* For the logits product (dot.h) on packed Q8_0: corrections[b] = -packed_quant_bias(Q8_0) *
+ * (the sum of all 32 quants of activation block b); exact. */
+void packed_logits_corrections(const struct block_q8_1 *xq, size_t n_blocks, int32_t *corrections);

@@ -317,7 +317,8 @@ START_TEST(test_invariance) {
 END_TEST
 
 /* The packed product (ASYNCLLM_CPU_PACKED, on by default) computes llama.cpp's x86 order, as
- * the x86 tiles do: the whole forward pass has the same bits either way, for a prompt in one
+ * the x86 tiles do, and a Q8_0 output's logits product is the same on both paths: the whole
+ * forward pass has the same bits either way, for a prompt in one
  * pass, in chunks beside other sequences (more tokens at once than one pass takes), and
  * token by token. The scalar set's tiles keep an order of their own, so that set is left out. */
 START_TEST(test_packed_matches_tiles) {

@@ -5,7 +5,8 @@
  * (eight lanes, lanes_sum8) gives the bits of the AVX2 and AVX-512 single products (whose
  * tiles test-kernels holds to those bits), the scalar reference gives the formula's bits and
  * stays within rounding of the exact value, and every set, the scalar one included, gives
- * the single products' bits on odd shapes. */
+ * the single products' bits on odd shapes; the same for the logits product against its
+ * reference. */
 #include "config.h"
 
 #include <check.h>
@@ -53,6 +54,7 @@ struct acts {
         struct block_q8_1 xq[MAX_TOKENS * 2 * MAX_BLOCKS];
         float ds[MAX_TOKENS * 2 * MAX_BLOCKS * 2];
         int32_t corrections[MAX_TOKENS * 2 * MAX_BLOCKS * PACKED_CORRECTIONS];
+        int32_t logits_corrections[MAX_TOKENS * 2 * MAX_BLOCKS];
 };
 
 static void random_acts(struct acts *a, size_t n_blocks_total, bool extreme) {
@@ -64,6 +66,7 @@ static void random_acts(struct acts *a, size_t n_blocks_total, bool extreme) {
                 dot_kernels_scalar.quantize_q8_1(x, &a->xq[b], &a->ds[2 * b], QUANT_BLOCK);
         }
         packed_activation_corrections(a->xq, n_blocks_total, a->corrections);
+        packed_logits_corrections(a->xq, n_blocks_total, a->logits_corrections);
 }
 
 /* The element-wise quants of a row's block as integers (weights as their type defines them). */
@@ -206,7 +209,7 @@ START_TEST(test_reference_matches_formula) {
                         struct packed_weights p;
                         ck_assert_int_eq(packed_weights_build(type, rows_buf, row_bytes, n_rows, n_blocks * QUANT_BLOCK, &p), 0);
                         static float out[MAX_TOKENS * MAX_ROWS];
-                        struct packed_activations a = { acts.xq, acts.ds, acts.corrections, n_blocks };
+                        struct packed_activations a = { acts.xq, acts.ds, acts.corrections, n_blocks, acts.logits_corrections };
                         dot_packed_kernel_for(&dot_kernels_scalar, type)(&p, 0, p.n_groups, &a, n_tokens, out, n_rows, false);
                         for (unsigned t = 0; t < n_tokens; t++)
                                 for (size_t r = 0; r < n_rows; r++) {
@@ -252,16 +255,50 @@ START_TEST(test_formula_matches_x86_single_products) {
 }
 END_TEST
 
+/* The logits product's reference (dot.h) is within rounding of the exact value, and the
+ * scalar set's packed kernel, reading the packed bytes, has its bits. */
+START_TEST(test_logits_reference) {
+        for (int rep = 0; rep < 40; rep++) {
+                bool extreme = rep % 10 == 9;
+                size_t n_rows = 1 + next_u32() % MAX_ROWS, n_blocks = 1 + next_u32() % USUAL_BLOCKS;
+                size_t row_bytes = tensor_row_bytes(TENSOR_Q8_0, n_blocks * QUANT_BLOCK);
+                unsigned n_tokens = 1 + next_u32() % MAX_TOKENS;
+                random_rows(TENSOR_Q8_0, rows_buf, row_bytes, n_rows, n_blocks, extreme);
+                random_acts(&acts, n_tokens * n_blocks, extreme);
+                struct packed_weights p;
+                ck_assert_int_eq(packed_weights_build(TENSOR_Q8_0, rows_buf, row_bytes, n_rows, n_blocks * QUANT_BLOCK, &p), 0);
+                static float out[MAX_TOKENS * MAX_ROWS];
+                struct packed_activations a = { acts.xq, acts.ds, acts.corrections, n_blocks, acts.logits_corrections };
+                dot_kernels_scalar.packed_logits_q8_0(&p, 0, p.n_groups, &a, n_tokens, out, n_rows, false);
+                for (unsigned t = 0; t < n_tokens; t++)
+                        for (size_t r = 0; r < n_rows; r++) {
+                                const uint8_t *row = rows_buf + r * row_bytes;
+                                double exact, bound;
+                                (void) formula_from_row(TENSOR_Q8_0, row, acts.xq + t * n_blocks, n_blocks, &exact, &bound);
+                                float want = dot_logits_q8_0_reference(row, acts.xq + t * n_blocks, n_blocks);
+                                float got = out[t * n_rows + r];
+                                ck_assert_msg(memcmp(&got, &want, sizeof(got)) == 0, "row %zu token %u: %a vs %a", r, t, got, want);
+                                ck_assert_msg(fabs((double) want - exact) <= bound, "row %zu token %u: %.9g vs exact %.17g (bound %g)",
+                                              r, t, want, exact, bound);
+                        }
+                packed_weights_free(&p);
+        }
+}
+END_TEST
+
 /* One packed set against the single products: random shapes (rows not a multiple of
  * sixteen), rows wider than the kernels unpack once, group sub-ranges, 1..MAX_TOKENS
  * tokens, strided tokens, output strides wider than the rows, accumulation; rows outside the range stay untouched. The expected
- * bits are those of x86_single_products() where the CPU has one, else the formula's. */
-static void compare_set(const struct dot_kernels *k) {
+ * bits are those of x86_single_products() where the CPU has one, else the formula's; with
+ * logits, the set's logits product on Q8_0 against dot_logits_q8_0_reference(). */
+static void compare_set(const struct dot_kernels *k, bool logits) {
         static float want[MAX_TOKENS * (MAX_ROWS + 9)], got[MAX_TOKENS * (MAX_ROWS + 9)];
         const struct dot_kernels *single = x86_single_products();
         for (size_t ti = 0; ti < N_TYPES; ti++)
                 for (int rep = 0; rep < 300; rep++) {
                         enum tensor_type type = types[ti];
+                        if (logits && type != TENSOR_Q8_0)
+                                break;
                         bool extreme = rep % 25 == 24;
                         size_t n_rows = rep < 8 * 9 ? (size_t) (rep / 8) * 8 + 1 + (size_t) (rep % 3) : 1 + next_u32() % MAX_ROWS;
                         size_t n_blocks = rep % 10 == 5 ? PACKED_UNPACK_MAX_BLOCKS + 1 + next_u32() % 3
@@ -283,21 +320,23 @@ static void compare_set(const struct dot_kernels *k) {
                                         const uint8_t *row = rows_buf + r * row_bytes;
                                         const struct block_q8_1 *act = acts.xq + t * stride;
                                         double exact, bound;
-                                        float v = single ? dot_kernel_for(single, type)(row, act, n_blocks)
-                                                         : formula_from_row(type, row, act, n_blocks, &exact, &bound);
+                                        float v = logits   ? dot_logits_q8_0_reference(row, act, n_blocks)
+                                                  : single ? dot_kernel_for(single, type)(row, act, n_blocks)
+                                                           : formula_from_row(type, row, act, n_blocks, &exact, &bound);
                                         float *o = &want[t * out_stride + r];
                                         *o = accumulate ? *o + v : v;
                                 }
-                        struct packed_activations a = { acts.xq, acts.ds, acts.corrections, stride };
-                        dot_packed_kernel_for(k, type)(&p, g0, g1, &a, n_tokens, got, out_stride, accumulate);
+                        struct packed_activations a = { acts.xq, acts.ds, acts.corrections, stride, acts.logits_corrections };
+                        (logits ? k->packed_logits_q8_0 : dot_packed_kernel_for(k, type))(&p, g0, g1, &a, n_tokens, got, out_stride,
+                                                                                         accumulate);
                         for (unsigned t = 0; t < n_tokens; t++)
                                 for (size_t r = 0; r < out_stride; r++) {
                                         size_t i = t * out_stride + r;
                                         ck_assert_msg(memcmp(&got[i], &want[i], sizeof(float)) == 0,
-                                                      "%s %s rows %zu blocks %zu tokens %u groups [%lu, %lu) row %zu token %u: %a vs %s %a",
-                                                      k->name, tensor_type_info(type)->name, n_rows, n_blocks, n_tokens,
-                                                      (unsigned long) g0, (unsigned long) g1, r, t, got[i],
-                                                      single ? single->name : "formula", want[i]);
+                                                      "%s %s%s rows %zu blocks %zu tokens %u groups [%lu, %lu) row %zu token %u: %a vs %s %a",
+                                                      k->name, logits ? "logits " : "", tensor_type_info(type)->name, n_rows,
+                                                      n_blocks, n_tokens, (unsigned long) g0, (unsigned long) g1, r, t, got[i],
+                                                      logits ? "reference" : single ? single->name : "formula", want[i]);
                                 }
                         packed_weights_free(&p);
                 }
@@ -306,7 +345,7 @@ static void compare_set(const struct dot_kernels *k) {
 START_TEST(test_sets_match_single_products) {
         if (!x86_single_products())
                 fprintf(stderr, "SKIP part: no x86 single products here; the sets were compared with the formula\n");
-        compare_set(&dot_kernels_scalar);
+        compare_set(&dot_kernels_scalar, false);
         static const char *const names[] = { "avx2", "avx512vnni" };
         for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
                 const struct dot_kernels *k = dot_kernels_by_name(names[i]);
@@ -314,9 +353,23 @@ START_TEST(test_sets_match_single_products) {
                         fprintf(stderr, "SKIP part: this CPU lacks %s; its packed product was not compared\n", names[i]);
                         continue;
                 }
-                compare_set(k);
+                compare_set(k, false);
         }
-        compare_set(dot_kernels_select());
+        compare_set(dot_kernels_select(), false);
+}
+END_TEST
+
+START_TEST(test_sets_match_logits_reference) {
+        compare_set(&dot_kernels_scalar, true);
+        static const char *const names[] = { "avx2", "avx512vnni" };
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+                const struct dot_kernels *k = dot_kernels_by_name(names[i]);
+                if (!k) {
+                        fprintf(stderr, "SKIP part: this CPU lacks %s; its logits product was not compared\n", names[i]);
+                        continue;
+                }
+                compare_set(k, true);
+        }
 }
 END_TEST
 
@@ -332,6 +385,12 @@ START_TEST(test_activation_corrections) {
                         ck_assert_int_eq(c[packed_correction_offset(TENSOR_Q4_0) + l], -8 * s);
                         ck_assert_int_eq(c[packed_correction_offset(TENSOR_Q8_0) + l], -128 * s);
                 }
+        for (size_t b = 0; b < 3 * MAX_BLOCKS; b++) {
+                int32_t s = 0;
+                for (int j = 0; j < QUANT_BLOCK; j++)
+                        s += acts.xq[b].qs[j];
+                ck_assert_int_eq(acts.logits_corrections[b], -128 * s);
+        }
 }
 END_TEST
 
@@ -344,6 +403,8 @@ int main(void) {
         tcase_add_test(tc, test_formula_matches_x86_single_products);
         tcase_add_test(tc, test_reference_matches_formula);
         tcase_add_test(tc, test_sets_match_single_products);
+        tcase_add_test(tc, test_logits_reference);
+        tcase_add_test(tc, test_sets_match_logits_reference);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
