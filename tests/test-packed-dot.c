@@ -342,34 +342,31 @@ static void compare_set(const struct dot_kernels *k, bool logits) {
                 }
 }
 
-START_TEST(test_sets_match_single_products) {
-        if (!x86_single_products())
-                fprintf(stderr, "SKIP part: no x86 single products here; the sets were compared with the formula\n");
-        compare_set(&dot_kernels_scalar, false);
+/* compare_set() for the scalar set and every x86 set this CPU has. */
+static void compare_every_set(bool logits) {
+        compare_set(&dot_kernels_scalar, logits);
         static const char *const names[] = { "avx2", "avx512vnni" };
         for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
                 const struct dot_kernels *k = dot_kernels_by_name(names[i]);
                 if (!k) {
-                        fprintf(stderr, "SKIP part: this CPU lacks %s; its packed product was not compared\n", names[i]);
+                        fprintf(stderr, "SKIP part: this CPU lacks %s; its %s product was not compared\n", names[i],
+                                logits ? "logits" : "packed");
                         continue;
                 }
-                compare_set(k, false);
+                compare_set(k, logits);
         }
+}
+
+START_TEST(test_sets_match_single_products) {
+        if (!x86_single_products())
+                fprintf(stderr, "SKIP part: no x86 single products here; the sets were compared with the formula\n");
+        compare_every_set(false);
         compare_set(dot_kernels_select(), false);
 }
 END_TEST
 
 START_TEST(test_sets_match_logits_reference) {
-        compare_set(&dot_kernels_scalar, true);
-        static const char *const names[] = { "avx2", "avx512vnni" };
-        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-                const struct dot_kernels *k = dot_kernels_by_name(names[i]);
-                if (!k) {
-                        fprintf(stderr, "SKIP part: this CPU lacks %s; its logits product was not compared\n", names[i]);
-                        continue;
-                }
-                compare_set(k, true);
-        }
+        compare_every_set(true);
 }
 END_TEST
 
