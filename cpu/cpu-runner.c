@@ -289,7 +289,7 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
         if (!ok || !r->slice_outputs || !r->x || !r->q || !r->k || !r->v || !r->gate || !r->up || !r->rope_cos ||
             !r->rope_sin || !r->thread_scratch || !r->shares || !r->attn_done_until) {
                 cpu_runner_free(r);
-                return error_set(err, ENOMEM, "cannot allocate scratch for %zu tokens per step", T);
+                return error_set(err, ENOMEM, "cannot allocate scratch for slices of %zu tokens", T);
         }
         *ret = r;
         return 0;
