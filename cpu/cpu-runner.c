@@ -563,12 +563,10 @@ static bool attention_stores_own_kv(const struct batch *b) {
         return true;
 }
 
-/* Attention items are (token, head) pairs costing the token's context length each; a
- * thread's share is cut by cost, not by count, so that a mixed step's long-context prompt
- * tokens do not all land on one thread. Returns the first item whose cost so far reaches
- * target. */
-/* The first item (token t, key-value head) at which the running cost, (position + 1) per
- * head of each item, reaches target. */
+/* Attention items are (token, key-value head) pairs costing (position + 1) per query head
+ * each; a thread's share is cut by cost, not by count, so that a mixed step's long-context
+ * prompt tokens do not all land on one thread. Returns the first item at which the running
+ * cost reaches target. */
 static uint64_t item_at_cost(const struct batch *b, uint32_t n_items_per_token, uint32_t heads_per_item, uint64_t target) {
         uint64_t before = 0;
         for (uint32_t t = 0; t < b->n_tokens; t++) {
