@@ -385,13 +385,14 @@ static void matmul(const struct cpu_runner *r, size_t weight_index, const struct
         const struct block_q8_1 *xq = a->xq;
         uint64_t begin, end;
         size_t n_blocks = w->n_cols / QUANT_BLOCK;
-        dot_q_fn dot = dot_kernel_for(r->kernels, w->type);
-        dot_tile_fn tile = dot_tile_kernel_for(r->kernels, w->type);
+        bool logits = logits_product(r->model, weight_index);
+        /* unpacked, the logits product goes one row at a time through its reference */
+        dot_q_fn dot = logits ? dot_logits_q8_0_reference : dot_kernel_for(r->kernels, w->type);
+        dot_tile_fn tile = logits ? NULL : dot_tile_kernel_for(r->kernels, w->type);
         uint64_t n_tiles = tile ? w->n_rows / DOT_TILE_ROWS : 0;
 
         /* Packed: groups of sixteen rows across the threads, every token in one call, the
          * group's weights staying in L1 while the tokens pass over them. */
-        bool logits = logits_product(r->model, weight_index);
         if (packed) {
                 dot_packed_fn fn = logits ? r->kernels->packed_logits_q8_0 : dot_packed_kernel_for(r->kernels, w->type);
                 struct matmul_share *shares = &r->shares[weight_index * nth];
@@ -400,16 +401,6 @@ static void matmul(const struct cpu_runner *r, size_t weight_index, const struct
                 uint64_t g0;
                 while (matmul_shares_take(shares, ith, nth, take, &g0, &n))
                         fn(packed, g0, g0 + n, &pa, n_tokens, out, out_stride, accumulate);
-                return;
-        }
-        if (logits) {
-                split(w->n_rows, ith, nth, &begin, &end);
-                for (uint64_t row = begin; row < end; row++)
-                        for (uint32_t t = 0; t < n_tokens; t++) {
-                                float v = dot_logits_q8_0_reference(w->data + row * w->row_bytes, xq + t * n_blocks, n_blocks);
-                                float *o = &out[(size_t) t * out_stride + row];
-                                *o = accumulate ? *o + v : v;
-                        }
                 return;
         }
 
@@ -428,7 +419,7 @@ static void matmul(const struct cpu_runner *r, size_t weight_index, const struct
                                 }
                 }
         }
-        /* rows left over from the tiles, and float weights, one product at a time */
+        /* rows left over from the tiles, float weights and the logits product, one product at a time */
         split(w->n_rows - n_tiles * DOT_TILE_ROWS, ith, nth, &begin, &end);
         for (uint64_t row = n_tiles * DOT_TILE_ROWS + begin; row < n_tiles * DOT_TILE_ROWS + end; row++) {
                 const uint8_t *wrow = w->data + row * w->row_bytes;

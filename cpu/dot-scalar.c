@@ -49,8 +49,8 @@ static float dot_q8_0_scalar(const void *weight_row, const struct block_q8_1 *ac
         return sum;
 }
 
-float dot_logits_q8_0_reference(const uint8_t *row, const struct block_q8_1 *act, size_t n_blocks) {
-        const struct block_q8_0 *w = (const void *) row;
+float dot_logits_q8_0_reference(const void *weight_row, const struct block_q8_1 *act, size_t n_blocks) {
+        const struct block_q8_0 *w = weight_row;
         float acc = 0.0f;
         for (size_t b = 0; b < n_blocks; b++) {
                 int32_t isum = 0;
@@ -104,10 +104,13 @@ static float packed_row_scalar(const struct packed_weights *w, uint64_t row, con
                                 }
                                 isum += (q - bias) * act[b].qs[4 * l + k];
                         }
-                        block_sum += isum;
-                        lanes[l] = fmaf((float) isum, scale, lanes[l]);
+                        if (logits)
+                                block_sum += isum;
+                        else
+                                lanes[l] = fmaf((float) isum, scale, lanes[l]);
                 }
-                acc = fmaf((float) block_sum, scale, acc);
+                if (logits)
+                        acc = fmaf((float) block_sum, scale, acc);
                 if (w->type == TENSOR_Q4_1)
                         off = fmaf(f16_to_f32(s[PACKED_ROWS + r]), f16_to_f32(act[b].s), off);
         }

@@ -81,7 +81,7 @@ typedef void (*dot_packed_fn)(const struct packed_weights *w, uint64_t group_beg
  * amplified as a layer's can; the work per block is a third of the lanes' (see
  * docs/design.md). This is the reference, on a row of GGUF Q8_0 blocks; every set's
  * packed_logits_q8_0 gives its bits. */
-float dot_logits_q8_0_reference(const uint8_t *row, const struct block_q8_1 *act, size_t n_blocks);
+float dot_logits_q8_0_reference(const void *weight_row, const struct block_q8_1 *act, size_t n_blocks);
 
 struct dot_kernels {
         const char *name;

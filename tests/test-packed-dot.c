@@ -195,11 +195,15 @@ START_TEST(test_repacked_layout) {
 }
 END_TEST
 
-/* The scalar reference: the formula's bits, and the exact value to within its rounding. */
-START_TEST(test_reference_matches_formula) {
+/* The scalar reference: the formula's bits, and the exact value to within its rounding; with
+ * logits, the scalar set's logits product on Q8_0, reading the packed bytes, has the bits of
+ * dot_logits_q8_0_reference(), which is as close to the exact value. */
+static void check_scalar_reference(bool logits) {
         for (size_t ti = 0; ti < N_TYPES; ti++)
                 for (int rep = 0; rep < 40; rep++) {
                         enum tensor_type type = types[ti];
+                        if (logits && type != TENSOR_Q8_0)
+                                break;
                         bool extreme = rep % 10 == 9;
                         size_t n_rows = 1 + next_u32() % MAX_ROWS, n_blocks = 1 + next_u32() % USUAL_BLOCKS;
                         size_t row_bytes = tensor_row_bytes(type, n_blocks * QUANT_BLOCK);
@@ -210,20 +214,33 @@ START_TEST(test_reference_matches_formula) {
                         ck_assert_int_eq(packed_weights_build(type, rows_buf, row_bytes, n_rows, n_blocks * QUANT_BLOCK, &p), 0);
                         static float out[MAX_TOKENS * MAX_ROWS];
                         struct packed_activations a = { acts.xq, acts.ds, acts.corrections, n_blocks, acts.logits_corrections };
-                        dot_packed_kernel_for(&dot_kernels_scalar, type)(&p, 0, p.n_groups, &a, n_tokens, out, n_rows, false);
+                        (logits ? dot_kernels_scalar.packed_logits_q8_0 : dot_packed_kernel_for(&dot_kernels_scalar, type))(
+                                &p, 0, p.n_groups, &a, n_tokens, out, n_rows, false);
                         for (unsigned t = 0; t < n_tokens; t++)
                                 for (size_t r = 0; r < n_rows; r++) {
+                                        const uint8_t *row = rows_buf + r * row_bytes;
                                         double exact, bound;
-                                        float want = formula_from_row(type, rows_buf + r * row_bytes, acts.xq + t * n_blocks, n_blocks,
-                                                                      &exact, &bound);
+                                        float want = formula_from_row(type, row, acts.xq + t * n_blocks, n_blocks, &exact, &bound);
+                                        if (logits)
+                                                want = dot_logits_q8_0_reference(row, acts.xq + t * n_blocks, n_blocks);
                                         float got = out[t * n_rows + r];
-                                        ck_assert_msg(memcmp(&got, &want, sizeof(got)) == 0, "%s row %zu token %u: %a vs %a",
-                                                      tensor_type_info(type)->name, r, t, got, want);
-                                        ck_assert_msg(fabs((double) got - exact) <= bound, "%s row %zu token %u: %.9g vs exact %.17g (bound %g)",
+                                        ck_assert_msg(memcmp(&got, &want, sizeof(got)) == 0, "%s%s row %zu token %u: %a vs %a",
+                                                      logits ? "logits " : "", tensor_type_info(type)->name, r, t, got, want);
+                                        ck_assert_msg(fabs((double) got - exact) <= bound,
+                                                      "%s%s row %zu token %u: %.9g vs exact %.17g (bound %g)", logits ? "logits " : "",
                                                       tensor_type_info(type)->name, r, t, got, exact, bound);
                                 }
                         packed_weights_free(&p);
                 }
+}
+
+START_TEST(test_reference_matches_formula) {
+        check_scalar_reference(false);
+}
+END_TEST
+
+START_TEST(test_logits_reference) {
+        check_scalar_reference(true);
 }
 END_TEST
 
@@ -251,37 +268,6 @@ START_TEST(test_formula_matches_x86_single_products) {
                                 ck_assert_msg(memcmp(&got, &want, sizeof(got)) == 0, "%s %s blocks %zu: %a vs formula %a", k->name,
                                               tensor_type_info(type)->name, n_blocks, got, want);
                         }
-        }
-}
-END_TEST
-
-/* The logits product's reference (dot.h) is within rounding of the exact value, and the
- * scalar set's packed kernel, reading the packed bytes, has its bits. */
-START_TEST(test_logits_reference) {
-        for (int rep = 0; rep < 40; rep++) {
-                bool extreme = rep % 10 == 9;
-                size_t n_rows = 1 + next_u32() % MAX_ROWS, n_blocks = 1 + next_u32() % USUAL_BLOCKS;
-                size_t row_bytes = tensor_row_bytes(TENSOR_Q8_0, n_blocks * QUANT_BLOCK);
-                unsigned n_tokens = 1 + next_u32() % MAX_TOKENS;
-                random_rows(TENSOR_Q8_0, rows_buf, row_bytes, n_rows, n_blocks, extreme);
-                random_acts(&acts, n_tokens * n_blocks, extreme);
-                struct packed_weights p;
-                ck_assert_int_eq(packed_weights_build(TENSOR_Q8_0, rows_buf, row_bytes, n_rows, n_blocks * QUANT_BLOCK, &p), 0);
-                static float out[MAX_TOKENS * MAX_ROWS];
-                struct packed_activations a = { acts.xq, acts.ds, acts.corrections, n_blocks, acts.logits_corrections };
-                dot_kernels_scalar.packed_logits_q8_0(&p, 0, p.n_groups, &a, n_tokens, out, n_rows, false);
-                for (unsigned t = 0; t < n_tokens; t++)
-                        for (size_t r = 0; r < n_rows; r++) {
-                                const uint8_t *row = rows_buf + r * row_bytes;
-                                double exact, bound;
-                                (void) formula_from_row(TENSOR_Q8_0, row, acts.xq + t * n_blocks, n_blocks, &exact, &bound);
-                                float want = dot_logits_q8_0_reference(row, acts.xq + t * n_blocks, n_blocks);
-                                float got = out[t * n_rows + r];
-                                ck_assert_msg(memcmp(&got, &want, sizeof(got)) == 0, "row %zu token %u: %a vs %a", r, t, got, want);
-                                ck_assert_msg(fabs((double) want - exact) <= bound, "row %zu token %u: %.9g vs exact %.17g (bound %g)",
-                                              r, t, want, exact, bound);
-                        }
-                packed_weights_free(&p);
         }
 }
 END_TEST
