@@ -2,7 +2,8 @@
 /* Today's 4x4 tile against the packed product on packed weights, on one thread, for the
  * matmul shapes of SmolLM2-135M: decode (one token) streaming ~100 MB of distinct copies of
  * the matrix as a forward pass does (cold), the same with one copy that stays in cache (hot),
- * a 32-sequence decode step streaming the copies (batch-cold) and a 512-token prefill. The
+ * a 32-sequence decode step streaming the copies (batch-cold) and from cache (batch-hot),
+ * --batch-tokens for another batch, and a 512-token prefill. The
  * two run interleaved, alternating which goes first; medians. With --logits (Q8_0) the packed
  * side runs the logits product instead, and the output's shape gets a batch-cold run too. */
 #include "config.h"
@@ -172,7 +173,7 @@ static void measure(const struct dot_kernels *k, const struct matrices *m, const
 
 static void usage(FILE *f) {
         fprintf(f, "Usage: bench-packed-dot [--type q4_1|q4_0|q8_0] [--logits] [--kernels NAME] [--reps N] [--mbytes N] [--no-prefill]\n"
-                   "                        [--huge-pages]\n");
+                   "                        [--batch-tokens N] [--huge-pages]\n");
 }
 
 int main(int argc, char **argv) {
@@ -186,13 +187,13 @@ int main(int argc, char **argv) {
                 { "type", required_argument, NULL, 'T' }, { "kernels", required_argument, NULL, 'k' },
                 { "reps", required_argument, NULL, 'r' }, { "mbytes", required_argument, NULL, 'm' },
                 { "no-prefill", no_argument, NULL, 'P' }, { "huge-pages", no_argument, NULL, 'H' },
-                { "logits", no_argument, NULL, 'L' },
+                { "logits", no_argument, NULL, 'L' }, { "batch-tokens", required_argument, NULL, 'B' },
                 { "help", no_argument, NULL, 'h' },
                 { NULL, 0, NULL, 0 },
         };
         enum tensor_type type = TENSOR_Q4_1;
         const struct dot_kernels *k = dot_kernels_select();
-        unsigned reps = 7, mbytes = 100;
+        unsigned reps = 7, mbytes = 100, batch_tokens = 32;
         bool prefill = true;
         int c;
         while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1)
@@ -212,6 +213,10 @@ int main(int argc, char **argv) {
                         break;
                 case 'm':
                         if (bench_parse_uint(optarg, &mbytes) < 0 || mbytes < 1)
+                                return usage(stderr), 2;
+                        break;
+                case 'B':
+                        if (bench_parse_uint(optarg, &batch_tokens) < 0 || batch_tokens < 1 || batch_tokens > 32)
                                 return usage(stderr), 2;
                         break;
                 case 'P': prefill = false; break;
@@ -258,7 +263,9 @@ int main(int argc, char **argv) {
                 measure(k, &m, s->name, "decode-cold", &a, 1, m.n_copies, true, reps, out);
                 measure(k, &m, s->name, "decode-hot", &a, 1, m.n_copies, false, reps, out);
                 if (prefill && (s->prefill || logits))
-                        measure(k, &m, s->name, "batch-cold", &a, 32, m.n_copies, true, reps, out);
+                        measure(k, &m, s->name, "batch-cold", &a, batch_tokens, m.n_copies, true, reps, out);
+                if (prefill && s->prefill)
+                        measure(k, &m, s->name, "batch-hot", &a, batch_tokens, m.n_copies, false, reps, out);
                 if (prefill && s->prefill) {
                         measure(k, &m, s->name, "prefill", &a, n_prefill, 3, false, reps, out);
                 }

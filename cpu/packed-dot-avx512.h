@@ -135,11 +135,11 @@ PACKED_ATTRS void packed_pass_512(const struct packed_weights *w, uint64_t g, co
 /* Every pass of tokens over group g; a constant unpacked (NULL or not) after inlining. */
 PACKED_ATTRS void packed_passes_512(const struct packed_weights *w, uint64_t g, const struct packed_activations *a,
                                     unsigned n_tokens, float *out, size_t out_stride, bool accumulate,
-                                    const struct packed_unpacked_block *unpacked, const uint8_t *next_group, const int kind) {
+                                    const struct packed_unpacked_block *unpacked, const uint8_t *fetch_group, const int kind) {
         unsigned n_passes = (n_tokens + PACKED_PASS_TOKENS - 1) / PACKED_PASS_TOKENS;
         for (unsigned t0 = 0, pass = 0; t0 < n_tokens; t0 += PACKED_PASS_TOKENS, pass++) {
                 bool prefetch = t0 == 0 && !unpacked;
-                struct packed_fetch fetch = packed_fetch_share(next_group, w->group_bytes, pass, n_passes, w->n_blocks);
+                struct packed_fetch fetch = packed_fetch_share(fetch_group, w->group_bytes, pass, n_passes, w->n_blocks);
                 switch (n_tokens - t0) {
                 case 1: packed_pass_512(w, g, a, t0, 1, out, out_stride, accumulate, prefetch, unpacked, fetch, kind); break;
 #if PACKED_PASS_TOKENS > 2
@@ -161,8 +161,8 @@ PACKED_ATTRS void packed_groups_512(const struct packed_weights *w, uint64_t gro
                 for (uint64_t g = group_begin; g < group_end; g++) {
                         packed_unpack_group_512(w, g, unpacked, kind);
                         /* the caller's next groups usually follow (matmul-shares.h) */
-                        const uint8_t *next = g + 1 < w->n_groups ? w->data + (g + 1) * w->group_bytes : NULL;
-                        packed_passes_512(w, g, a, n_tokens, out, out_stride, accumulate, unpacked, next, kind);
+                        const uint8_t *fetch = g + 2 < w->n_groups ? w->data + (g + 2) * w->group_bytes : NULL;
+                        packed_passes_512(w, g, a, n_tokens, out, out_stride, accumulate, unpacked, fetch, kind);
                 }
         } else
                 for (uint64_t g = group_begin; g < group_end; g++)

@@ -205,13 +205,13 @@ PACKED_ATTRS_256 void DOT_FN(packed_half_pair)(const struct packed_weights *w, u
 PACKED_ATTRS_256 void DOT_FN(packed_half_passes)(const struct packed_weights *w, uint64_t g, unsigned h,
                                                  const struct packed_activations *a, unsigned n_tokens, float *out,
                                                  size_t out_stride, bool accumulate,
-                                                 const struct DOT_FN(packed_unpacked_half) *unpacked, const uint8_t *next_group,
+                                                 const struct DOT_FN(packed_unpacked_half) *unpacked, const uint8_t *fetch_group,
                                                  const int kind) {
-        /* the next group's bytes are fetched over both halves' passes */
+        /* the group after next is fetched over both halves' passes */
         unsigned n_passes = (n_tokens + 1) / 2;
         for (unsigned t = 0, pass = 0; t < n_tokens; t += 2, pass++) {
                 bool prefetch = h == 0 && t == 0 && !unpacked;
-                struct packed_fetch fetch = packed_fetch_share(next_group, w->group_bytes, h * n_passes + pass, 2 * n_passes, w->n_blocks);
+                struct packed_fetch fetch = packed_fetch_share(fetch_group, w->group_bytes, h * n_passes + pass, 2 * n_passes, w->n_blocks);
                 if (n_tokens - t == 1)
                         DOT_FN(packed_half)(w, g, h, a, t, out, out_stride, accumulate, prefetch, unpacked, fetch, kind);
                 else
@@ -226,10 +226,10 @@ PACKED_ATTRS_256 void DOT_FN(packed_groups)(const struct packed_weights *w, uint
                 struct DOT_FN(packed_unpacked_half) unpacked[PACKED_UNPACK_MAX_BLOCKS];
                 for (uint64_t g = group_begin; g < group_end; g++) {
                         /* the caller's next groups usually follow (matmul-shares.h) */
-                        const uint8_t *next = g + 1 < w->n_groups ? w->data + (g + 1) * w->group_bytes : NULL;
+                        const uint8_t *fetch = g + 2 < w->n_groups ? w->data + (g + 2) * w->group_bytes : NULL;
                         for (unsigned h = 0; h < 2; h++) {
                                 DOT_FN(packed_unpack_half)(w, g, h, unpacked, kind);
-                                DOT_FN(packed_half_passes)(w, g, h, a, n_tokens, out, out_stride, accumulate, unpacked, next,
+                                DOT_FN(packed_half_passes)(w, g, h, a, n_tokens, out, out_stride, accumulate, unpacked, fetch,
                                                            kind);
                         }
                 }
