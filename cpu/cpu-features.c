@@ -15,6 +15,7 @@ const struct cpu_features *cpu_features_get(void) {
                 features.avx512vnni = features.avx2 && __builtin_cpu_supports("avx512f") &&
                                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
                                       __builtin_cpu_supports("avx512vnni");
+                features.amd = __builtin_cpu_is("amd");
 #endif
                 probed = true;
         }

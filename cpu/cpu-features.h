@@ -8,6 +8,7 @@
 struct cpu_features {
         bool avx2;       /* with FMA and F16C */
         bool avx512vnni; /* AVX-512 F, BW, VL and VNNI together */
+        bool amd;        /* an AMD core: some kernels have variants tuned for its pipes */
 };
 
 const struct cpu_features *cpu_features_get(void);

@@ -16,6 +16,8 @@ const struct dot_kernels *dot_kernels_by_name(const char *name) {
                 return &dot_kernels_avx2;
         if (strcmp(name, "avx512vnni") == 0 && cpu->avx512vnni)
                 return &dot_kernels_avx512vnni;
+        if (strcmp(name, "avx512vnni-amd") == 0 && cpu->avx512vnni)
+                return &dot_kernels_avx512vnni_amd;
 #endif
         (void) cpu;
         return NULL;
@@ -26,7 +28,8 @@ const struct dot_kernels *dot_kernels_select(void) {
         const struct dot_kernels *k;
         if (forced && (k = dot_kernels_by_name(forced)))
                 return k;
-        if ((k = dot_kernels_by_name("avx512vnni")) || (k = dot_kernels_by_name("avx2")))
+        if ((k = dot_kernels_by_name(cpu_features_get()->amd ? "avx512vnni-amd" : "avx512vnni")) ||
+            (k = dot_kernels_by_name("avx2")))
                 return k;
         return &dot_kernels_scalar;
 }

@@ -493,25 +493,33 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(swiglu)(float *h, const f
                 h[i] = g[i] / (1.0f + exp_poly(0.0f - g[i])) * u[i];
 }
 
-const struct dot_kernels DOT_CONCAT(dot_kernels, DOT_SET) = {
-        .name = DOT_SET_NAME,
-        .q4_0 = DOT_FN(dot_q4_0),
-        .q4_1 = DOT_FN(dot_q4_1),
-        .q8_0 = DOT_FN(dot_q8_0),
-        .tile_q4_0 = DOT_TILE_FN(tile_q4_0),
-        .tile_q4_1 = DOT_TILE_FN(tile_q4_1),
-        .tile_q8_0 = DOT_TILE_FN(tile_q8_0),
-        .packed_q4_0 = DOT_PACKED_FN(q4_0),
-        .packed_q4_1 = DOT_PACKED_FN(q4_1),
-        .packed_q8_0 = DOT_PACKED_FN(q8_0),
-        .packed_logits_q8_0 = DOT_PACKED_FN(logits_q8_0),
-        .attn_scores = DOT_FN(attn_scores),
-        .attn_values = DOT_FN(attn_values),
-        .round_f16 = DOT_FN(round_f16),
-        .sum_lanes = DOT_FN(sum_lanes),
-        .softmax_f16 = DOT_FN(softmax_f16),
-        .quantize_q8_1 = DOT_FN(quantize_q8_1),
-        .rope = DOT_FN(rope),
-        .activation_corrections = DOT_FN(activation_corrections),
-        .swiglu = DOT_FN(swiglu),
-};
+/* The set's table; a set whose packed product has a variant for AMD cores (DOT_AMD_PACKED_FN)
+ * gets a second table, "<set>-amd", that differs only in its 4-bit packed products. */
+#define DOT_TABLE(table, set_name, packed_4bit)                                                                        \
+        const struct dot_kernels table = {                                                                             \
+                .name = set_name,                                                                                      \
+                .q4_0 = DOT_FN(dot_q4_0),                                                                              \
+                .q4_1 = DOT_FN(dot_q4_1),                                                                              \
+                .q8_0 = DOT_FN(dot_q8_0),                                                                              \
+                .tile_q4_0 = DOT_TILE_FN(tile_q4_0),                                                                   \
+                .tile_q4_1 = DOT_TILE_FN(tile_q4_1),                                                                   \
+                .tile_q8_0 = DOT_TILE_FN(tile_q8_0),                                                                   \
+                .packed_q4_0 = packed_4bit(q4_0),                                                                      \
+                .packed_q4_1 = packed_4bit(q4_1),                                                                      \
+                .packed_q8_0 = DOT_PACKED_FN(q8_0),                                                                    \
+                .packed_logits_q8_0 = DOT_PACKED_FN(logits_q8_0),                                                      \
+                .attn_scores = DOT_FN(attn_scores),                                                                    \
+                .attn_values = DOT_FN(attn_values),                                                                    \
+                .round_f16 = DOT_FN(round_f16),                                                                        \
+                .sum_lanes = DOT_FN(sum_lanes),                                                                        \
+                .softmax_f16 = DOT_FN(softmax_f16),                                                                    \
+                .quantize_q8_1 = DOT_FN(quantize_q8_1),                                                                \
+                .rope = DOT_FN(rope),                                                                                  \
+                .activation_corrections = DOT_FN(activation_corrections),                                              \
+                .swiglu = DOT_FN(swiglu),                                                                              \
+        };
+
+DOT_TABLE(DOT_CONCAT(dot_kernels, DOT_SET), DOT_SET_NAME, DOT_PACKED_FN)
+#ifdef DOT_AMD_PACKED_FN
+DOT_TABLE(DOT_CONCAT(DOT_CONCAT(dot_kernels, DOT_SET), amd), DOT_SET_NAME "-amd", DOT_AMD_PACKED_FN)
+#endif

@@ -169,10 +169,14 @@ extern const struct dot_kernels dot_kernels_scalar;
 #if HAVE_X86_64_KERNELS
 extern const struct dot_kernels dot_kernels_avx2;
 extern const struct dot_kernels dot_kernels_avx512vnni;
+/* The AVX-512 set with the packed 4-bit products tuned for AMD cores (packed-dot-avx512.h):
+ * the same bits. */
+extern const struct dot_kernels dot_kernels_avx512vnni_amd;
 #endif
 
-/* The fastest set the CPU supports, or the one named by $ASYNCLLM_CPU_KERNELS
- * (scalar, avx2, avx512vnni) when that is set and supported. */
+/* The fastest set the CPU supports (on an AMD core, its variant where a set has one), or the
+ * one named by $ASYNCLLM_CPU_KERNELS (scalar, avx2, avx512vnni, avx512vnni-amd) when that is
+ * set and supported. */
 const struct dot_kernels *dot_kernels_select(void);
 
 /* The set with this name if the CPU supports it, else NULL. */

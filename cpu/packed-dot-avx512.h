@@ -153,20 +153,26 @@ PACKED_ATTRS void packed_passes_512(const struct packed_weights *w, uint64_t g, 
         }
 }
 
+/* Groups group_begin..group_end-1 against the tokens. A group of 4-bit blocks met by more
+ * than unpack_above tokens (a constant after inlining, at least a pass's) is unpacked once
+ * and every pass loads the bytes; otherwise every pass takes the nibbles apart itself from
+ * the group's bytes, which stay in L1 from one pass to the next. Either way the passes fetch
+ * the group after next. */
 PACKED_ATTRS void packed_groups_512(const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,
                                     const struct packed_activations *a, unsigned n_tokens, float *out, size_t out_stride,
-                                    bool accumulate, const int kind) {
-        if (kind != 2 && n_tokens > PACKED_PASS_TOKENS && w->n_blocks <= PACKED_UNPACK_MAX_BLOCKS) {
-                struct packed_unpacked_block unpacked[PACKED_UNPACK_MAX_BLOCKS];
-                for (uint64_t g = group_begin; g < group_end; g++) {
+                                    bool accumulate, const int kind, const unsigned unpack_above) {
+        bool unpack = kind != 2 && n_tokens > unpack_above && w->n_blocks <= PACKED_UNPACK_MAX_BLOCKS;
+        struct packed_unpacked_block unpacked[PACKED_UNPACK_MAX_BLOCKS];
+        for (uint64_t g = group_begin; g < group_end; g++) {
+                /* the caller's next groups usually follow (matmul-shares.h) */
+                const uint8_t *fetch = n_tokens > PACKED_PASS_TOKENS && g + 2 < w->n_groups ? w->data + (g + 2) * w->group_bytes
+                                                                                            : NULL;
+                if (unpack) {
                         packed_unpack_group_512(w, g, unpacked, kind);
-                        /* the caller's next groups usually follow (matmul-shares.h) */
-                        const uint8_t *fetch = g + 2 < w->n_groups ? w->data + (g + 2) * w->group_bytes : NULL;
                         packed_passes_512(w, g, a, n_tokens, out, out_stride, accumulate, unpacked, fetch, kind);
-                }
-        } else
-                for (uint64_t g = group_begin; g < group_end; g++)
-                        packed_passes_512(w, g, a, n_tokens, out, out_stride, accumulate, NULL, NULL, kind);
+                } else
+                        packed_passes_512(w, g, a, n_tokens, out, out_stride, accumulate, NULL, fetch, kind);
+        }
 }
 
 /* Tokens per pass of the logits product: each holds one accumulator, and four share every
@@ -240,15 +246,27 @@ __attribute__((target(DOT_TARGET))) static void packed_logits_q8_0_512(const str
                 }
 }
 
-#define PACKED_ENTRY_512(name, kind)                                                                                   \
-        __attribute__((target(DOT_TARGET))) static void packed_##name##_512(                                          \
-                const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,                              \
-                const struct packed_activations *a, unsigned n_tokens, float *out, size_t out_stride, bool accumulate) { \
-                packed_groups_512(w, group_begin, group_end, a, n_tokens, out, out_stride, accumulate, kind);          \
+#define PACKED_ENTRY_512(name, kind, unpack_above)                                                                      \
+        __attribute__((target(DOT_TARGET))) static void packed_##name##_512(                                            \
+                const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,                                \
+                const struct packed_activations *a, unsigned n_tokens, float *out, size_t out_stride, bool accumulate) {   \
+                packed_groups_512(w, group_begin, group_end, a, n_tokens, out, out_stride, accumulate, kind, unpack_above); \
         }
 
-PACKED_ENTRY_512(q4_0, 0)
-PACKED_ENTRY_512(q4_1, 1)
-PACKED_ENTRY_512(q8_0, 2)
+PACKED_ENTRY_512(q4_0, 0, PACKED_PASS_TOKENS)
+PACKED_ENTRY_512(q4_1, 1, PACKED_PASS_TOKENS)
+PACKED_ENTRY_512(q8_0, 2, PACKED_PASS_TOKENS)
+/* The set's variant for AMD cores (dot-select.c) unpacks only for more tokens than a decode
+ * batch has. On Zen 4 the nibble masks and shifts run beside the multiplies, which take the
+ * two 512-bit pipes, while an unpacked group's ten 512-bit stores per block held up the
+ * passes: bench-packed-dot from memory, cycles per 16-row block and token, 4 tokens
+ * 29-41 -> 23-26, 8 tokens 23-26 -> 20-21, 16 tokens 21-23 -> 20, 32 the same; bench-batched
+ * S_TG B=4 +20%, B=8 +10%, B=16 +2%, B=32 the same (medians of 8-10 interleaved pairs).
+ * Prompts (S_PP) still gained a little from the unpacking, as on the Intel machine where it
+ * was made (pp512 +15%, B=32 decode +10% there). */
+#define PACKED_AMD_UNPACK_ABOVE 32
+PACKED_ENTRY_512(q4_0_streamed, 0, PACKED_AMD_UNPACK_ABOVE)
+PACKED_ENTRY_512(q4_1_streamed, 1, PACKED_AMD_UNPACK_ABOVE)
 
 #define DOT_PACKED_FN(name) packed_##name##_512
+#define DOT_AMD_PACKED_FN(name) packed_##name##_streamed_512
