@@ -100,14 +100,18 @@ int packed_weights_build(enum tensor_type type, const void *rows, uint64_t row_b
 void packed_weights_free(struct packed_weights *p);
 
 /* A group's bytes and the next groups' are one stream: a kernel's first pass over a group
- * fetches it PACKED_PREFETCH bytes ahead, one block's worth (block_bytes, quants and scales,
+ * fetches it PACKED_PREFETCH (or distance) bytes ahead, one block's worth (block_bytes, quants and scales,
  * a multiple of 64) per block b, at the pace it is consumed. Non-temporal: the stream is read
  * once a step and would only evict what is reused; on the Zen 4 machine a plain 2-thread
  * read of 98 MB went from ~28 to ~33 GB/s with this hint. */
-static inline void packed_prefetch_block(const uint8_t *group, uint64_t b, size_t block_bytes) {
-        const uint8_t *ahead = group + b * block_bytes + PACKED_PREFETCH;
+static inline void packed_prefetch_block_at(const uint8_t *group, uint64_t b, size_t block_bytes, size_t distance) {
+        const uint8_t *ahead = group + b * block_bytes + distance;
         _Pragma("GCC unroll 10") for (size_t line = 0; line < block_bytes; line += 64)
                 __builtin_prefetch(ahead + line, 0, 0);
+}
+
+static inline void packed_prefetch_block(const uint8_t *group, uint64_t b, size_t block_bytes) {
+        packed_prefetch_block_at(group, b, block_bytes, PACKED_PREFETCH);
 }
 
 /* A share of a later group's bytes to fetch while this group's passes compute, a few lines
