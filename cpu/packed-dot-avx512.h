@@ -19,6 +19,15 @@
 #define PACKED_PASS_TOKENS 2
 #endif
 
+/* How far ahead one pass over a group for all its tokens (decode of one or two sequences,
+ * bound by the memory) fetches its stream: bench-core tg128 Q4_1, ABBA rounds against 4 KiB
+ * on the Zen 4 machine: 8 KiB 1.06x and 1.11x (9 of 10 pairs), 16 KiB 1.07x, 2 KiB 1.00x.
+ * Batches with more passes keep PACKED_PREFETCH: 8 KiB there took B=8 S_TG 0.97x and S_PP
+ * 0.93x. */
+#ifndef PACKED_DECODE_PREFETCH
+#define PACKED_DECODE_PREFETCH 8192
+#endif
+
 #define PACKED_ATTRS __attribute__((target(DOT_TARGET), always_inline)) static inline
 
 /* Four activation bytes in every lane (the compiler folds this into vpdpbusd's broadcast). */
@@ -64,10 +73,10 @@ PACKED_ATTRS void packed_unpack_group_512(const struct packed_weights *w, uint64
 
 /* Group g's rows against tokens t0..t0+T-1. kind 0: Q4_0, 1: Q4_1, 2: Q8_0 (constants after
  * inlining, as T is). The weights come from unpacked when given, else from the group's
- * packed stream, whose first pass prefetches ahead of it. */
+ * packed stream, whose first pass prefetches prefetch_distance bytes ahead of it (0: none). */
 PACKED_ATTRS void packed_pass_512(const struct packed_weights *w, uint64_t g, const struct packed_activations *a,
                                   unsigned t0, const unsigned T, float *out, size_t out_stride, bool accumulate,
-                                  bool prefetch, const struct packed_unpacked_block *unpacked, struct packed_fetch fetch,
+                                  size_t prefetch_distance, const struct packed_unpacked_block *unpacked, struct packed_fetch fetch,
                                   const int kind) {
         const size_t quant_bytes = kind == 2 ? PACKED_ROWS * QUANT_BLOCK : PACKED_ROWS * QUANT_BLOCK / 2;
         const size_t scale_bytes = kind == 1 ? 64 : 32;
@@ -83,8 +92,8 @@ PACKED_ATTRS void packed_pass_512(const struct packed_weights *w, uint64_t g, co
         }
         for (uint64_t b = 0; b < n_blocks; b++) {
                 const uint8_t *rec = quants + b * quant_bytes;
-                if (prefetch)
-                        packed_prefetch_block(quants, b, quant_bytes + scale_bytes);
+                if (prefetch_distance)
+                        packed_prefetch_block_at(quants, b, quant_bytes + scale_bytes, prefetch_distance);
                 packed_fetch_step(&fetch);
                 __m512 dw = unpacked ? unpacked[b].d : _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * scale_bytes)));
                 __m512 scale[PACKED_PASS_TOKENS];
@@ -138,7 +147,7 @@ PACKED_ATTRS void packed_passes_512(const struct packed_weights *w, uint64_t g, 
                                     const struct packed_unpacked_block *unpacked, const uint8_t *fetch_group, const int kind) {
         unsigned n_passes = (n_tokens + PACKED_PASS_TOKENS - 1) / PACKED_PASS_TOKENS;
         for (unsigned t0 = 0, pass = 0; t0 < n_tokens; t0 += PACKED_PASS_TOKENS, pass++) {
-                bool prefetch = t0 == 0 && !unpacked;
+                size_t prefetch = t0 > 0 || unpacked ? 0 : n_tokens <= PACKED_PASS_TOKENS ? PACKED_DECODE_PREFETCH : PACKED_PREFETCH;
                 struct packed_fetch fetch = packed_fetch_share(fetch_group, w->group_bytes, pass, n_passes, w->n_blocks);
                 switch (n_tokens - t0) {
                 case 1: packed_pass_512(w, g, a, t0, 1, out, out_stride, accumulate, prefetch, unpacked, fetch, kind); break;
