@@ -68,7 +68,7 @@ ATTN_ATTRS void attn_scores_runs(const struct f16_rows *keys, unsigned n_pos, co
         for (unsigned j0 = 0; j0 < n_pos; j0 += 16) {
                 unsigned m = n_pos - j0 < 16 ? n_pos - j0 : 16;
                 for (unsigned p = 0; p < m; p++, f16_walk_next(&walk)) {
-                        f16_walk_prefetch_ahead(&ahead, j0 + p, n_pos, n);
+                        f16_walk_prefetch_ahead(&ahead, j0 + p, n_pos, n, wide);
                         f16_walk_fetch_beside(&walk, n);
                         const f16_bits *row = f16_walk_row(&walk);
                         for (size_t i = 0; i < n; i += 16)

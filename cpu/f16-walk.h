@@ -5,6 +5,7 @@
  * f16_rows), a block-table step at a time rather than a division per row: the attention
  * kernels walk a lane's positions this way. */
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "dot.h"
@@ -43,13 +44,28 @@ static inline void f16_prefetch_row(const f16_bits *row, size_t n) {
                 __builtin_prefetch((const char *) row + b, 0, 3);
 }
 
+/* The same, non-temporal: for a row read once, soon. */
+static inline void f16_stream_row(const f16_bits *row, size_t n) {
+        for (size_t b = 0; b < n * sizeof(f16_bits); b += 64)
+                __builtin_prefetch((const char *) row + b, 0, 0);
+}
+
 /* A walk by single positions F16_WALK_PREFETCH_POSITIONS ahead of the reads (started
  * there): called once per position read, it fetches its row's n elements into the cache
- * while it is still below n_pos, and steps. */
-static inline void f16_walk_prefetch_ahead(struct f16_walk *ahead, unsigned position, unsigned n_pos, size_t n) {
+ * while it is still below n_pos, and steps. read_once (a generated token's keys, which no
+ * other item of the step reads; a prompt's tiles read them again): non-temporal, which
+ * took bench-batched -p 256 S_TG B=32 1.05x, 1.02x and 1.02x in three sittings of ABBA
+ * rounds (8 of 10, 4 of 8, 9 of 16 pairs) and B=8 1.07x on the Zen 4 machine; for prompts
+ * as well, pp512 went 0.96x in one of two sittings. The values fetched beside the keys wait
+ * in the cache for the value sums, after the softmax: non-temporal, they went 0.98x. */
+static inline void f16_walk_prefetch_ahead(struct f16_walk *ahead, unsigned position, unsigned n_pos, size_t n,
+                                           bool read_once) {
         if (position + F16_WALK_PREFETCH_POSITIONS >= n_pos)
                 return;
-        f16_prefetch_row(f16_walk_row(ahead), n);
+        if (read_once)
+                f16_stream_row(f16_walk_row(ahead), n);
+        else
+                f16_prefetch_row(f16_walk_row(ahead), n);
         f16_walk_next(ahead);
 }
 
