@@ -264,9 +264,8 @@ int main(int argc, char **argv) {
                 measure(k, &m, s->name, "decode-hot", &a, 1, m.n_copies, false, reps, out);
                 if (prefill && (s->prefill || logits))
                         measure(k, &m, s->name, "batch-cold", &a, batch_tokens, m.n_copies, true, reps, out);
-                if (prefill && s->prefill)
-                        measure(k, &m, s->name, "batch-hot", &a, batch_tokens, m.n_copies, false, reps, out);
                 if (prefill && s->prefill) {
+                        measure(k, &m, s->name, "batch-hot", &a, batch_tokens, m.n_copies, false, reps, out);
                         measure(k, &m, s->name, "prefill", &a, n_prefill, 3, false, reps, out);
                 }
                 matrices_free(&m);

@@ -173,6 +173,9 @@ extern const struct dot_kernels dot_kernels_avx512vnni;
  * the same bits. */
 extern const struct dot_kernels dot_kernels_avx512vnni_amd;
 #endif
+/* The x86 sets' names (dot_kernels_by_name()), for the tests that go over every set the CPU
+ * has. */
+#define DOT_X86_SET_NAMES { "avx2", "avx512vnni", "avx512vnni-amd" }
 
 /* The fastest set the CPU supports (on an AMD core, its variant where a set has one), or the
  * one named by $ASYNCLLM_CPU_KERNELS (scalar, avx2, avx512vnni, avx512vnni-amd) when that is

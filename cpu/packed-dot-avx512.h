@@ -250,11 +250,11 @@ __attribute__((target(DOT_TARGET))) static void packed_logits_q8_0_512(const str
                                                                       unsigned n_tokens, float *out, size_t out_stride,
                                                                       bool accumulate) {
         unsigned n_passes = (n_tokens + PACKED_LOGITS_PASS_TOKENS - 1) / PACKED_LOGITS_PASS_TOKENS;
-        for (uint64_t g = group_begin; g < group_end; g++)
+        for (uint64_t g = group_begin; g < group_end; g++) {
+                /* the first pass streams the group in; the later ones, from L1, fetch the next */
+                const uint8_t *next = g + 1 < w->n_groups ? w->data + (g + 1) * w->group_bytes : NULL;
                 for (unsigned t0 = 0, pass = 0; t0 < n_tokens; t0 += PACKED_LOGITS_PASS_TOKENS, pass++) {
-                        bool prefetch = t0 == 0; /* the group's first pass streams it in */
-                        /* the later passes, from L1, fetch the next group */
-                        const uint8_t *next = g + 1 < w->n_groups ? w->data + (g + 1) * w->group_bytes : NULL;
+                        bool prefetch = t0 == 0;
                         struct packed_fetch fetch = pass > 0 ? packed_fetch_share(next, w->group_bytes, pass - 1, n_passes - 1, w->n_blocks)
                                                              : (struct packed_fetch) { NULL, NULL, 0 };
                         switch (n_tokens - t0) {
@@ -267,6 +267,7 @@ __attribute__((target(DOT_TARGET))) static void packed_logits_q8_0_512(const str
                                 break;
                         }
                 }
+        }
 }
 
 #define PACKED_ENTRY_512(name, kind, unpack_above)                                                                      \

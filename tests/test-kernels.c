@@ -377,7 +377,7 @@ START_TEST(test_exp_poly_accuracy) {
 END_TEST
 
 START_TEST(test_simd_sets_match_scalar) {
-        static const char *const names[] = { "avx2", "avx512vnni", "avx512vnni-amd" };
+        static const char *const names[] = DOT_X86_SET_NAMES;
         for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
                 const struct dot_kernels *k = dot_kernels_by_name(names[i]);
                 if (!k) {
@@ -437,7 +437,7 @@ static void compare_tiles(const struct dot_kernels *k) {
 
 START_TEST(test_tiles_match_single_products) {
         compare_tiles(&dot_kernels_scalar);
-        static const char *const names[] = { "avx2", "avx512vnni", "avx512vnni-amd" };
+        static const char *const names[] = DOT_X86_SET_NAMES;
         for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
                 const struct dot_kernels *k = dot_kernels_by_name(names[i]);
                 if (k)

@@ -247,7 +247,7 @@ END_TEST
 /* The formula is llama.cpp's x86 order as our x86 single products (and so their tiles)
  * compute it: bit for bit against every x86 set this CPU has, on random and extreme data. */
 START_TEST(test_formula_matches_x86_single_products) {
-        static const char *const names[] = { "avx2", "avx512vnni", "avx512vnni-amd" };
+        static const char *const names[] = DOT_X86_SET_NAMES;
         for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
                 const struct dot_kernels *k = dot_kernels_by_name(names[i]);
                 if (!k) {
@@ -331,7 +331,7 @@ static void compare_set(const struct dot_kernels *k, bool logits) {
 /* compare_set() for the scalar set and every x86 set this CPU has. */
 static void compare_every_set(bool logits) {
         compare_set(&dot_kernels_scalar, logits);
-        static const char *const names[] = { "avx2", "avx512vnni", "avx512vnni-amd" };
+        static const char *const names[] = DOT_X86_SET_NAMES;
         for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
                 const struct dot_kernels *k = dot_kernels_by_name(names[i]);
                 if (!k) {
