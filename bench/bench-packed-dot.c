@@ -192,7 +192,12 @@ int main(int argc, char **argv) {
                 { NULL, 0, NULL, 0 },
         };
         enum tensor_type type = TENSOR_Q4_1;
-        const struct dot_kernels *k = dot_kernels_select();
+        const struct dot_kernels *k;
+        struct error err;
+        if (dot_kernels_select(&k, &err) < 0) {
+                fprintf(stderr, "bench-packed-dot: %s\n", err.message);
+                return 1;
+        }
         unsigned reps = 7, mbytes = 100, batch_tokens = 32;
         bool prefill = true;
         int c;

@@ -231,12 +231,15 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
                 return error_set(err, EOPNOTSUPP,
                                  "the CPU runner handles heads of up to %d dimensions and up to %d query heads per key-value head",
                                  DOT_F16_MAX_DIM, DOT_GROUP_MAX);
+        const struct dot_kernels *kernels;
+        if ((rc = dot_kernels_select(&kernels, err)) < 0)
+                return rc;
         r = calloc(1, sizeof(*r));
         if (!r)
                 return error_set(err, ENOMEM, "out of memory");
         r->model = model;
         r->config = *config;
-        r->kernels = dot_kernels_select();
+        r->kernels = kernels;
         const char *packed_env = getenv("ASYNCLLM_CPU_PACKED");
         r->use_packed = !(packed_env && strcmp(packed_env, "0") == 0);
         r->q_dim = hp->n_head * hp->head_dim;

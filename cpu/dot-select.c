@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,15 +24,26 @@ const struct dot_kernels *dot_kernels_by_name(const char *name) {
         return NULL;
 }
 
-const struct dot_kernels *dot_kernels_select(void) {
+int dot_kernels_select(const struct dot_kernels **ret, struct error *err) {
         const char *forced = getenv("ASYNCLLM_CPU_KERNELS");
-        const struct dot_kernels *k;
-        if (forced && (k = dot_kernels_by_name(forced)))
-                return k;
-        if ((k = dot_kernels_by_name(cpu_features_get()->amd ? "avx512vnni-amd" : "avx512vnni")) ||
-            (k = dot_kernels_by_name("avx2")))
-                return k;
-        return &dot_kernels_scalar;
+        if (forced && *forced) {
+                if ((*ret = dot_kernels_by_name(forced)))
+                        return 0;
+                static const char *const x86[] = DOT_X86_SET_NAMES;
+                char runs[128] = "scalar";
+                for (size_t i = 0; i < sizeof(x86) / sizeof(x86[0]); i++)
+                        if (dot_kernels_by_name(x86[i])) {
+                                strcat(runs, ", ");
+                                strcat(runs, x86[i]);
+                        }
+                return error_set(err, EINVAL, "ASYNCLLM_CPU_KERNELS=%s: not a kernel set this CPU runs; name one of %s, or unset it",
+                                 forced, runs);
+        }
+        if ((*ret = dot_kernels_by_name(cpu_features_get()->amd ? "avx512vnni-amd" : "avx512vnni")) ||
+            (*ret = dot_kernels_by_name("avx2")))
+                return 0;
+        *ret = &dot_kernels_scalar;
+        return 0;
 }
 
 dot_q_fn dot_kernel_for(const struct dot_kernels *k, enum tensor_type type) {

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "error.h"
 #include "packed-weights.h"
 #include "tensor-types.h"
 
@@ -179,8 +180,8 @@ extern const struct dot_kernels dot_kernels_avx512vnni_amd;
 
 /* The fastest set the CPU supports (on an AMD core, its variant where a set has one), or the
  * one named by $ASYNCLLM_CPU_KERNELS (scalar, avx2, avx512vnni, avx512vnni-amd) when that is
- * set and supported. */
-const struct dot_kernels *dot_kernels_select(void);
+ * set. -EINVAL, with a message listing the sets this CPU runs, when it names another. */
+int dot_kernels_select(const struct dot_kernels **ret, struct error *err);
 
 /* The set with this name if the CPU supports it, else NULL. */
 const struct dot_kernels *dot_kernels_by_name(const char *name);

@@ -392,7 +392,31 @@ START_TEST(test_simd_sets_match_scalar) {
                 compare_attention_helpers(k);
                 compare_attention(k);
         }
-        ck_assert_ptr_nonnull(dot_kernels_select());
+}
+END_TEST
+
+/* ASYNCLLM_CPU_KERNELS: a set this CPU runs is taken; any other name is an error that names
+ * it and lists the sets there are, never a silent fallback. */
+START_TEST(test_forced_set) {
+        const char *was = getenv("ASYNCLLM_CPU_KERNELS");
+        char *saved = was ? strdup(was) : NULL;
+        const struct dot_kernels *k = NULL;
+        struct error err;
+        ck_assert_int_eq(unsetenv("ASYNCLLM_CPU_KERNELS"), 0);
+        ck_assert_int_eq(dot_kernels_select(&k, &err), 0);
+        ck_assert_ptr_nonnull(k);
+        ck_assert_int_eq(setenv("ASYNCLLM_CPU_KERNELS", "scalar", 1), 0);
+        ck_assert_int_eq(dot_kernels_select(&k, &err), 0);
+        ck_assert_ptr_eq(k, &dot_kernels_scalar);
+        ck_assert_int_eq(setenv("ASYNCLLM_CPU_KERNELS", "avx9000", 1), 0);
+        ck_assert_int_eq(dot_kernels_select(&k, &err), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err.message, "ASYNCLLM_CPU_KERNELS=avx9000"));
+        ck_assert_ptr_nonnull(strstr(err.message, "name one of scalar"));
+        if (saved)
+                ck_assert_int_eq(setenv("ASYNCLLM_CPU_KERNELS", saved, 1), 0);
+        else
+                ck_assert_int_eq(unsetenv("ASYNCLLM_CPU_KERNELS"), 0);
+        free(saved);
 }
 END_TEST
 
@@ -500,6 +524,7 @@ int main(void) {
         tcase_add_test(tc, test_quantize_q8_1);
         tcase_add_test(tc, test_scalar_matches_float);
         tcase_add_test(tc, test_simd_sets_match_scalar);
+        tcase_add_test(tc, test_forced_set);
         tcase_add_test(tc, test_attention_reference_matches_float);
         tcase_add_test(tc, test_tiles_match_single_products);
         tcase_add_test(tc, test_exp_poly_accuracy);
