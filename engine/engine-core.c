@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "kv-blocks.h"
 #include "id-map.h"
 #include "scheduler.h"
+#include "step-trace.h"
 
 struct engine_core {
         struct engine_config config;
@@ -39,6 +41,7 @@ struct engine_core {
 
         uint64_t prompt_tokens, generation_tokens, steps, scheduled_tokens;
         uint64_t finished[FINISH_ERROR + 1];
+        FILE *step_trace; /* NULL unless ASYNCLLM_STEP_TRACE names a file */
 };
 
 uint32_t engine_kv_blocks_for_space(const struct engine_config *config, uint32_t n_layer, uint32_t kv_dim) {
@@ -64,7 +67,8 @@ int engine_core_new(const struct engine_config *config, const struct backend *ba
         id_map_init(&ec->requests, offsetof(struct request, id));
         int r;
         if ((r = kv_blocks_new(n_kv_blocks, config->block_size, config->enable_prefix_caching, &ec->kv, err)) < 0 ||
-            (r = scheduler_init(&ec->sched, &ec->config, ec->kv, err)) < 0) {
+            (r = scheduler_init(&ec->sched, &ec->config, ec->kv, err)) < 0 ||
+            (r = step_trace_open_from_env(&ec->step_trace, err)) < 0) {
                 engine_core_free(ec);
                 return r;
         }
@@ -121,6 +125,8 @@ void engine_core_free(struct engine_core *ec) {
         free(ec->plan_copy);
         free(ec->logits);
         free(ec->outputs);
+        if (ec->step_trace)
+                fclose(ec->step_trace);
         free(ec);
 }
 
@@ -394,12 +400,18 @@ int engine_core_step(struct engine_core *ec, struct error *err) {
         build_batch(ec, &b);
         if ((rc = reserve_logits(ec, b.n_outputs)) < 0)
                 return error_set(err, -rc, "out of memory for %u logits rows", b.n_outputs);
+        const struct step_time_model *model = &ec->sched.model;
+        double predicted = ec->step_trace && step_time_model_ready(model) ? step_time_model_predict(model, &ec->sched.plan_shape)
+                                                                          : NAN;
         double started = monotonic_seconds();
         if ((rc = ec->backend.forward(ec->backend.impl, &b, ec->logits, err)) < 0) {
                 die(ec);
                 return rc;
         }
-        scheduler_record_step(&ec->sched, monotonic_seconds() - started);
+        double seconds = monotonic_seconds() - started;
+        if (ec->step_trace)
+                step_trace_write(ec->step_trace, started, &ec->sched.plan_shape, predicted, seconds);
+        scheduler_record_step(&ec->sched, seconds);
         ec->steps++;
         ec->scheduled_tokens += b.n_tokens;
 

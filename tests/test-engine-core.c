@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* The engine core on a synthetic model: invariance under batching, chunking and the prefix
  * cache; preemption; aborts at every moment without leaks; exact token counts; priorities;
- * request validation; engine death. */
+ * request validation; engine death; the step trace. */
 #include "config.h"
 
 #include <check.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "cpu-runner.h"
 #include "engine-core.h"
 #include "model.h"
+#include "step-trace.h"
 #include "synthetic-llama.h"
 #include "test-helpers.h"
 
@@ -487,6 +489,70 @@ START_TEST(test_engine_death) {
 }
 END_TEST
 
+/* ASYNCLLM_STEP_TRACE: its columns, then a line per step in order, predictions from the end
+ * of the model's warm-up; a file that cannot be opened fails the engine's creation with a
+ * message naming the variable. */
+START_TEST(test_step_trace) {
+        char *dir = test_tmpdir();
+        char *path = test_path_join(dir, "steps.trace");
+        ck_assert_int_eq(setenv(STEP_TRACE_ENV, path, 1), 0);
+        struct harness h;
+        struct engine_config c = base_config(16);
+        harness_new(&h, &c, 64, 0);
+        int32_t prompt[40];
+        make_prompt(prompt, 40, 1);
+        struct sampling_params p = greedy_params(24);
+        add(h.ec, 0, prompt, 40, &p, 0);
+        static struct result got[1];
+        memset(got, 0, sizeof(got));
+        uint32_t steps = 0;
+        drain(h.ec, got, &steps);
+        harness_free(&h); /* closes the trace */
+
+        FILE *f = fopen(path, "r");
+        ck_assert_ptr_nonnull(f);
+        char line[512];
+        ck_assert_ptr_nonnull(fgets(line, sizeof(line), f));
+        ck_assert_str_eq(line, STEP_TRACE_HEADER);
+        uint32_t n = 0, prompt_tokens = 0, decodes = 0;
+        double last_started = 0;
+        while (fgets(line, sizeof(line), f)) {
+                double started, predicted, seconds;
+                unsigned n_prompt, n_decode, n_best_effort;
+                unsigned long long prompt_context, decode_context;
+                ck_assert_int_eq(sscanf(line, "%lf %u %u %llu %llu %u %lf %lf", &started, &n_prompt, &n_decode,
+                                        &prompt_context, &decode_context, &n_best_effort, &predicted, &seconds),
+                                 8);
+                ck_assert(started >= last_started);
+                last_started = started;
+                ck_assert(seconds > 0);
+                ck_assert_msg(n < STEP_MODEL_WARMUP ? isnan(predicted) : predicted >= 0, "step %u predicted %g", n,
+                              predicted);
+                ck_assert_uint_eq(n_best_effort, 1); /* every request is best-effort by default */
+                prompt_tokens += n_prompt;
+                decodes += n_decode;
+                n++;
+        }
+        fclose(f);
+        ck_assert_uint_eq(n, steps);
+        ck_assert_uint_eq(prompt_tokens, 40);
+        ck_assert_uint_eq(decodes, 23); /* the first token comes with the prompt's last chunk */
+
+        char *missing = test_path_join(dir, "no-such-dir/steps.trace");
+        ck_assert_int_eq(setenv(STEP_TRACE_ENV, missing, 1), 0);
+        struct backend unused = { 0 };
+        struct engine_core *ec = NULL;
+        struct error err;
+        ck_assert_int_eq(engine_core_new(&c, &unused, model->hp.n_vocab, 2, 64, &ec, &err), -ENOENT);
+        ck_assert_ptr_nonnull(strstr(err.message, STEP_TRACE_ENV "="));
+        ck_assert_ptr_null(ec);
+        ck_assert_int_eq(unsetenv(STEP_TRACE_ENV), 0);
+        free(missing);
+        free(path);
+        test_tmpdir_remove(dir);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("engine-core");
         TCase *tc = tcase_create("engine-core");
@@ -500,6 +566,7 @@ int main(void) {
         tcase_add_test(tc, test_priorities);
         tcase_add_test(tc, test_validation);
         tcase_add_test(tc, test_engine_death);
+        tcase_add_test(tc, test_step_trace);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
