@@ -234,14 +234,19 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
         const struct dot_kernels *kernels;
         if ((rc = dot_kernels_select(&kernels, err)) < 0)
                 return rc;
+        const char *packed_env = getenv("ASYNCLLM_CPU_PACKED");
+        bool tiles_only = packed_env && strcmp(packed_env, "0") == 0;
+        if (packed_env && *packed_env && !tiles_only && strcmp(packed_env, "1") != 0)
+                return error_set(err, EINVAL,
+                                 "ASYNCLLM_CPU_PACKED=%s: say 1 (repacked weights, the default) or 0 (the file's rows), or unset it",
+                                 packed_env);
         r = calloc(1, sizeof(*r));
         if (!r)
                 return error_set(err, ENOMEM, "out of memory");
         r->model = model;
         r->config = *config;
         r->kernels = kernels;
-        const char *packed_env = getenv("ASYNCLLM_CPU_PACKED");
-        r->use_packed = !(packed_env && strcmp(packed_env, "0") == 0);
+        r->use_packed = !tiles_only;
         r->q_dim = hp->n_head * hp->head_dim;
         r->kv_dim = hp->n_head_kv * hp->head_dim;
         r->max_dim = hp->n_embd;

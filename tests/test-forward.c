@@ -358,6 +358,17 @@ START_TEST(test_packed_matches_tiles) {
                         free(got[1][s]);
                 }
         }
+        /* any other value is an error that names it, not a silent default */
+        ck_assert_int_eq(setenv("ASYNCLLM_CPU_PACKED", "yes", 1), 0);
+        struct cpu_runner_config config = {
+                .n_threads = 2, .max_batch_tokens = 64, .max_model_len = MAX_LEN, .block_size = BLOCK_SIZE,
+                .n_kv_blocks = MAX_LEN / BLOCK_SIZE,
+        };
+        struct cpu_runner *r = NULL;
+        struct error err;
+        ck_assert_int_eq(cpu_runner_new(m, &config, &r, &err), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err.message, "ASYNCLLM_CPU_PACKED=yes"));
+        ck_assert_ptr_null(r);
         ck_assert_int_eq(unsetenv("ASYNCLLM_CPU_PACKED"), 0);
         model_free(m);
 }
