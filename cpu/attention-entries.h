@@ -22,17 +22,23 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(attn_scores)(const struct
 
 __attribute__((target(DOT_TARGET))) static void DOT_FN(attn_values)(const struct f16_rows *values, unsigned n_pos,
                                                                     const float *w, size_t w_stride, unsigned n_q, size_t n,
-                                                                    unsigned n_lanes, float *lanes, size_t lanes_stride) {
+                                                                    unsigned n_lanes, unsigned first_row, unsigned n_rows,
+                                                                    float *lanes, size_t lanes_stride) {
         if (n % 64 != 0) {
-                attn_values_by_position(DOT_FN(axpy_f16), values, n_pos, w, w_stride, n_q, n, n_lanes, lanes, lanes_stride);
+                attn_values_by_position(DOT_FN(axpy_f16), values, n_pos, w, w_stride, n_q, n, n_lanes, first_row, n_rows,
+                                        lanes, lanes_stride);
                 return;
         }
         /* 64 lanes are folded as they are made, the lanes never going through memory: at a few
          * hundred positions a lane has only a few, and storing and re-reading them had cost
          * as much as the products */
         bool fold = n_lanes == 64;
-        unsigned n_rows = n_pos < 16 ? n_pos : 16;
-        for (unsigned e = 0; e < n_rows; e++)
+        unsigned end_row = first_row + n_rows;
+        if (end_row > 16)
+                end_row = 16;
+        if (end_row > n_pos)
+                end_row = n_pos;
+        for (unsigned e = first_row; e < end_row; e++)
                 for (size_t i = 0; i < n; i += fold ? ATTN_FOLD_COLUMNS : ATTN_LANE_COLUMNS)
                         for (unsigned g0 = 0; g0 < n_q; g0 += 4) {
                                 const float *wg = w + g0 * w_stride;

@@ -83,6 +83,11 @@ struct cpu_runner {
         size_t attn_scores_floats; /* of a thread's scratch: the tile's scores, then its queries or a row */
         size_t attn_queries_floats;
         uint32_t *attn_done_until; /* (thread, key-value head): tokens before it are done */
+        uint32_t attn_split_positions;
+        /* (SMALL_BATCH * n_head_kv items) for attention shared between the threads: each
+         * item's scores, rounded queries and lane rows (attn_split_item()); NULL with one thread */
+        float *attn_split;
+        size_t attn_split_stride;
         uint64_t scratch_bytes;  /* all of the above */
 
         /* The step in progress, read by every worker. */
@@ -292,6 +297,12 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
         r->rope_cos = alloc_floats(r, T * (hp->rope_dim / 2));
         r->rope_sin = alloc_floats(r, T * (hp->rope_dim / 2));
         r->thread_scratch = alloc_floats(r, config->n_threads * r->thread_scratch_stride);
+        r->attn_split_positions = config->attn_split_positions ? config->attn_split_positions
+                                                               : CPU_RUNNER_ATTN_SPLIT_POSITIONS;
+        r->attn_split_stride = (size_t) group * ((size_t) config->max_model_len + 16 + (1 + 64) * hp->head_dim);
+        if (config->n_threads > 1 && !(r->attn_split = alloc_floats(r, (size_t) SMALL_BATCH * hp->n_head_kv *
+                                                                               r->attn_split_stride)))
+                ok = false;
         r->shares = aligned_alloc(_Alignof(struct matmul_share),
                                   n_matmul_weights(r->model) * config->n_threads * sizeof(struct matmul_share));
         if (!ok || !r->slice_outputs || !r->x || !r->q || !r->k || !r->v || !r->gate || !r->up || !r->rope_cos ||
@@ -323,6 +334,7 @@ void cpu_runner_free(struct cpu_runner *r) {
         free(r->rope_cos);
         free(r->rope_sin);
         free(r->thread_scratch);
+        free(r->attn_split);
         free(r->shares);
         free(r->attn_done_until);
         free(r);
@@ -660,13 +672,133 @@ static void attention(struct cpu_runner *r, uint32_t layer, bool store_own_kv, u
                         for (uint32_t j = n_ctx; j < n_pos; j++)
                                 sg[j] = 0.0f;
                 }
-                kern->attn_values(&values, n_pos, scores, scores_stride, n_q, hd, n_lanes, lanes, lanes_stride);
+                kern->attn_values(&values, n_pos, scores, scores_stride, n_q, hd, n_lanes, 0, 16, lanes, lanes_stride);
                 for (uint32_t g = 0; g < n_q; g++) {
                         uint32_t n_ctx = (uint32_t) b->positions[t + g / group] + 1;
                         float *out = r->shared.xn + (size_t) (t + g / group) * r->q_dim + head_offset * group +
                                      (size_t) (g % group) * hd;
                         kern->sum_lanes(lanes + g * lanes_stride, hd, n_ctx < 16 ? n_ctx : 16, hd, out);
                 }
+        }
+}
+
+/* How much more than its fair share of attention's reads the busiest thread may get from
+ * attention()'s runs of items before a decode step shares them out (attention_shared()).
+ * Shared when they were even already (two sequences at 1024 positions on two threads), a
+ * step lost ~8%: half of each head's values then come from the other core's cache. */
+#define ATTN_SHARE_IMBALANCE 1.2
+
+/* Whether this decode step shares each item's attention between the threads: every token
+ * its sequence's only one, some context of at least attn_split_positions (below, the extra
+ * barriers cost more than the evener split saves), and attention()'s runs of items uneven
+ * (one sequence's 3 key-value heads on 2 threads: two thirds of the reads on one). */
+static bool attention_is_shared(const struct cpu_runner *r, bool store_own_kv, unsigned nth) {
+        const struct model_hparams *hp = &r->model->hp;
+        const struct batch *b = r->batch;
+        if (!store_own_kv || !r->attn_split)
+                return false;
+        uint32_t group = hp->n_head / hp->n_head_kv, longest = 0;
+        uint64_t total = 0, busiest = 0;
+        for (uint32_t t = 0; t < b->n_tokens; t++) {
+                uint32_t n_pos = (uint32_t) b->positions[t] + 1;
+                longest = n_pos > longest ? n_pos : longest;
+                total += (uint64_t) n_pos * hp->n_head;
+        }
+        if (longest < r->attn_split_positions)
+                return false;
+        for (unsigned i = 0; i < nth; i++) {
+                uint64_t begin = item_at_cost(b, hp->n_head_kv, group, total * i / nth), cost = 0;
+                uint64_t end = i + 1 == nth ? (uint64_t) b->n_tokens * hp->n_head_kv
+                                            : item_at_cost(b, hp->n_head_kv, group, total * (i + 1) / nth);
+                for (uint64_t item = begin; item < end; item++)
+                        cost += ((uint64_t) b->positions[item / hp->n_head_kv] + 1) * group;
+                busiest = cost > busiest ? cost : busiest;
+        }
+        return (double) busiest > ATTN_SHARE_IMBALANCE * (double) total / nth;
+}
+
+/* Item i's part of attn_split: the scores of its query heads, their queries rounded to f16,
+ * and their 64 lane rows of a head. */
+static float *attn_split_scores(const struct cpu_runner *r, uint32_t item) {
+        return r->attn_split + item * r->attn_split_stride;
+}
+
+static float *attn_split_queries(const struct cpu_runner *r, uint32_t item) {
+        uint32_t group = r->model->hp.n_head / r->model->hp.n_head_kv;
+        return attn_split_scores(r, item) + (size_t) group * (r->config.max_model_len + 16);
+}
+
+static float *attn_split_lanes(const struct cpu_runner *r, uint32_t item) {
+        const struct model_hparams *hp = &r->model->hp;
+        return attn_split_queries(r, item) + (size_t) (hp->n_head / hp->n_head_kv) * hp->head_dim;
+}
+
+/* attention() for a decode step, each (token, key-value head) shared by all the threads in
+ * phases with barriers between: one thread stores the item's key and value and rounds its
+ * queries; each thread scores a run of whole blocks of positions; a thread takes each
+ * query's softmax; each thread makes a run of the 16 rows of value sums (row e: the
+ * positions e mod 16); a thread adds each query's rows. Every number is made by the same
+ * kernels over the same positions in the same order as when one thread has the item, so
+ * the results are the same bits. */
+static void attention_shared(struct cpu_runner *r, uint32_t layer, unsigned ith, unsigned nth) {
+        const struct model_hparams *hp = &r->model->hp;
+        const struct batch *b = r->batch;
+        const struct dot_kernels *kern = r->kernels;
+        uint32_t group = hp->n_head / hp->n_head_kv, hd = hp->head_dim, bs = r->kv->block_size;
+        uint32_t n_items = b->n_tokens * hp->n_head_kv;
+        size_t scores_stride = (size_t) r->config.max_model_len + 16, lanes_stride = (size_t) 64 * hd;
+        size_t block_stride = kv_pool_block(r->kv, 0, 1);
+        float scale = 1.0f / sqrtf((float) hd);
+
+        for (uint32_t item = ith; item < n_items; item += nth) {
+                uint32_t t = item / hp->n_head_kv, kv_head = item % hp->n_head_kv;
+                store_kv_head(r, layer, t, kv_head);
+                float *q16 = attn_split_queries(r, item);
+                memcpy(q16, r->q + (size_t) t * r->q_dim + (size_t) kv_head * group * hd, (size_t) group * hd * sizeof(float));
+                kern->round_f16(q16, (size_t) group * hd);
+        }
+        thread_pool_barrier(r->pool);
+
+        for (uint32_t item = 0; item < n_items; item++) {
+                uint32_t t = item / hp->n_head_kv, kv_head = item % hp->n_head_kv;
+                const struct batch_seq *seq = &b->seqs[b->seq_ids[t]];
+                uint32_t n_pos = (uint32_t) b->positions[t] + 1, n_blocks = (n_pos + bs - 1) / bs;
+                uint32_t per_thread = (n_blocks + nth - 1) / nth;
+                uint32_t first = ith * per_thread * bs, end = (ith + 1) * per_thread * bs;
+                if (end > n_pos)
+                        end = n_pos;
+                if (first >= end)
+                        continue;
+                size_t head_base = kv_row(r, layer, 0, kv_head, 0);
+                struct f16_rows keys = { r->kv->k + head_base, seq->block_table + first / bs, bs, hd, block_stride,
+                                         r->kv->v + head_base };
+                kern->attn_scores(&keys, end - first, attn_split_queries(r, item), hd, group, hd, true, scale,
+                                  attn_split_scores(r, item) + first, scores_stride);
+        }
+        thread_pool_barrier(r->pool);
+
+        for (uint32_t query = ith; query < n_items * group; query += nth) {
+                uint32_t item = query / group, t = item / hp->n_head_kv;
+                kern->softmax_f16(attn_split_scores(r, item) + (query % group) * scores_stride, (size_t) b->positions[t] + 1);
+        }
+        thread_pool_barrier(r->pool);
+
+        uint32_t first_row = 16 * ith / nth, end_row = 16 * (ith + 1) / nth;
+        for (uint32_t item = 0; item < n_items && first_row < end_row; item++) {
+                uint32_t t = item / hp->n_head_kv, kv_head = item % hp->n_head_kv;
+                const struct batch_seq *seq = &b->seqs[b->seq_ids[t]];
+                struct f16_rows values = { r->kv->v + kv_row(r, layer, 0, kv_head, 0), seq->block_table, bs, hd,
+                                           block_stride, NULL };
+                kern->attn_values(&values, (uint32_t) b->positions[t] + 1, attn_split_scores(r, item), scores_stride, group,
+                                  hd, 64, first_row, end_row - first_row, attn_split_lanes(r, item), lanes_stride);
+        }
+        thread_pool_barrier(r->pool);
+
+        for (uint32_t query = ith; query < n_items * group; query += nth) {
+                uint32_t item = query / group, t = item / hp->n_head_kv, kv_head = item % hp->n_head_kv;
+                uint32_t n_ctx = (uint32_t) b->positions[t] + 1, g = query % group;
+                float *out = r->shared.xn + (size_t) t * r->q_dim + (size_t) kv_head * group * hd + (size_t) g * hd;
+                kern->sum_lanes(attn_split_lanes(r, item) + g * lanes_stride, hd, n_ctx < 16 ? n_ctx : 16, hd, out);
         }
 }
 
@@ -715,6 +847,7 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
         const struct activations *a = small ? &r->own[ith] : &r->shared;
         unsigned feed_ith = small ? 0 : ith, feed_nth = small ? 1 : nth;
         bool store_own_kv = attention_stores_own_kv(b);
+        bool shared_attention = attention_is_shared(r, store_own_kv, nth);
 
         embed(r, row_scratch, ith, nth);
         rope_tables(r, ith, nth);
@@ -735,7 +868,10 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
                         store_kv(r, layer, ith, nth);
                         barrier_before_matmul(r, w + 3, T, ith, nth);
                 }
-                attention(r, layer, store_own_kv, ith, nth); /* into shared.xn */
+                if (shared_attention)
+                        attention_shared(r, layer, ith, nth); /* into shared.xn */
+                else
+                        attention(r, layer, store_own_kv, ith, nth); /* into shared.xn */
                 barrier_before_matmul(r, w + 3, T, ith, nth);
                 quantize_tokens(r, a, r->shared.xn, r->q_dim, T, feed_ith, feed_nth);
                 if (!small)

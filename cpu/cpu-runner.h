@@ -19,7 +19,16 @@ struct cpu_runner_config {
         /* A step's tokens go through the layers in slices of at most this many consecutive
          * tokens, with the same results; 0 for the default, CPU_RUNNER_SLICE_TOKENS. */
         uint32_t max_slice_tokens;
+        /* A decode step (one token per sequence, at most a few) whose longest context reaches
+         * this many positions shares each (token, key-value head)'s attention between the
+         * threads, with the same results; 0 for the default, CPU_RUNNER_ATTN_SPLIT_POSITIONS;
+         * UINT32_MAX never. */
+        uint32_t attn_split_positions;
 };
+
+/* One (token, key-value head) is one thread's unless shared: 3 key-value heads on 2 threads
+ * left one thread two thirds of a long context's reads. */
+#define CPU_RUNNER_ATTN_SPLIT_POSITIONS 512
 
 /* Slices of 256 tokens keep the activations of the widest matmul's input (n_ff = 1536 for
  * SmolLM2-135M: ~500 KB of q8_1 blocks and scales) within a 1 MB L2 while every group of

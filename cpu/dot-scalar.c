@@ -178,8 +178,10 @@ static void attn_scores_scalar(const struct f16_rows *keys, unsigned n_pos, cons
 }
 
 static void attn_values_scalar(const struct f16_rows *values, unsigned n_pos, const float *w, size_t w_stride, unsigned n_q,
-                               size_t n, unsigned n_lanes, float *lanes, size_t lanes_stride) {
-        attn_values_by_position(axpy_f16_scalar, values, n_pos, w, w_stride, n_q, n, n_lanes, lanes, lanes_stride);
+                               size_t n, unsigned n_lanes, unsigned first_row, unsigned n_rows, float *lanes,
+                               size_t lanes_stride) {
+        attn_values_by_position(axpy_f16_scalar, values, n_pos, w, w_stride, n_q, n, n_lanes, first_row, n_rows, lanes,
+                                lanes_stride);
 }
 
 static void quantize_q8_1_scalar(const float *x, struct block_q8_1 *out, float *ds, size_t n) {

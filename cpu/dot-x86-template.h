@@ -367,8 +367,10 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(attn_scores)(const struct
 
 __attribute__((target(DOT_TARGET))) static void DOT_FN(attn_values)(const struct f16_rows *values, unsigned n_pos,
                                                                     const float *w, size_t w_stride, unsigned n_q, size_t n,
-                                                                    unsigned n_lanes, float *lanes, size_t lanes_stride) {
-        attn_values_by_position(DOT_FN(axpy_f16), values, n_pos, w, w_stride, n_q, n, n_lanes, lanes, lanes_stride);
+                                                                    unsigned n_lanes, unsigned first_row, unsigned n_rows,
+                                                                    float *lanes, size_t lanes_stride) {
+        attn_values_by_position(DOT_FN(axpy_f16), values, n_pos, w, w_stride, n_q, n, n_lanes, first_row, n_rows, lanes,
+                                lanes_stride);
 }
 #endif
 

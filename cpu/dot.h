@@ -112,11 +112,15 @@ struct dot_kernels {
          * min(n_pos, 16) of lanes_g = lanes + g * lanes_stride, lanes_g[e * n + i], is lane e
          * (16 lanes), or lanes_sum64()'s first fold (lane e + lane 32 + e) + (lane 16 + e +
          * lane 48 + e), a lane no position reaches being +0 (64 lanes): the 16 rows that
-         * sum_lanes() then adds. The rest of lanes_g's 64 rows is scratch. */
+         * sum_lanes() then adds. Only rows e = first_row .. first_row + n_rows - 1 are made
+         * (row e sums the positions j = e mod 16), and only rows e, 16 + e, 32 + e and 48 + e
+         * of lanes_g are written (the last three as scratch), so that threads can share one
+         * head's rows. */
         void (*attn_scores)(const struct f16_rows *keys, unsigned n_pos, const float *q, size_t q_stride, unsigned n_q,
                             size_t n, bool wide, float scale, float *scores, size_t scores_stride);
         void (*attn_values)(const struct f16_rows *values, unsigned n_pos, const float *w, size_t w_stride, unsigned n_q,
-                            size_t n, unsigned n_lanes, float *lanes, size_t lanes_stride);
+                            size_t n, unsigned n_lanes, unsigned first_row, unsigned n_rows, float *lanes,
+                            size_t lanes_stride);
         /* x[i] rounded to f16 and back: f16_to_f32(f32_to_f16(x[i])), NaNs aside. */
         void (*round_f16)(float *x, size_t n);
         /* out[i] = the sum of lanes[e * stride + i] over e < 16 by the tree of lanes_sum16();

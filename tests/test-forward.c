@@ -412,6 +412,60 @@ START_TEST(test_rejects_bad_batches) {
 }
 END_TEST
 
+/* A decode step's attention shared between the threads (cpu_runner_config's
+ * attn_split_positions) gives the bits of one thread per (token, key-value head): for one
+ * sequence and for three decoding together, from the first position on (below a block, and
+ * below 16 positions, one thread's share of positions or of rows is empty), with heads of 16
+ * and 32 elements (one position at a time) and of 64 (the kernels' runs of positions). */
+static const struct synthetic_llama_config shared_attention_shapes[] = {
+        { .n_layer = 2, .n_embd = 128, .n_ff = 128, .n_head = 2, .n_head_kv = 1, .n_vocab = 280, .n_ctx = 64,
+          .weight_type = TENSOR_Q4_1, .embd_type = TENSOR_Q8_0, .tied_output = true, .seed = 9 },
+        { .n_layer = 2, .n_embd = 192, .n_ff = 128, .n_head = 3, .n_head_kv = 3, .n_vocab = 280, .n_ctx = 64,
+          .weight_type = TENSOR_Q8_0, .embd_type = TENSOR_Q8_0, .tied_output = true, .seed = 10 },
+};
+
+START_TEST(test_shared_attention_matches) {
+        const struct synthetic_llama_config *cfg = _i < 2 ? &shared_attention_shapes[_i] : &shapes[_i - 2];
+        struct model *m = load_synthetic(cfg);
+        uint32_t V = m->hp.n_vocab, lens[3] = { 40, 17, 64 };
+        int32_t tokens[3][64];
+        struct test_seq seqs[3];
+        for (uint32_t s = 0; s < 3; s++) {
+                make_tokens(tokens[s], lens[s], V, s + 11);
+                seqs[s] = (struct test_seq) { tokens[s], lens[s], { 0 } };
+                for (uint32_t i = 0; i < MAX_LEN / BLOCK_SIZE; i++)
+                        seqs[s].block_table[i] = (int32_t) (i * 3 + 2 - s);
+        }
+        for (uint32_t n_seqs = 1; n_seqs <= 3; n_seqs += 2) {
+                float *got[2][3];
+                for (int shared = 0; shared < 2; shared++) {
+                        struct cpu_runner_config config = {
+                                .n_threads = 2, .max_batch_tokens = 64, .max_model_len = MAX_LEN,
+                                .block_size = BLOCK_SIZE, .n_kv_blocks = 4 * MAX_LEN / BLOCK_SIZE,
+                                .attn_split_positions = shared ? 1 : UINT32_MAX,
+                        };
+                        struct cpu_runner *r;
+                        struct error err;
+                        ck_assert_msg(cpu_runner_new(m, &config, &r, &err) == 0, "%s", err.message);
+                        for (uint32_t s = 0; s < n_seqs; s++)
+                                got[shared][s] = calloc((size_t) lens[s] * V, sizeof(float));
+                        run_batched(r, m, seqs, n_seqs, 1, got[shared]);
+                        cpu_runner_free(r);
+                }
+                for (uint32_t s = 0; s < n_seqs; s++) {
+                        for (uint32_t j = 0; j < lens[s]; j++)
+                                ck_assert_msg(memcmp(got[0][s] + (size_t) j * V, got[1][s] + (size_t) j * V,
+                                                     sizeof(float) * V) == 0,
+                                              "shape %d: sequence %u of %u, position %u differs with shared attention",
+                                              _i, s, n_seqs, j);
+                        free(got[0][s]);
+                        free(got[1][s]);
+                }
+        }
+        model_free(m);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("forward");
         TCase *tc = tcase_create("forward");
@@ -421,6 +475,7 @@ int main(void) {
         tcase_add_loop_test(tc, test_invariance, 0, n_shapes);
         tcase_add_loop_test(tc, test_packed_matches_tiles, 0, n_shapes);
         tcase_add_test(tc, test_rejects_bad_batches);
+        tcase_add_loop_test(tc, test_shared_attention_matches, 0, 2 + n_shapes);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);

@@ -158,7 +158,7 @@ static void compare_attention(const struct dot_kernels *k) {
         static const uint32_t block_sizes[] = { 16, 5, 32, 1 };
         static f16_bits cache_k[MAX_ROWS * MAX_STRIDE + 2], cache_v[MAX_ROWS * MAX_STRIDE + 2];
         static float q[MAX_Q * MAX_DIM], w[MAX_Q * (MAX_POS + 16)];
-        static float want[MAX_Q * 64 * MAX_DIM + 1], got[MAX_Q * 64 * MAX_DIM + 1];
+        static float want[MAX_Q * 64 * MAX_DIM + 1], got[MAX_Q * 64 * MAX_DIM + 1], other[MAX_Q * 64 * MAX_DIM + 1];
         int32_t table[MAX_POS];
         for (size_t i = 0; i < sizeof(cache_k) / sizeof(cache_k[0]); i++) {
                 cache_k[i] = f32_to_f16(next_float(3.0f));
@@ -197,8 +197,8 @@ static void compare_attention(const struct dot_kernels *k) {
                 size_t lanes_stride = 64 * n;
                 memset(want, 0x5a, sizeof(want));
                 memset(got, 0x5a, sizeof(got));
-                dot_kernels_scalar.attn_values(&values, n_pos, w, MAX_POS + 16, n_q, n, n_lanes, want, lanes_stride);
-                k->attn_values(&values, n_pos, w, MAX_POS + 16, n_q, n, n_lanes, got, lanes_stride);
+                dot_kernels_scalar.attn_values(&values, n_pos, w, MAX_POS + 16, n_q, n, n_lanes, 0, 16, want, lanes_stride);
+                k->attn_values(&values, n_pos, w, MAX_POS + 16, n_q, n, n_lanes, 0, 16, got, lanes_stride);
                 /* the 16 rows per query that the definition names; the rest is scratch */
                 for (unsigned g = 0; g < n_q; g++)
                         ck_assert_msg(memcmp(want + g * lanes_stride, got + g * lanes_stride,
@@ -210,6 +210,35 @@ static void compare_attention(const struct dot_kernels *k) {
                 for (size_t i = n_q * lanes_stride; i < sizeof(got) / sizeof(got[0]); i++)
                         ck_assert_msg(memcmp(&got[i], &untouched, sizeof(float)) == 0,
                                       "%s attn_values wrote past query %u's rows (element %zu)", k->name, n_q - 1, i);
+
+                /* The rows made in two parts, as two threads make them: each part leaves the
+                 * other's rows and their scratch lanes alone, and together they are the rows
+                 * made at once. */
+                unsigned split = 1 + (n_pos + n_q) % 15;
+                const unsigned parts[2][2] = { { 0, split }, { split, 16 - split } };
+                memset(got, 0x5a, sizeof(got));
+                for (int part = 0; part < 2; part++) {
+                        memset(other, 0x5a, sizeof(other));
+                        unsigned first = parts[part][0], count = parts[part][1];
+                        k->attn_values(&values, n_pos, w, MAX_POS + 16, n_q, n, n_lanes, first, count, other, lanes_stride);
+                        for (unsigned g = 0; g < n_q; g++)
+                                for (unsigned row = 0; row < 64; row++) {
+                                        float *o = other + g * lanes_stride + row * n;
+                                        if (row % 16 >= first && row % 16 < first + count) {
+                                                memcpy(got + g * lanes_stride + row * n, o, n * sizeof(float));
+                                                continue;
+                                        }
+                                        for (size_t i = 0; i < n; i++)
+                                                ck_assert_msg(memcmp(&o[i], &untouched, sizeof(float)) == 0,
+                                                              "%s attn_values rows %u..%u wrote row %u of query %u",
+                                                              k->name, first, first + count - 1, row, g);
+                                }
+                }
+                for (unsigned g = 0; g < n_q; g++)
+                        ck_assert_msg(memcmp(want + g * lanes_stride, got + g * lanes_stride,
+                                             (n_pos < 16 ? n_pos : 16) * n * sizeof(float)) == 0,
+                                      "%s attn_values in two parts (rows from %u) n %zu, %u positions, %u queries, %u "
+                                      "lanes: query %u", k->name, split, n, n_pos, n_q, n_lanes, g);
         }
 }
 
@@ -244,7 +273,7 @@ START_TEST(test_attention_reference_matches_float) {
                 }
         }
         for (unsigned n_lanes = 16; n_lanes <= 64; n_lanes *= 4) {
-                dot_kernels_scalar.attn_values(&values, POS, w, POS, 1, DIM, n_lanes, lanes, DIM * 64);
+                dot_kernels_scalar.attn_values(&values, POS, w, POS, 1, DIM, n_lanes, 0, 16, lanes, DIM * 64);
                 dot_kernels_scalar.sum_lanes(lanes, DIM, 16, DIM, out);
                 for (size_t i = 0; i < DIM; i++) {
                         double expect = 0.0, magnitude = 0.0;
