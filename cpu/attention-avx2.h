@@ -75,11 +75,12 @@ ATTN_ATTRS void attn_scores_runs(const struct f16_rows *keys, unsigned n_pos, co
         const __m256 scale_v = _mm256_set1_ps(scale);
         float converted[8 * DOT_F16_MAX_DIM] __attribute__((aligned(32)));
         struct f16_walk walk = f16_walk_start(keys, 0, 1), ahead = f16_walk_start(keys, F16_WALK_PREFETCH_POSITIONS, 1);
+        enum f16_fetch keys_how = f16_keys_fetch(wide, n_pos);
         for (unsigned j0 = 0; j0 < n_pos; j0 += 8) {
                 unsigned m = n_pos - j0 < 8 ? n_pos - j0 : 8;
                 for (unsigned p = 0; p < m; p++, f16_walk_next(&walk)) {
-                        f16_walk_prefetch_ahead(&ahead, j0 + p, n_pos, n, wide);
-                        f16_walk_fetch_beside(&walk, n);
+                        f16_walk_prefetch_ahead(&ahead, j0 + p, n_pos, n, keys_how);
+                        f16_walk_fetch_beside(&walk, n, keys_how);
                         const f16_bits *row = f16_walk_row(&walk);
                         for (size_t i = 0; i < n; i += 8)
                                 _mm256_store_ps(converted + p * n + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (row + i))));

@@ -38,42 +38,60 @@ static inline void f16_walk_next(struct f16_walk *w) {
  * 32-sequence decode on the Intel AVX-512 machine). */
 #define F16_WALK_PREFETCH_POSITIONS 32
 
-/* Fetches a row's n elements into the cache, a line at a time. */
-static inline void f16_prefetch_row(const f16_bits *row, size_t n) {
+/* How a walk fetches rows ahead of its reads. */
+enum f16_fetch {
+        F16_FETCH_PLAIN,  /* into every level (T0): rows read again (a prompt's tiles) */
+        F16_FETCH_STREAM, /* non-temporal: a generated token's keys, read once */
+        F16_FETCH_L2,     /* into L2 (T1): the same over a long context, see below */
+};
+
+/* From this many positions on, a generated token's keys ahead and the values beside them
+ * are fetched into L2 (T1), not into L1: the first-level misses a core can have in flight
+ * seem to hold a long context's attention to ~9 GB/s. bench-batched -B 1 -p 1024 -n 256,
+ * ABBA rounds on the Zen 4 machine: 1.075x, 1.097x, 1.011x, 1.099x, 1.061x in five
+ * sittings; -B 32 -p 256 1.035x and 0.990x. Over short contexts T1 looked no better than
+ * the stream (bench-core tg256 0.975x, within the noise), so they keep it. */
+#define F16_WALK_L2_POSITIONS 256
+
+/* Fetches a row's n elements, a line at a time. */
+static inline void f16_fetch_row(const f16_bits *row, size_t n, enum f16_fetch how) {
         for (size_t b = 0; b < n * sizeof(f16_bits); b += 64)
-                __builtin_prefetch((const char *) row + b, 0, 3);
+                switch (how) {
+                case F16_FETCH_PLAIN: __builtin_prefetch((const char *) row + b, 0, 3); break;
+                case F16_FETCH_STREAM: __builtin_prefetch((const char *) row + b, 0, 0); break;
+                case F16_FETCH_L2: __builtin_prefetch((const char *) row + b, 0, 2); break;
+                }
 }
 
-/* The same, non-temporal: for a row read once, soon. */
-static inline void f16_stream_row(const f16_bits *row, size_t n) {
-        for (size_t b = 0; b < n * sizeof(f16_bits); b += 64)
-                __builtin_prefetch((const char *) row + b, 0, 0);
+/* How a scores kernel over n_pos positions fetches keys ahead (wide: a generated token's,
+ * read once). */
+static inline enum f16_fetch f16_keys_fetch(bool wide, unsigned n_pos) {
+        return !wide ? F16_FETCH_PLAIN : n_pos >= F16_WALK_L2_POSITIONS ? F16_FETCH_L2 : F16_FETCH_STREAM;
 }
 
 /* A walk by single positions F16_WALK_PREFETCH_POSITIONS ahead of the reads (started
- * there): called once per position read, it fetches its row's n elements into the cache
- * while it is still below n_pos, and steps. read_once (a generated token's keys, which no
- * other item of the step reads; a prompt's tiles read them again): non-temporal, which
- * took bench-batched -p 256 S_TG B=32 1.05x, 1.02x and 1.02x in three sittings of ABBA
- * rounds (8 of 10, 4 of 8, 9 of 16 pairs) and B=8 1.07x on the Zen 4 machine; for prompts
- * as well, pp512 went 0.96x in one of two sittings. The values fetched beside the keys wait
- * in the cache for the value sums, after the softmax: non-temporal, they went 0.98x. */
+ * there): called once per position read, it fetches its row's n elements while it is still
+ * below n_pos, and steps. A generated token's keys, which no other item of the step reads,
+ * stream (non-temporal: bench-batched -p 256 S_TG B=32 1.05x, 1.02x and 1.02x in three
+ * sittings of ABBA rounds, B=8 1.07x, on the Zen 4 machine, against T0) or, over long
+ * contexts, go to L2 (F16_WALK_L2_POSITIONS); a prompt's tiles read them again and keep
+ * T0 (streamed, pp512 went 0.96x in one of two sittings). */
 static inline void f16_walk_prefetch_ahead(struct f16_walk *ahead, unsigned position, unsigned n_pos, size_t n,
-                                           bool read_once) {
+                                           enum f16_fetch how) {
         if (position + F16_WALK_PREFETCH_POSITIONS >= n_pos)
                 return;
-        if (read_once)
-                f16_stream_row(f16_walk_row(ahead), n);
-        else
-                f16_prefetch_row(f16_walk_row(ahead), n);
+        f16_fetch_row(f16_walk_row(ahead), n, how);
         f16_walk_next(ahead);
 }
 
 /* Fetches the n elements of the current row's counterpart in rows->fetch_beside, if any:
  * paced by the reads of the scores kernels. Issued all together before them, the fetches
- * had no effect (the core drops software prefetches it has no room for). */
-static inline void f16_walk_fetch_beside(const struct f16_walk *w, size_t n) {
+ * had no effect (the core drops software prefetches it has no room for). They wait in the
+ * cache for the value sums, after the softmax, so they do not stream (non-temporal: 0.98x);
+ * keys_how F16_FETCH_L2 (a long context) puts them in L2 as well. */
+static inline void f16_walk_fetch_beside(const struct f16_walk *w, size_t n, enum f16_fetch keys_how) {
         if (!w->rows->fetch_beside)
                 return;
-        f16_prefetch_row(w->rows->fetch_beside + (f16_walk_row(w) - w->rows->base), n);
+        f16_fetch_row(w->rows->fetch_beside + (f16_walk_row(w) - w->rows->base), n,
+                      keys_how == F16_FETCH_L2 ? F16_FETCH_L2 : F16_FETCH_PLAIN);
 }
