@@ -85,7 +85,8 @@ struct cpu_runner {
         uint32_t *attn_done_until; /* (thread, key-value head): tokens before it are done */
         uint32_t attn_split_positions;
         /* (SMALL_BATCH * n_head_kv items) for attention shared between the threads: each
-         * item's scores, rounded queries and lane rows (attn_split_item()); NULL with one thread */
+         * item's scores, rounded queries and lane rows (attn_split_scores(), _queries(),
+         * _lanes()); NULL with one thread */
         float *attn_split;
         size_t attn_split_stride;
         uint64_t scratch_bytes;  /* all of the above */
