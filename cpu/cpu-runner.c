@@ -94,6 +94,8 @@ struct cpu_runner {
         /* The step in progress, read by every worker. */
         const struct batch *batch;
         float *logits;
+        bool store_own_kv;      /* attention_stores_own_kv() of the batch */
+        bool shared_attention;  /* attention_is_shared() of the batch */
 };
 
 static void *alloc_scratch(struct cpu_runner *r, size_t n, size_t size) {
@@ -533,6 +535,34 @@ static uint64_t kv_row(const struct cpu_runner *r, uint32_t layer, uint32_t bloc
         return kv_pool_block(r->kv, layer, block) + ((uint64_t) head * bs + slot) * hd;
 }
 
+/* Key-value head kv_head's keys or values (pool: the KV pool's k or v) in a layer, read
+ * through block_table; fetch_beside: the other pool, whose rows the scores kernels fetch
+ * beside the keys they read, or NULL. */
+static struct f16_rows kv_head_rows(const struct cpu_runner *r, const f16_bits *pool, const f16_bits *fetch_beside,
+                                    uint32_t layer, uint32_t kv_head, const int32_t *block_table) {
+        size_t head_base = kv_row(r, layer, 0, kv_head, 0);
+        return (struct f16_rows) { pool + head_base, block_table, r->kv->block_size, r->model->hp.head_dim,
+                                   kv_pool_block(r->kv, 0, 1), fetch_beside ? fetch_beside + head_base : NULL };
+}
+
+/* Token t's query heads of key-value head kv_head, n_tokens consecutive tokens of them,
+ * rounded to f16 precision into q16: the queries meet the f16 keys at f16 precision, as in
+ * the reference. */
+static void round_queries(const struct cpu_runner *r, uint32_t t, uint32_t n_tokens, uint32_t kv_head, float *q16) {
+        const struct model_hparams *hp = &r->model->hp;
+        size_t head_floats = (size_t) (hp->n_head / hp->n_head_kv) * hp->head_dim;
+        for (uint32_t i = 0; i < n_tokens; i++)
+                memcpy(q16 + i * head_floats, r->q + (size_t) (t + i) * r->q_dim + kv_head * head_floats,
+                       head_floats * sizeof(float));
+        r->kernels->round_f16(q16, n_tokens * head_floats);
+}
+
+/* Where attention writes token t's output for query head g of key-value head kv_head. */
+static float *attention_output(const struct cpu_runner *r, uint32_t t, uint32_t kv_head, uint32_t g) {
+        const struct model_hparams *hp = &r->model->hp;
+        return r->shared.xn + (size_t) t * r->q_dim + ((size_t) kv_head * (hp->n_head / hp->n_head_kv) + g) * hp->head_dim;
+}
+
 /* Applies RoPE to token t's query heads of key-value head h and to its key head h, and
  * stores that key and value in the KV pool. */
 static void store_kv_head(struct cpu_runner *r, uint32_t layer, uint32_t t, uint32_t h) {
@@ -614,11 +644,11 @@ static uint32_t attention_tile(const struct batch *b, uint32_t t, uint32_t kv_he
  * for prompt positions, its vector dot product (64 lanes) for generated ones; position j
  * feeds lane j % lanes. The order depends only on the sequence, and each head's numbers are
  * what it would get alone. */
-static void attention(struct cpu_runner *r, uint32_t layer, bool store_own_kv, unsigned ith, unsigned nth) {
+static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsigned nth) {
         const struct model_hparams *hp = &r->model->hp;
         const struct batch *b = r->batch;
         const struct dot_kernels *kern = r->kernels;
-        uint32_t group = hp->n_head / hp->n_head_kv, hd = hp->head_dim, bs = r->kv->block_size;
+        uint32_t group = hp->n_head / hp->n_head_kv, hd = hp->head_dim;
         size_t scores_stride = (size_t) r->config.max_model_len + 16;
         float scale = 1.0f / sqrtf((float) hd);
         float *scores = r->thread_scratch + ith * r->thread_scratch_stride; /* (tile heads, scores_stride) */
@@ -641,26 +671,19 @@ static void attention(struct cpu_runner *r, uint32_t layer, bool store_own_kv, u
                         continue; /* in a tile already computed */
                 uint32_t n_tile = attention_tile(b, t, kv_head, hp->n_head_kv, end, r->attn_tile_tokens);
                 done_until[kv_head] = t + n_tile;
-                if (store_own_kv)
+                if (r->store_own_kv)
                         store_kv_head(r, layer, t, kv_head);
                 const struct batch_seq *seq = &b->seqs[b->seq_ids[t]];
                 uint32_t n_pos = (uint32_t) b->positions[t + n_tile - 1] + 1; /* the tile's last token's */
                 bool prompt = (uint32_t) b->positions[t] < seq->n_prompt;
                 uint32_t n_lanes = prompt ? 16 : 64, n_q = n_tile * group;
-                size_t head_offset = (size_t) kv_head * hd;
 
-                size_t head_base = kv_row(r, layer, 0, kv_head, 0), block_stride = kv_pool_block(r->kv, 0, 1);
-                struct f16_rows values = { r->kv->v + head_base, seq->block_table, bs, hd, block_stride, NULL };
+                struct f16_rows values = kv_head_rows(r, r->kv->v, NULL, layer, kv_head, seq->block_table);
                 /* A generated token's values are read lane by lane, positions 64 apart in
                  * blocks scattered over the pool, and the sums waited on each row. */
-                struct f16_rows keys = { r->kv->k + head_base, seq->block_table, bs, hd, block_stride,
-                                         prompt ? NULL : values.base };
+                struct f16_rows keys = kv_head_rows(r, r->kv->k, prompt ? NULL : r->kv->v, layer, kv_head, seq->block_table);
 
-                /* The queries meet the f16 keys at f16 precision, as in the reference. */
-                for (uint32_t i = 0; i < n_tile; i++)
-                        memcpy(q16 + (size_t) i * group * hd, r->q + (size_t) (t + i) * r->q_dim + head_offset * group,
-                               (size_t) group * hd * sizeof(float));
-                kern->round_f16(q16, (size_t) n_q * hd);
+                round_queries(r, t, n_tile, kv_head, q16);
                 kern->attn_scores(&keys, n_pos, q16, hd, n_q, hd, !prompt, scale, scores, scores_stride);
 
                 /* The weights meet the f16 values at f16 precision, as in the reference's
@@ -676,9 +699,8 @@ static void attention(struct cpu_runner *r, uint32_t layer, bool store_own_kv, u
                 kern->attn_values(&values, n_pos, scores, scores_stride, n_q, hd, n_lanes, 0, 16, lanes, lanes_stride);
                 for (uint32_t g = 0; g < n_q; g++) {
                         uint32_t n_ctx = (uint32_t) b->positions[t + g / group] + 1;
-                        float *out = r->shared.xn + (size_t) (t + g / group) * r->q_dim + head_offset * group +
-                                     (size_t) (g % group) * hd;
-                        kern->sum_lanes(lanes + g * lanes_stride, hd, n_ctx < 16 ? n_ctx : 16, hd, out);
+                        kern->sum_lanes(lanes + g * lanes_stride, hd, n_ctx < 16 ? n_ctx : 16, hd,
+                                        attention_output(r, t + g / group, kv_head, g % group));
                 }
         }
 }
@@ -748,15 +770,12 @@ static void attention_shared(struct cpu_runner *r, uint32_t layer, unsigned ith,
         uint32_t group = hp->n_head / hp->n_head_kv, hd = hp->head_dim, bs = r->kv->block_size;
         uint32_t n_items = b->n_tokens * hp->n_head_kv;
         size_t scores_stride = (size_t) r->config.max_model_len + 16, lanes_stride = (size_t) 64 * hd;
-        size_t block_stride = kv_pool_block(r->kv, 0, 1);
         float scale = 1.0f / sqrtf((float) hd);
 
         for (uint32_t item = ith; item < n_items; item += nth) {
                 uint32_t t = item / hp->n_head_kv, kv_head = item % hp->n_head_kv;
                 store_kv_head(r, layer, t, kv_head);
-                float *q16 = attn_split_queries(r, item);
-                memcpy(q16, r->q + (size_t) t * r->q_dim + (size_t) kv_head * group * hd, (size_t) group * hd * sizeof(float));
-                kern->round_f16(q16, (size_t) group * hd);
+                round_queries(r, t, 1, kv_head, attn_split_queries(r, item));
         }
         thread_pool_barrier(r->pool);
 
@@ -770,9 +789,7 @@ static void attention_shared(struct cpu_runner *r, uint32_t layer, unsigned ith,
                         end = n_pos;
                 if (first >= end)
                         continue;
-                size_t head_base = kv_row(r, layer, 0, kv_head, 0);
-                struct f16_rows keys = { r->kv->k + head_base, seq->block_table + first / bs, bs, hd, block_stride,
-                                         r->kv->v + head_base };
+                struct f16_rows keys = kv_head_rows(r, r->kv->k, r->kv->v, layer, kv_head, seq->block_table + first / bs);
                 kern->attn_scores(&keys, end - first, attn_split_queries(r, item), hd, group, hd, true, scale,
                                   attn_split_scores(r, item) + first, scores_stride);
         }
@@ -788,8 +805,7 @@ static void attention_shared(struct cpu_runner *r, uint32_t layer, unsigned ith,
         for (uint32_t item = 0; item < n_items && first_row < end_row; item++) {
                 uint32_t t = item / hp->n_head_kv, kv_head = item % hp->n_head_kv;
                 const struct batch_seq *seq = &b->seqs[b->seq_ids[t]];
-                struct f16_rows values = { r->kv->v + kv_row(r, layer, 0, kv_head, 0), seq->block_table, bs, hd,
-                                           block_stride, NULL };
+                struct f16_rows values = kv_head_rows(r, r->kv->v, NULL, layer, kv_head, seq->block_table);
                 kern->attn_values(&values, (uint32_t) b->positions[t] + 1, attn_split_scores(r, item), scores_stride, group,
                                   hd, 64, first_row, end_row - first_row, attn_split_lanes(r, item), lanes_stride);
         }
@@ -798,8 +814,8 @@ static void attention_shared(struct cpu_runner *r, uint32_t layer, unsigned ith,
         for (uint32_t query = ith; query < n_items * group; query += nth) {
                 uint32_t item = query / group, t = item / hp->n_head_kv, kv_head = item % hp->n_head_kv;
                 uint32_t n_ctx = (uint32_t) b->positions[t] + 1, g = query % group;
-                float *out = r->shared.xn + (size_t) t * r->q_dim + (size_t) kv_head * group * hd + (size_t) g * hd;
-                kern->sum_lanes(attn_split_lanes(r, item) + g * lanes_stride, hd, n_ctx < 16 ? n_ctx : 16, hd, out);
+                kern->sum_lanes(attn_split_lanes(r, item) + g * lanes_stride, hd, n_ctx < 16 ? n_ctx : 16, hd,
+                                attention_output(r, t, kv_head, g));
         }
 }
 
@@ -847,8 +863,6 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
         bool small = r->own && T <= SMALL_BATCH;
         const struct activations *a = small ? &r->own[ith] : &r->shared;
         unsigned feed_ith = small ? 0 : ith, feed_nth = small ? 1 : nth;
-        bool store_own_kv = attention_stores_own_kv(b);
-        bool shared_attention = attention_is_shared(r, store_own_kv, nth);
 
         embed(r, row_scratch, ith, nth);
         rope_tables(r, ith, nth);
@@ -865,14 +879,14 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
                 matmul(r, w + 1, a, T, r->k, r->kv_dim, false, row_scratch, ith, nth);
                 matmul(r, w + 2, a, T, r->v, r->kv_dim, false, row_scratch, ith, nth);
                 barrier_before_matmul(r, w + 3, T, ith, nth);
-                if (!store_own_kv) {
+                if (!r->store_own_kv) {
                         store_kv(r, layer, ith, nth);
                         barrier_before_matmul(r, w + 3, T, ith, nth);
                 }
-                if (shared_attention)
+                if (r->shared_attention)
                         attention_shared(r, layer, ith, nth); /* into shared.xn */
                 else
-                        attention(r, layer, store_own_kv, ith, nth); /* into shared.xn */
+                        attention(r, layer, ith, nth); /* into shared.xn */
                 barrier_before_matmul(r, w + 3, T, ith, nth);
                 quantize_tokens(r, a, r->shared.xn, r->q_dim, T, feed_ith, feed_nth);
                 if (!small)
@@ -944,6 +958,8 @@ static void run_slice(struct cpu_runner *r, const struct batch *slice, float *lo
         }
         r->batch = slice;
         r->logits = logits;
+        r->store_own_kv = attention_stores_own_kv(slice);
+        r->shared_attention = attention_is_shared(r, r->store_own_kv, nth);
         thread_pool_run(r->pool, forward_worker, r);
         r->batch = NULL;
         r->logits = NULL;
