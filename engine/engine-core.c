@@ -41,7 +41,7 @@ struct engine_core {
 
         uint64_t prompt_tokens, generation_tokens, steps, scheduled_tokens;
         uint64_t finished[FINISH_ERROR + 1];
-        FILE *step_trace; /* NULL unless ASYNCLLM_STEP_TRACE names a file */
+        struct step_trace *step_trace; /* NULL unless ASYNCLLM_STEP_TRACE names a file */
 };
 
 uint32_t engine_kv_blocks_for_space(const struct engine_config *config, uint32_t n_layer, uint32_t kv_dim) {
@@ -125,8 +125,7 @@ void engine_core_free(struct engine_core *ec) {
         free(ec->plan_copy);
         free(ec->logits);
         free(ec->outputs);
-        if (ec->step_trace)
-                fclose(ec->step_trace);
+        step_trace_close(ec->step_trace);
         free(ec);
 }
 

@@ -6,10 +6,15 @@
 
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cpu-runner.h"
 #include "engine-core.h"
@@ -553,6 +558,98 @@ START_TEST(test_step_trace) {
 }
 END_TEST
 
+/* A trace that meets a full disk stops at its last whole line, says so on stderr once, and
+ * the engine serves on: RLIMIT_FSIZE stands in for the disk (EFBIG, SIGXFSZ ignored), and
+ * /dev/full fails the header at creation. */
+START_TEST(test_step_trace_full_disk) {
+        char *dir = test_tmpdir();
+        char *path = test_path_join(dir, "steps.trace"), *log_path = test_path_join(dir, "stderr");
+        ck_assert_int_eq(setenv(STEP_TRACE_ENV, path, 1), 0);
+        uint32_t steps = 0;
+        /* A process of its own: the limit would also stop Check's own reports. */
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+                struct harness h;
+                struct engine_config c = base_config(16);
+                harness_new(&h, &c, 64, 0);
+                int32_t prompt[40];
+                make_prompt(prompt, 40, 2);
+                struct sampling_params p = greedy_params(24);
+                add(h.ec, 0, prompt, 40, &p, 0);
+                int log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+                struct rlimit small;
+                if (log_fd < 0 || dup2(log_fd, STDERR_FILENO) < 0 || getrlimit(RLIMIT_FSIZE, &small) < 0)
+                        _exit(2);
+                small.rlim_cur = 400; /* the header and a few steps */
+                signal(SIGXFSZ, SIG_IGN);
+                if (setrlimit(RLIMIT_FSIZE, &small) < 0)
+                        _exit(3);
+                /* no Check call from here on: its reports go to a file the limit would cut */
+                uint32_t tokens = 0, finished = 0;
+                struct error err;
+                while (engine_core_has_work(h.ec)) {
+                        if (engine_core_step(h.ec, &err) < 0)
+                                _exit(4);
+                        steps++;
+                        uint32_t n;
+                        const struct engine_output *out = engine_core_outputs(h.ec, &n);
+                        for (uint32_t i = 0; i < n; i++) {
+                                tokens += out[i].new_token;
+                                finished += out[i].finished;
+                        }
+                        engine_core_clear_outputs(h.ec);
+                }
+                harness_free(&h);
+                /* served whole; the step count for the parent, in the exit status */
+                _exit(tokens == 24 && finished == 1 ? 100 + (int) steps : 1);
+        }
+        int status;
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) > 100, "the engine's process ended with %#x", status);
+        steps = (uint32_t) WEXITSTATUS(status) - 100;
+
+        FILE *f = fopen(path, "r");
+        ck_assert_ptr_nonnull(f);
+        char line[512];
+        uint32_t n = 0;
+        long length = 0;
+        while (fgets(line, sizeof(line), f)) {
+                ck_assert_msg(line[strlen(line) - 1] == '\n', "a line cut short: \"%s\"", line);
+                length += (long) strlen(line);
+                n++;
+        }
+        fclose(f);
+        ck_assert(length <= 400);
+        ck_assert_uint_ge(n, 2);    /* the header and at least one step */
+        ck_assert_uint_lt(n, steps); /* and not all of them */
+
+        f = fopen(log_path, "r");
+        ck_assert_ptr_nonnull(f);
+        char said[1024] = "";
+        size_t got_bytes = fread(said, 1, sizeof(said) - 1, f);
+        said[got_bytes] = '\0';
+        fclose(f);
+        ck_assert_msg(strstr(said, STEP_TRACE_ENV "=") && strstr(said, strerror(EFBIG)) &&
+                              strstr(said, "tracing stopped"),
+                      "stderr: %s", said);
+        ck_assert_ptr_eq(strstr(strstr(said, "tracing stopped") + 1, "tracing stopped"), NULL); /* once */
+
+        ck_assert_int_eq(setenv(STEP_TRACE_ENV, "/dev/full", 1), 0);
+        struct engine_config c = base_config(16);
+        struct backend unused = { 0 };
+        struct engine_core *ec = NULL;
+        struct error err;
+        ck_assert_int_eq(engine_core_new(&c, &unused, model->hp.n_vocab, 2, 64, &ec, &err), -ENOSPC);
+        ck_assert_msg(strstr(err.message, STEP_TRACE_ENV "=/dev/full: cannot write the step trace"), "%s", err.message);
+        ck_assert_ptr_null(ec);
+        ck_assert_int_eq(unsetenv(STEP_TRACE_ENV), 0);
+        free(log_path);
+        free(path);
+        test_tmpdir_remove(dir);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("engine-core");
         TCase *tc = tcase_create("engine-core");
@@ -567,6 +664,7 @@ int main(void) {
         tcase_add_test(tc, test_validation);
         tcase_add_test(tc, test_engine_death);
         tcase_add_test(tc, test_step_trace);
+        tcase_add_test(tc, test_step_trace_full_disk);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
