@@ -494,6 +494,33 @@ START_TEST(test_engine_death) {
 }
 END_TEST
 
+/* An engine (the step trace is opened as it starts) with one best-effort request of 40 prompt
+ * tokens and 24 to generate. */
+static void start_traced_request(struct harness *h, uint32_t salt) {
+        struct engine_config c = base_config(16);
+        harness_new(h, &c, 64, 0);
+        int32_t prompt[40];
+        make_prompt(prompt, 40, salt);
+        struct sampling_params p = greedy_params(24);
+        add(h->ec, 0, prompt, 40, &p, 0);
+}
+
+/* An engine's creation with ASYNCLLM_STEP_TRACE=path fails with -error and a message that
+ * names the variable, the file and what went wrong; the variable is unset afterwards. */
+static void assert_trace_refused(const char *path, int error, const char *says) {
+        ck_assert_int_eq(setenv(STEP_TRACE_ENV, path, 1), 0);
+        struct engine_config c = base_config(16);
+        struct backend unused = { 0 };
+        struct engine_core *ec = NULL;
+        struct error err;
+        ck_assert_int_eq(engine_core_new(&c, &unused, model->hp.n_vocab, 2, 64, &ec, &err), -error);
+        char expected[512];
+        snprintf(expected, sizeof(expected), "%s=%s: %s: %s", STEP_TRACE_ENV, path, says, strerror(error));
+        ck_assert_msg(strstr(err.message, expected), "\"%s\" lacks \"%s\"", err.message, expected);
+        ck_assert_ptr_null(ec);
+        ck_assert_int_eq(unsetenv(STEP_TRACE_ENV), 0);
+}
+
 /* ASYNCLLM_STEP_TRACE: its columns, then a line per step in order, predictions from the end
  * of the model's warm-up; a file that cannot be opened fails the engine's creation with a
  * message naming the variable. */
@@ -502,12 +529,7 @@ START_TEST(test_step_trace) {
         char *path = test_path_join(dir, "steps.trace");
         ck_assert_int_eq(setenv(STEP_TRACE_ENV, path, 1), 0);
         struct harness h;
-        struct engine_config c = base_config(16);
-        harness_new(&h, &c, 64, 0);
-        int32_t prompt[40];
-        make_prompt(prompt, 40, 1);
-        struct sampling_params p = greedy_params(24);
-        add(h.ec, 0, prompt, 40, &p, 0);
+        start_traced_request(&h, 1);
         static struct result got[1];
         memset(got, 0, sizeof(got));
         uint32_t steps = 0;
@@ -544,14 +566,7 @@ START_TEST(test_step_trace) {
         ck_assert_uint_eq(decodes, 23); /* the first token comes with the prompt's last chunk */
 
         char *missing = test_path_join(dir, "no-such-dir/steps.trace");
-        ck_assert_int_eq(setenv(STEP_TRACE_ENV, missing, 1), 0);
-        struct backend unused = { 0 };
-        struct engine_core *ec = NULL;
-        struct error err;
-        ck_assert_int_eq(engine_core_new(&c, &unused, model->hp.n_vocab, 2, 64, &ec, &err), -ENOENT);
-        ck_assert_ptr_nonnull(strstr(err.message, STEP_TRACE_ENV "="));
-        ck_assert_ptr_null(ec);
-        ck_assert_int_eq(unsetenv(STEP_TRACE_ENV), 0);
+        assert_trace_refused(missing, ENOENT, "cannot open the step trace");
         free(missing);
         free(path);
         test_tmpdir_remove(dir);
@@ -571,12 +586,7 @@ START_TEST(test_step_trace_full_disk) {
         ck_assert_int_ge(pid, 0);
         if (pid == 0) {
                 struct harness h;
-                struct engine_config c = base_config(16);
-                harness_new(&h, &c, 64, 0);
-                int32_t prompt[40];
-                make_prompt(prompt, 40, 2);
-                struct sampling_params p = greedy_params(24);
-                add(h.ec, 0, prompt, 40, &p, 0);
+                start_traced_request(&h, 2);
                 int log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
                 struct rlimit small;
                 if (log_fd < 0 || dup2(log_fd, STDERR_FILENO) < 0 || getrlimit(RLIMIT_FSIZE, &small) < 0)
@@ -635,15 +645,7 @@ START_TEST(test_step_trace_full_disk) {
                       "stderr: %s", said);
         ck_assert_ptr_eq(strstr(strstr(said, "tracing stopped") + 1, "tracing stopped"), NULL); /* once */
 
-        ck_assert_int_eq(setenv(STEP_TRACE_ENV, "/dev/full", 1), 0);
-        struct engine_config c = base_config(16);
-        struct backend unused = { 0 };
-        struct engine_core *ec = NULL;
-        struct error err;
-        ck_assert_int_eq(engine_core_new(&c, &unused, model->hp.n_vocab, 2, 64, &ec, &err), -ENOSPC);
-        ck_assert_msg(strstr(err.message, STEP_TRACE_ENV "=/dev/full: cannot write the step trace"), "%s", err.message);
-        ck_assert_ptr_null(ec);
-        ck_assert_int_eq(unsetenv(STEP_TRACE_ENV), 0);
+        assert_trace_refused("/dev/full", ENOSPC, "cannot write the step trace");
         free(log_path);
         free(path);
         test_tmpdir_remove(dir);
