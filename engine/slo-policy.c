@@ -492,26 +492,30 @@ static uint32_t output_left(const struct scheduler *s, const struct request *r) 
 }
 
 /* Seconds for the prompt tokens ahead of (and including) a new request's, while the
- * latency-sensitive decodes keep their pace of one step per step_limit seconds. */
+ * latency-sensitive decodes keep their pace of one step per pace seconds. Each such step
+ * costs the decodes' part, priced with their own margin, and the prompt gets what is left
+ * of it, priced with the general one (its steps carry prompt chunks); over T seconds the
+ * decodes take T / pace steps, so T = prompt cost / (1 - decodes' step / pace), INFINITY
+ * when the decodes alone fill every step. (Fitted step by step with the general margin on
+ * the whole step, a prompt beside one decode paced at 1.5x its unloaded time was judged to
+ * get no token at all, "inf s", where such steps left it a third of their time.) */
 static double time_to_first_token(const struct scheduler *s, uint32_t n_prompt, const struct step_shape *decodes,
-                                  double step_limit, double margin) {
+                                  double pace, double margin, double decodes_factor) {
         const struct step_time_model *m = &s->model;
+        if (decodes->n_decode >= s->config->max_num_batched_tokens)
+                return INFINITY;
         uint32_t per_step = s->config->max_num_batched_tokens - decodes->n_decode;
-        if (decodes->n_decode > 0) { /* the prompt tokens that fit beside the decodes */
-                uint32_t lo = 0, hi = per_step;
-                while (lo < hi) {
-                        uint32_t mid = hi - (hi - lo) / 2;
-                        struct step_shape shape = *decodes;
-                        shape.n_prompt += mid;
-                        shape.prompt_context += step_shape_context(0, mid);
-                        if (step_time_model_predict(m, &shape) * margin <= step_limit)
-                                lo = mid;
-                        else
-                                hi = mid - 1;
-                }
-                if (lo == 0)
+        if (decodes->n_decode > 0) {
+                double decode_step = step_time_model_predict(m, decodes) * decodes_factor;
+                if (decode_step >= pace)
                         return INFINITY;
-                return ceil((double) n_prompt / lo) * step_limit;
+                struct step_shape with = *decodes;
+                with.n_prompt += n_prompt;
+                with.prompt_context += step_shape_context(0, n_prompt);
+                double prompt_cost = (step_time_model_predict(m, &with) - step_time_model_predict(m, decodes)) * margin;
+                double seconds = prompt_cost / (1 - decode_step / pace);
+                double by_budget = ceil((double) n_prompt / per_step) * pace; /* the token budget's steps */
+                return seconds > by_budget ? seconds : by_budget;
         }
         double seconds = 0;
         for (uint32_t done = 0; done < n_prompt; done += per_step) {
@@ -551,12 +555,15 @@ int slo_policy_admit(struct scheduler *s, struct request *r, double now, double 
                 } else if (q->arrival_time + q->ttft_slo <= deadline)
                         prompt_ahead += q->n_tokens - q->num_computed_tokens;
         }
-        /* judged at the pace the steps are planned at, so that an admitted request's deadlines
-         * can all be planned for; with the margin of such steps (the general one, set by
-         * best-effort work, refused requests whose steps came well within their slo) */
-        double pace = tightest * SLO_PACE;
-        double step = step_time_model_predict(&s->model, &all) * step_time_model_decodes_alone_margin(&s->model);
-        double ttft = time_to_first_token(s, prompt_ahead, &decoding, pace, margin);
+        /* Judged at the pace the steps are planned at, so that an admitted request's deadlines
+         * can all be planned for, with what such steps have taken against the fit (the
+         * general margin, set by best-effort work, refused requests whose steps came well
+         * within their slo). Without recent ones the request is taken: its steps show
+         * what they cost. */
+        double pace = tightest * SLO_PACE, decodes_factor = step_time_model_decodes_alone_factor(&s->model);
+        double step = isnan(decodes_factor) ? 0 : step_time_model_predict(&s->model, &all) * decodes_factor;
+        double ttft = time_to_first_token(s, prompt_ahead, &decoding, pace, margin,
+                                          isnan(decodes_factor) ? 1 : decodes_factor);
         if (step <= pace && ttft <= deadline - now)
                 return 0;
 

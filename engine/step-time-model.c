@@ -103,10 +103,17 @@ void step_time_model_record(struct step_time_model *m, const struct step_shape *
                         m->outlier_run = 0;
                 m->errors[m->next_error] = (seconds - predicted) / seconds;
                 m->outliers[m->next_error] = outlier;
-                m->decodes_alone[m->next_error] = shape->n_prompt == 0 && shape->n_best_effort == 0;
                 m->next_error = (m->next_error + 1) % STEP_MODEL_HISTORY;
                 if (m->n_errors < STEP_MODEL_HISTORY)
                         m->n_errors++;
+                if (!outlier && shape->n_prompt == 0 && shape->n_best_effort == 0) {
+                        m->alone_shapes[m->next_alone] = *shape;
+                        m->alone_seconds[m->next_alone] = seconds;
+                        m->next_alone = (m->next_alone + 1) % STEP_MODEL_ALONE_HISTORY;
+                        if (m->n_alone < STEP_MODEL_ALONE_HISTORY)
+                                m->n_alone++;
+                        m->newest_alone = m->n_samples;
+                }
         }
         if (outlier)
                 return;
@@ -158,30 +165,31 @@ double step_time_model_error(const struct step_time_model *m, double quantile) {
         return quantile_of(values, m->n_errors, quantile);
 }
 
+/* Steps known before a margin or factor is taken from them. */
 #define MARGIN_MIN_ERRORS 16
 
-/* The factor that covers 9 in 10 of the recent steps' times (decodes_alone: of latency-
- * sensitive decodes alone), outliers left out, at most 2; NAN when fewer than
- * MARGIN_MIN_ERRORS are known. */
-static double margin_over(const struct step_time_model *m, bool decodes_alone) {
+double step_time_model_margin(const struct step_time_model *m) {
         double values[STEP_MODEL_HISTORY];
         uint32_t n = 0;
         for (uint32_t i = 0; i < m->n_errors; i++)
-                if (!m->outliers[i] && (!decodes_alone || m->decodes_alone[i]))
+                if (!m->outliers[i])
                         values[n++] = m->errors[i];
         if (n < MARGIN_MIN_ERRORS)
-                return NAN;
-        /* a step that took (1 + u) times the prediction has error e = u / (1 + u) */
+                return 1.25;
+        /* 9 in 10 covered; a step that took (1 + u) times the prediction has error e = u / (1 + u) */
         double e = quantile_of(values, n, 0.9);
-        return e >= 0.5 ? 2.0 : 1.0 / (1.0 - e);
+        return e >= 0.5 ? 2.0 : e <= 0 ? 1.0 : 1.0 / (1.0 - e);
 }
 
-double step_time_model_margin(const struct step_time_model *m) {
-        double margin = margin_over(m, false);
-        return isnan(margin) ? 1.25 : margin < 1 ? 1 : margin;
-}
-
-double step_time_model_decodes_alone_margin(const struct step_time_model *m) {
-        double margin = margin_over(m, true);
-        return isnan(margin) ? step_time_model_margin(m) : margin;
+double step_time_model_decodes_alone_factor(const struct step_time_model *m) {
+        if (m->n_alone < MARGIN_MIN_ERRORS || m->n_samples - m->newest_alone > STEP_MODEL_HISTORY)
+                return NAN;
+        double sum = 0;
+        for (uint32_t i = 0; i < m->n_alone; i++) {
+                double predicted = step_time_model_predict(m, &m->alone_shapes[i]);
+                if (!(predicted > 0))
+                        return NAN; /* a fit that prices them at nothing says nothing of them */
+                sum += m->alone_seconds[i] / predicted;
+        }
+        return sum / m->n_alone;
 }

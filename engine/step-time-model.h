@@ -20,6 +20,7 @@
 #define STEP_MODEL_FEATURES 5
 #define STEP_MODEL_WARMUP 16     /* steps before predictions are trusted */
 #define STEP_MODEL_HISTORY 256   /* recent relative errors kept for the margin and stats */
+#define STEP_MODEL_ALONE_HISTORY 64 /* those of latency-sensitive decodes alone, however old */
 
 /* What one step carries. */
 struct step_shape {
@@ -39,8 +40,15 @@ struct step_time_model {
         /* relative errors (measured - predicted) / measured of the latest steps, after warm-up */
         double errors[STEP_MODEL_HISTORY];
         bool outliers[STEP_MODEL_HISTORY]; /* errors[i] is of a step left out of fit and margin */
-        bool decodes_alone[STEP_MODEL_HISTORY]; /* errors[i] is of latency-sensitive decodes alone */
         uint32_t n_errors, next_error;
+        /* The latest steps of latency-sensitive decodes alone, outliers left out: their
+         * shapes and times, set against the fit as it is when asked (it drifts with
+         * best-effort work, and in that corner of it most), and the n_samples count when
+         * the newest came. */
+        struct step_shape alone_shapes[STEP_MODEL_ALONE_HISTORY];
+        double alone_seconds[STEP_MODEL_ALONE_HISTORY];
+        uint32_t n_alone, next_alone;
+        uint64_t newest_alone;
         uint32_t outlier_run; /* outlier-sized steps in a row */
 };
 
@@ -68,13 +76,17 @@ uint32_t step_time_model_fitting_chunk(const struct step_time_model *m, const st
  * left out (at most 2); 1.25 before enough errors are known. */
 double step_time_model_margin(const struct step_time_model *m);
 
-/* The same, from the recent steps of latency-sensitive decodes alone (no prompt token, no
- * best-effort request): what slo admission judges. Best-effort work makes up most steps
- * and sets the margin above: its prompt chunks and long-context decodes are predicted less
- * closely, and the fit, pulled by them, over-predicts a few short decodes (a bench/coserve
- * trace: two of them predicted 6.3 ms, measured 5.6). The margin above until 16 such
- * steps are known; below 1 where they came in under their predictions. */
-double step_time_model_decodes_alone_margin(const struct step_time_model *m);
+/* How many times their predictions steps of latency-sensitive decodes alone (no prompt
+ * token, no best-effort request) take: the mean of measured / predicted over the latest
+ * STEP_MODEL_ALONE_HISTORY of them, against the fit as it is now. What slo admission
+ * prices such steps with: best-effort work makes up most steps, and the fit extrapolates
+ * to these from it (1.35x over for one decode in a bench/coserve point; 3-12 ms for two
+ * where they took ~5 in a replayed trace). A mean, not a percentile: a request's time per
+ * token is the mean of its steps. NAN until 16 are known, and once the newest is over
+ * STEP_MODEL_HISTORY steps old: only admitted requests make them, and judged on old ones
+ * (or on the extrapolation) every request can be refused, so that none comes to renew
+ * them. */
+double step_time_model_decodes_alone_factor(const struct step_time_model *m);
 
 /* Percentile (0..1) of the recent absolute relative errors, outliers included; 0 when
  * none. */

@@ -389,10 +389,11 @@ echo "== the slo policy: an overloaded refusal (exit 75)"
 start_daemon "$tmp/slo.log" --socket "$tmp/slo.sock" --scheduling-policy slo --slo-admission reject
 if wait_ready "$tmp/slo.sock"; then
     SLO=(--socket "$tmp/slo.sock")
-    # the step-time model judges nothing before it has seen a few steps
+    # the step-time model judges nothing before it has seen a few steps, and no time per
+    # token before it has timed steps of latency-sensitive decodes alone (16 of them)
     check "slo: best-effort steps to learn from" 0 "" "$ctl" "${SLO[@]}" generate --ignore-eos --max-tokens 40 "Hi"
     check "slo: a latency-sensitive request within its SLOs" 0 "" "$ctl" "${SLO[@]}" generate --latency-sensitive \
-        --slo 60 --ttft-slo 60 --max-tokens 2 "Hi"
+        --slo 60 --ttft-slo 60 --ignore-eos --max-tokens 24 "Hi"
     check "slo: an SLO no step can meet is refused" 75 "retry after" "$ctl" "${SLO[@]}" generate --latency-sensitive \
         --slo 0.000001 --max-tokens 2 "Hi"
     expect "slo: the message is the daemon's" grep -qF "overloaded" "$tmp/err"

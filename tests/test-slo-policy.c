@@ -57,11 +57,13 @@ static void teardown(struct harness *h) {
         kv_blocks_free(h->kv);
 }
 
-/* Teaches the model the true cost with steps of varied shapes. */
+/* Teaches the model the true cost with steps of varied shapes, a quarter of them decodes
+ * alone. */
 static void warm(struct scheduler *s) {
         srand(7);
         for (int i = 0; i < 200; i++) {
-                struct step_shape shape = { .n_prompt = (uint32_t) (rand() % 300), .n_decode = (uint32_t) (rand() % 20) };
+                struct step_shape shape = { .n_prompt = i % 4 ? (uint32_t) (rand() % 300) : 0,
+                                            .n_decode = (uint32_t) (1 + rand() % 20) };
                 step_time_model_record(&s->model, &shape, true_cost(&shape));
         }
 }
@@ -157,7 +159,7 @@ START_TEST(test_model_fits_and_reports_error) {
         ck_assert(!step_time_model_ready(&m));
         ck_assert_double_eq(step_time_model_error(&m, 0.99), 0);
         ck_assert_double_eq(step_time_model_margin(&m), 1.25); /* nothing known: careful */
-        ck_assert_double_eq(step_time_model_decodes_alone_margin(&m), 1.25);
+        ck_assert(isnan(step_time_model_decodes_alone_factor(&m))); /* none of them known */
         srand(3);
         for (int i = 0; i < 300; i++) {
                 struct step_shape s = { .n_prompt = (uint32_t) (rand() % 512), .n_decode = (uint32_t) (rand() % 32),
@@ -181,15 +183,15 @@ START_TEST(test_model_fits_and_reports_error) {
         ck_assert_double_gt(step_time_model_error(&m, 0.99), step_time_model_error(&m, 0.5));
 
         /* steps of latency-sensitive decodes alone 30% faster than best-effort decode steps
-         * of the same shapes (the fit cannot tell them apart): their own margin goes below
-         * 1, the general one stays at 1 */
+         * of the same shapes (the fit cannot tell them apart): their own factor goes below
+         * 1, the general margin stays at 1 */
         for (int i = 0; i < 200; i++) {
                 struct step_shape s = { .n_decode = 1 + (uint32_t) (rand() % 8) };
                 bool alone = i % 4 == 0;
                 s.n_best_effort = alone ? 0 : s.n_decode;
                 step_time_model_record(&m, &s, true_cost(&s) * (alone ? 0.7 : 1));
         }
-        ck_assert_double_lt(step_time_model_decodes_alone_margin(&m), 0.9);
+        ck_assert_double_lt(step_time_model_decodes_alone_factor(&m), 0.9);
         ck_assert_double_ge(step_time_model_margin(&m), 1.0);
 
         /* a step that took no time or an impossible time teaches nothing */
@@ -616,7 +618,7 @@ START_TEST(test_admission) {
         /* judged at the planned pace, 98% of the slo: a step that fits the slo itself but
          * not the pace is refused, one that fits the pace taken */
         struct step_shape one = { .n_decode = 1, .decode_context = 33 };
-        double step = step_time_model_predict(&h.s.model, &one) * step_time_model_decodes_alone_margin(&h.s.model);
+        double step = step_time_model_predict(&h.s.model, &one) * step_time_model_decodes_alone_factor(&h.s.model);
         r = make(&h, true, 32, step / 0.99, 1.0, now);
         ck_assert_int_eq(slo_policy_admit(&h.s, r, now, &retry, &err), -EAGAIN);
         ck_assert_uint_eq(h.s.slo_rejected, 2);
@@ -654,46 +656,168 @@ START_TEST(test_admission) {
 }
 END_TEST
 
-/* Best-effort steps (prompt chunks, decodes) predicted to within +-30%, steps of latency-
- * sensitive decodes alone exactly: a request whose step of decodes fits its slo by 15% is
- * judged by the latter's margin and taken; once those run over their predictions too, it
- * is refused. */
-START_TEST(test_admission_judges_decodes_by_their_own_margin) {
-        struct harness h;
-        struct error err;
-        double retry = -1;
-        setup(&h, 512, 0);
-        double now = 20.0;
+/* 256 steps: best-effort ones (prompt chunks beside decodes, decodes) +-30% around the true
+ * cost, steps of latency-sensitive decodes alone at it. */
+static void record_mixed(struct step_time_model *m) {
         srand(11);
         for (int i = 0; i < STEP_MODEL_HISTORY; i++) {
                 uint32_t n_decode = 1 + (uint32_t) (rand() % 8);
                 struct step_shape shape = { .n_decode = n_decode };
                 double noise = 1 + 0.6 * ((double) rand() / RAND_MAX - 0.5);
-                if (i % 3 == 0) /* best-effort prompt chunks beside the decodes */
+                if (i % 3 == 0)
                         shape.n_prompt = 32 + (uint32_t) (rand() % 256), shape.n_best_effort = 1;
-                else if (i % 3 == 1) /* best-effort decodes */
+                else if (i % 3 == 1)
                         shape.n_best_effort = n_decode;
                 else
                         noise = 1;
-                step_time_model_record(&h.s.model, &shape, true_cost(&shape) * noise);
+                step_time_model_record(m, &shape, true_cost(&shape) * noise);
         }
+}
+
+/* Best-effort steps (prompt chunks, decodes) predicted to within +-30%, steps of latency-
+ * sensitive decodes alone exactly: a request whose step of decodes fits its slo by 15% is
+ * judged by the latter's factor and taken; once those run over their predictions too, it
+ * is refused. */
+START_TEST(test_admission_judges_decodes_by_their_own_factor) {
+        struct harness h;
+        setup(&h, 512, 0);
+        record_mixed(&h.s.model);
+        struct error err;
+        double now = 20.0;
         double margin = step_time_model_margin(&h.s.model);
-        double alone = step_time_model_decodes_alone_margin(&h.s.model);
+        double alone = step_time_model_decodes_alone_factor(&h.s.model);
         ck_assert_msg(margin > 1.2 && alone < 1.1, "margin %g, decodes alone %g", margin, alone);
 
         struct step_shape one = { .n_decode = 1, .decode_context = 33 };
         double slo = step_time_model_predict(&h.s.model, &one) * 1.15 / 0.98; /* the pace steps are planned at */
         struct request *r = make(&h, true, 32, slo, 1.0, now);
-        ck_assert_int_eq(slo_policy_admit(&h.s, r, now, &retry, &err), 0);
+        ck_assert_int_eq(slo_policy_admit(&h.s, r, now, NULL, &err), 0);
 
         for (int i = 0; i < 128; i++) { /* every other step of decodes alone now 40% over */
                 struct step_shape shape = { .n_decode = 1 + (uint32_t) (rand() % 8) };
                 step_time_model_record(&h.s.model, &shape, true_cost(&shape) * (i % 2 ? 1 : 1.4));
         }
-        ck_assert_double_gt(step_time_model_decodes_alone_margin(&h.s.model), 1.15);
+        ck_assert_double_gt(step_time_model_predict(&h.s.model, &one) * step_time_model_decodes_alone_factor(&h.s.model),
+                            slo * 0.98);
         r = make(&h, true, 32, slo, 1.0, now);
-        ck_assert_int_eq(slo_policy_admit(&h.s, r, now, &retry, &err), -EAGAIN);
+        ck_assert_int_eq(slo_policy_admit(&h.s, r, now, NULL, &err), -EAGAIN);
         ck_assert_msg(strstr(err.message, "per step"), "%s", err.message);
+        teardown(&h);
+}
+END_TEST
+
+/* Best-effort steps, +-30% around the true cost. */
+static void record_best_effort(struct step_time_model *m, int n_steps) {
+        for (int i = 0; i < n_steps; i++) {
+                struct step_shape shape = { .n_decode = 1 + (uint32_t) (rand() % 8), .n_best_effort = 1 };
+                if (i % 2 == 0)
+                        shape.n_prompt = 32 + (uint32_t) (rand() % 256);
+                step_time_model_record(m, &shape, true_cost(&shape) * (1 + 0.6 * ((double) rand() / RAND_MAX - 0.5)));
+        }
+}
+
+/* Whether a latency-sensitive request whose one decode alone fits the pace by 15% is taken. */
+static bool takes_one_with_room(struct harness *h, double now) {
+        struct error err;
+        struct step_shape one = { .n_decode = 1, .decode_context = 33 };
+        double slo = step_time_model_predict(&h->s.model, &one) * 1.15 / 0.98;
+        struct request *r = make(h, true, 32, slo, 1.0, now);
+        return slo_policy_admit(&h->s, r, now, NULL, &err) == 0;
+}
+
+/* Only admitted latency-sensitive requests make steps of their decodes alone, so the step
+ * rule judges by recent ones only: before any, and once the newest is 256 steps old, a
+ * request is taken whatever the fit says (judged by its extrapolation from best-effort
+ * work, or by old steps, every request could be refused, so that none came to renew them). */
+START_TEST(test_step_rule_judges_by_recent_decodes_alone) {
+        struct harness h;
+        struct error err;
+        setup(&h, 512, 0);
+        double now = 20.0;
+        srand(13);
+        record_best_effort(&h.s.model, STEP_MODEL_HISTORY);
+        ck_assert(isnan(step_time_model_decodes_alone_factor(&h.s.model)));
+        struct request *r = make(&h, true, 32, 0.001, 1.0, now); /* 1 ms: no step is that short */
+        ck_assert_msg(slo_policy_admit(&h.s, r, now, NULL, &err) == 0, "%s", err.message);
+
+        for (int i = 0; i < 64; i++) { /* latency-sensitive decodes alone, as predicted */
+                struct step_shape shape = { .n_decode = 1 + (uint32_t) (rand() % 4) };
+                step_time_model_record(&h.s.model, &shape, true_cost(&shape));
+        }
+        record_best_effort(&h.s.model, STEP_MODEL_HISTORY - 64);
+        double margin = step_time_model_margin(&h.s.model), alone = step_time_model_decodes_alone_factor(&h.s.model);
+        ck_assert_msg(margin > 1.2 && fabs(alone - 1) < 0.1, "margin %g, decodes alone %g", margin, alone);
+        ck_assert(takes_one_with_room(&h, now));
+        r = make(&h, true, 32, 0.001, 1.0, now);
+        ck_assert_int_eq(slo_policy_admit(&h.s, r, now, NULL, &err), -EAGAIN);
+        ck_assert_msg(strstr(err.message, "per step"), "%s", err.message);
+
+        record_best_effort(&h.s.model, 128); /* the newest is now over 256 steps old */
+        ck_assert(isnan(step_time_model_decodes_alone_factor(&h.s.model)));
+        r = make(&h, true, 32, 0.001, 1.0, now);
+        ck_assert_msg(slo_policy_admit(&h.s, r, now, NULL, &err) == 0, "%s", err.message);
+        teardown(&h);
+}
+END_TEST
+
+/* The steps of latency-sensitive decodes alone are set against the fit as it is when asked:
+ * when best-effort work pulls the fit away from them, their factor moves by as much, so
+ * that their steps are still priced at what they took. */
+START_TEST(test_decodes_alone_factor_follows_the_fit) {
+        struct step_time_model m;
+        step_time_model_init(&m);
+        srand(17);
+        for (int i = 0; i < 400; i++) { /* every kind of step at its true cost; one decode alone */
+                struct step_shape shape = { .n_decode = 1 };
+                if (i % 2)
+                        shape.n_prompt = (uint32_t) (rand() % 300), shape.n_decode = 8, shape.n_best_effort = 8;
+                else if (i % 4 == 2)
+                        shape.n_decode = 2 + (uint32_t) (rand() % 3), shape.n_best_effort = 1;
+                step_time_model_record(&m, &shape, true_cost(&shape));
+        }
+        struct step_shape one = { .n_decode = 1 };
+        double alone = step_time_model_decodes_alone_factor(&m);
+        ck_assert_msg(fabs(alone - 1) < 0.01, "decodes alone %g", alone);
+        for (int i = 0; i < 200; i++) { /* best-effort decodes alone, 4 to 8 of them, now take 3x as long */
+                struct step_shape shape = { .n_decode = 4 + (uint32_t) (rand() % 5), .n_best_effort = 8 };
+                step_time_model_record(&m, &shape, true_cost(&shape) * 3);
+        }
+        double predicted = step_time_model_predict(&m, &one), priced = predicted * step_time_model_decodes_alone_factor(&m);
+        ck_assert_msg(fabs(predicted - true_cost(&one)) > 0.1 * true_cost(&one), "the fit predicts %g for %g", predicted,
+                      true_cost(&one));
+        ck_assert_msg(fabs(priced - true_cost(&one)) < 0.03 * true_cost(&one), "priced at %g for %g", priced,
+                      true_cost(&one));
+}
+END_TEST
+
+/* The prompt rule prices the running decodes' part of each step with their own margin and
+ * the prompt's with the general one: beside one latency-sensitive decode whose steps fill
+ * most of the pace, a 128-token prompt still gets the rest of each step and is taken (with
+ * the general margin on the whole step, nothing was left for it: "after about inf s"); a
+ * prompt that the rest cannot compute by its ttft_slo is refused. */
+START_TEST(test_admission_prices_a_prompt_beside_decodes) {
+        struct harness h;
+        setup(&h, 512, 0);
+        record_mixed(&h.s.model);
+        double margin = step_time_model_margin(&h.s.model), alone = step_time_model_decodes_alone_factor(&h.s.model);
+        /* paced between a step of two decodes alone (~14 ms) and one decode's times the
+         * general margin (~12 ms x 1.25): a step of both fits, but with that margin on one
+         * decode no prompt token would */
+        struct step_shape one = { .n_decode = 1, .decode_context = 17 }, two = { .n_decode = 2, .decode_context = 35 };
+        double low = step_time_model_predict(&h.s.model, &two) * alone, high = step_time_model_predict(&h.s.model, &one) * margin;
+        ck_assert_msg(low < high, "two decodes %g, one decode with the margin %g", low, high);
+        double slo = (low + high) / 2 / 0.98, now = 20.0;
+        add_decoding(&h, true, 16, slo, now - 0.1, 1);
+        struct error err;
+        struct request *r = make(&h, true, 128, slo, 1.0, now);
+        ck_assert_msg(slo_policy_admit(&h.s, r, now, NULL, &err) == 0, "%s", err.message);
+        /* a tenth or so of every step: 128 tokens at 0.5 ms x the margin take ~0.6 s, 1024
+         * ~5 s */
+        r = make(&h, true, 1024, slo, 1.0, now);
+        ck_assert_int_eq(slo_policy_admit(&h.s, r, now, NULL, &err), -EAGAIN);
+        ck_assert_msg(strstr(err.message, "ttft_slo"), "%s", err.message);
+        r = make(&h, true, 1024, slo, 20.0, now);
+        ck_assert_msg(slo_policy_admit(&h.s, r, now, NULL, &err) == 0, "%s", err.message);
         teardown(&h);
 }
 END_TEST
@@ -750,7 +874,10 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_reserve_and_eviction);
         tcase_add_test(tc, test_best_effort_alone_may_use_the_reserve);
         tcase_add_test(tc, test_admission);
-        tcase_add_test(tc, test_admission_judges_decodes_by_their_own_margin);
+        tcase_add_test(tc, test_admission_judges_decodes_by_their_own_factor);
+        tcase_add_test(tc, test_admission_prices_a_prompt_beside_decodes);
+        tcase_add_test(tc, test_step_rule_judges_by_recent_decodes_alone);
+        tcase_add_test(tc, test_decodes_alone_factor_follows_the_fit);
         tcase_add_test(tc, test_starvation_guard);
         tcase_add_test(tc, test_never_an_empty_step);
         suite_add_tcase(s, tc);
