@@ -583,8 +583,10 @@ int slo_policy_admit(struct scheduler *s, struct request *r, double now, double 
                                  "the %.1f ms the tightest slo of %.1f ms per token leaves; retry in %.1f s or send it "
                                  "best-effort",
                                  n_latency_sensitive, step * 1e3, pace * 1e3, tightest * 1e3, retry);
+        /* judged from now, not from its arrival: it may have waited for the step in progress */
         return error_set(err, EAGAIN,
-                         "overloaded: the first token would come after about %.2f s, above ttft_slo %.2f s (%u prompt "
-                         "tokens to compute first); retry in %.1f s, raise ttft_slo or send it best-effort",
-                         ttft, r->ttft_slo, prompt_ahead, retry);
+                         "overloaded: the first token would come after about %.2f s more, above the %.2f s left of "
+                         "ttft_slo %.2f s (%u prompt tokens to compute first); retry in %.1f s, raise ttft_slo or send "
+                         "it best-effort",
+                         ttft, deadline - now, r->ttft_slo, prompt_ahead, retry);
 }

@@ -625,10 +625,11 @@ START_TEST(test_admission) {
         r = make(&h, true, 32, step / 0.97, 1.0, now);
         ck_assert_int_eq(slo_policy_admit(&h.s, r, now, &retry, &err), 0);
 
-        /* 4000 prompt tokens take about 2 s: ttft_slo 0.5 s cannot be met */
-        r = make(&h, true, 4000, 0.050, 0.5, now);
+        /* 4000 prompt tokens take about 2 s: ttft_slo 0.5 s cannot be met, and the time left
+         * of it is counted from now (it arrived 0.1 s ago) */
+        r = make(&h, true, 4000, 0.050, 0.5, now - 0.1);
         ck_assert_int_eq(slo_policy_admit(&h.s, r, now, &retry, &err), -EAGAIN);
-        ck_assert_msg(strstr(err.message, "ttft_slo"), "%s", err.message);
+        ck_assert_msg(strstr(err.message, "above the 0.40 s left of ttft_slo 0.50 s"), "%s", err.message);
         ck_assert_uint_eq(h.s.slo_rejected, 3);
 
         /* the same with a ttft_slo it can meet, and a feasible slo */
