@@ -620,6 +620,25 @@ static uint64_t item_at_cost(const struct batch *b, uint32_t n_items_per_token, 
         return (uint64_t) b->n_tokens * n_items_per_token;
 }
 
+/* The batch's attention cost in item_at_cost()'s units: (position + 1) per query head. */
+static uint64_t attention_cost(const struct cpu_runner *r) {
+        uint64_t total = 0;
+        for (uint32_t t = 0; t < r->batch->n_tokens; t++)
+                total += ((uint64_t) r->batch->positions[t] + 1) * r->model->hp.n_head;
+        return total;
+}
+
+/* Thread ith's run of attention items [begin, end), of nth threads' even shares of total. */
+static void attention_run(const struct cpu_runner *r, uint64_t total, unsigned ith, unsigned nth, uint64_t *begin,
+                          uint64_t *end) {
+        const struct model_hparams *hp = &r->model->hp;
+        const struct batch *b = r->batch;
+        uint32_t group = hp->n_head / hp->n_head_kv;
+        *begin = item_at_cost(b, hp->n_head_kv, group, total * ith / nth);
+        *end = ith + 1 == nth ? (uint64_t) b->n_tokens * hp->n_head_kv
+                              : item_at_cost(b, hp->n_head_kv, group, total * (ith + 1) / nth);
+}
+
 /* Tokens from t on (at most max) that go with t under key-value head kv_head: consecutive
  * prompt positions of t's sequence whose items are below end. */
 static uint32_t attention_tile(const struct batch *b, uint32_t t, uint32_t kv_head, uint32_t n_head_kv, uint64_t end,
@@ -657,13 +676,7 @@ static void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
         uint32_t *done_until = r->attn_done_until + (size_t) ith * hp->n_head_kv;
         size_t lanes_stride = (size_t) 64 * hd;
         uint64_t begin, end;
-
-        uint64_t total = 0;
-        for (uint32_t t = 0; t < b->n_tokens; t++)
-                total += ((uint64_t) b->positions[t] + 1) * hp->n_head;
-        begin = item_at_cost(b, hp->n_head_kv, group, total * ith / nth);
-        end = ith + 1 == nth ? (uint64_t) b->n_tokens * hp->n_head_kv
-                             : item_at_cost(b, hp->n_head_kv, group, total * (ith + 1) / nth);
+        attention_run(r, attention_cost(r), ith, nth, &begin, &end);
         memset(done_until, 0, hp->n_head_kv * sizeof(*done_until));
         for (uint64_t item = begin; item < end; item++) {
                 uint32_t t = (uint32_t) (item / hp->n_head_kv), kv_head = (uint32_t) (item % hp->n_head_kv);
@@ -721,18 +734,14 @@ static bool attention_is_shared(const struct cpu_runner *r, bool store_own_kv, u
         if (!store_own_kv || !r->attn_split)
                 return false;
         uint32_t group = hp->n_head / hp->n_head_kv, longest = 0;
-        uint64_t total = 0, busiest = 0;
-        for (uint32_t t = 0; t < b->n_tokens; t++) {
-                uint32_t n_pos = (uint32_t) b->positions[t] + 1;
-                longest = n_pos > longest ? n_pos : longest;
-                total += (uint64_t) n_pos * hp->n_head;
-        }
+        for (uint32_t t = 0; t < b->n_tokens; t++)
+                longest = (uint32_t) b->positions[t] + 1 > longest ? (uint32_t) b->positions[t] + 1 : longest;
         if (longest < r->attn_split_positions)
                 return false;
+        uint64_t total = attention_cost(r), busiest = 0;
         for (unsigned i = 0; i < nth; i++) {
-                uint64_t begin = item_at_cost(b, hp->n_head_kv, group, total * i / nth), cost = 0;
-                uint64_t end = i + 1 == nth ? (uint64_t) b->n_tokens * hp->n_head_kv
-                                            : item_at_cost(b, hp->n_head_kv, group, total * (i + 1) / nth);
+                uint64_t begin, end, cost = 0;
+                attention_run(r, total, i, nth, &begin, &end);
                 for (uint64_t item = begin; item < end; item++)
                         cost += ((uint64_t) b->positions[item / hp->n_head_kv] + 1) * group;
                 busiest = cost > busiest ? cost : busiest;

@@ -493,8 +493,8 @@ static uint32_t output_left(const struct scheduler *s, const struct request *r) 
 
 /* Seconds for the prompt tokens ahead of (and including) a new request's, while the
  * latency-sensitive decodes keep their pace of one step per pace seconds. Each such step
- * costs the decodes' part, priced with their own margin, and the prompt gets what is left
- * of it, priced with the general one (its steps carry prompt chunks); over T seconds the
+ * costs the decodes' part, priced with decodes_factor, and the prompt gets what is left of
+ * it, priced with the general margin (its steps carry prompt chunks); over T seconds the
  * decodes take T / pace steps, so T = prompt cost / (1 - decodes' step / pace), INFINITY
  * when the decodes alone fill every step. (Fitted step by step with the general margin on
  * the whole step, a prompt beside one decode paced at 1.5x its unloaded time was judged to

@@ -20,7 +20,7 @@
 #define STEP_MODEL_FEATURES 5
 #define STEP_MODEL_WARMUP 16     /* steps before predictions are trusted */
 #define STEP_MODEL_HISTORY 256   /* recent relative errors kept for the margin and stats */
-#define STEP_MODEL_ALONE_HISTORY 64 /* those of latency-sensitive decodes alone, however old */
+#define STEP_MODEL_ALONE_HISTORY 64 /* steps of latency-sensitive decodes alone kept, however old */
 
 /* What one step carries. */
 struct step_shape {

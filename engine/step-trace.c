@@ -49,10 +49,11 @@ void step_trace_write(struct step_trace *t, double started, const struct step_sh
                       double seconds) {
         if (!t->file)
                 return;
-        if (fprintf(t->file, "%.6f %u %u %llu %llu %u %.6g %.6g\n", started, shape->n_prompt, shape->n_decode,
-                    (unsigned long long) shape->prompt_context, (unsigned long long) shape->decode_context,
-                    shape->n_best_effort, predicted, seconds) >= 0) {
-                t->whole_lines = ftell(t->file);
+        int written = fprintf(t->file, "%.6f %u %u %llu %llu %u %.6g %.6g\n", started, shape->n_prompt, shape->n_decode,
+                              (unsigned long long) shape->prompt_context, (unsigned long long) shape->decode_context,
+                              shape->n_best_effort, predicted, seconds);
+        if (written >= 0) {
+                t->whole_lines += written;
                 return;
         }
         int e = errno;
