@@ -559,9 +559,10 @@ int slo_policy_admit(struct scheduler *s, struct request *r, double now, double 
          * can all be planned for, with what such steps have taken against the fit (the
          * general margin, set by best-effort work, refused requests whose steps came well
          * within their slo). Without recent ones the request is taken: its steps show
-         * what they cost. */
+         * what they cost, unless its pace is below the shortest step ever run. */
         double pace = tightest * SLO_PACE, decodes_factor = step_time_model_decodes_alone_factor(&s->model);
-        double step = isnan(decodes_factor) ? 0 : step_time_model_predict(&s->model, &all) * decodes_factor;
+        double step = isnan(decodes_factor) ? step_time_model_shortest_step(&s->model)
+                                            : step_time_model_predict(&s->model, &all) * decodes_factor;
         double ttft = time_to_first_token(s, prompt_ahead, &decoding, pace, margin,
                                           isnan(decodes_factor) ? 1 : decodes_factor);
         if (step <= pace && ttft <= deadline - now)
@@ -577,6 +578,11 @@ int slo_policy_admit(struct scheduler *s, struct request *r, double now, double 
         retry = retry < 0.1 ? 0.1 : retry > 60 ? 60 : retry;
         if (retry_after)
                 *retry_after = retry;
+        if (step > pace && isnan(decodes_factor))
+                return error_set(err, EAGAIN,
+                                 "overloaded: no step has taken less than %.1f ms, above the %.1f ms the tightest slo "
+                                 "of %.3f ms per token leaves; retry in %.1f s or send it best-effort",
+                                 step * 1e3, pace * 1e3, tightest * 1e3, retry);
         if (step > pace)
                 return error_set(err, EAGAIN,
                                  "overloaded: %u latency-sensitive requests would need about %.1f ms per step, above "

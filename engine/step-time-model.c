@@ -89,6 +89,8 @@ uint32_t step_time_model_fitting_chunk(const struct step_time_model *m, const st
 void step_time_model_record(struct step_time_model *m, const struct step_shape *shape, double seconds) {
         if (!(seconds > 0) || !isfinite(seconds))
                 return;
+        if (m->shortest_seconds == 0 || seconds < m->shortest_seconds)
+                m->shortest_seconds = seconds;
         double x[STEP_MODEL_FEATURES], px[STEP_MODEL_FEATURES];
         features(shape, x);
         double predicted = step_time_model_predict(m, shape);

@@ -50,6 +50,7 @@ struct step_time_model {
         uint32_t n_alone, next_alone;
         uint64_t newest_alone;
         uint32_t outlier_run; /* outlier-sized steps in a row */
+        double shortest_seconds; /* the shortest step ever recorded; 0 before any */
 };
 
 void step_time_model_init(struct step_time_model *m);
@@ -87,6 +88,13 @@ double step_time_model_margin(const struct step_time_model *m);
  * (or on the extrapolation) every request can be refused, so that none comes to renew
  * them. */
 double step_time_model_decodes_alone_factor(const struct step_time_model *m);
+
+/* The shortest step this engine has run, of any shape: no step of latency-sensitive
+ * decodes can be shorter, whatever the fit says (admission refuses a slo below it before
+ * it knows their factor); 0 before the first. */
+static inline double step_time_model_shortest_step(const struct step_time_model *m) {
+        return m->shortest_seconds;
+}
 
 /* Percentile (0..1) of the recent absolute relative errors, outliers included; 0 when
  * none. */

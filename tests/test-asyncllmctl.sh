@@ -389,8 +389,9 @@ echo "== the slo policy: an overloaded refusal (exit 75)"
 start_daemon "$tmp/slo.log" --socket "$tmp/slo.sock" --scheduling-policy slo --slo-admission reject
 if wait_ready "$tmp/slo.sock"; then
     SLO=(--socket "$tmp/slo.sock")
-    # the step-time model judges nothing before it has seen a few steps, and no time per
-    # token before it has timed steps of latency-sensitive decodes alone (16 of them)
+    # the step-time model judges nothing before it has seen a few steps; before it has
+    # timed steps of latency-sensitive decodes alone it refuses only a time per token below
+    # every step it ran
     check "slo: best-effort steps to learn from" 0 "" "$ctl" "${SLO[@]}" generate --ignore-eos --max-tokens 40 "Hi"
     check "slo: a latency-sensitive request within its SLOs" 0 "" "$ctl" "${SLO[@]}" generate --latency-sensitive \
         --slo 60 --ttft-slo 60 --ignore-eos --max-tokens 24 "Hi"

@@ -729,7 +729,8 @@ static bool takes_one_with_room(struct harness *h, double now) {
 /* Only admitted latency-sensitive requests make steps of their decodes alone, so the step
  * rule judges by recent ones only: before any, and once the newest is 256 steps old, a
  * request is taken whatever the fit says (judged by its extrapolation from best-effort
- * work, or by old steps, every request could be refused, so that none came to renew them). */
+ * work, or by old steps, every request could be refused, so that none came to renew them),
+ * unless its slo is below the shortest step ever run. */
 START_TEST(test_step_rule_judges_by_recent_decodes_alone) {
         struct harness h;
         struct error err;
@@ -738,8 +739,15 @@ START_TEST(test_step_rule_judges_by_recent_decodes_alone) {
         srand(13);
         record_best_effort(&h.s.model, STEP_MODEL_HISTORY);
         ck_assert(isnan(step_time_model_decodes_alone_factor(&h.s.model)));
-        struct request *r = make(&h, true, 32, 0.001, 1.0, now); /* 1 ms: no step is that short */
+        /* 10 ms: above the shortest step (one decode beside nothing took >= 8.4 ms), below
+         * what one takes (12 ms) */
+        ck_assert_msg(step_time_model_shortest_step(&h.s.model) < 0.0098, "shortest %g",
+                      step_time_model_shortest_step(&h.s.model));
+        struct request *r = make(&h, true, 32, 0.010, 1.0, now);
         ck_assert_msg(slo_policy_admit(&h.s, r, now, NULL, &err) == 0, "%s", err.message);
+        r = make(&h, true, 32, 0.001, 1.0, now); /* 1 ms: no step has been that short */
+        ck_assert_int_eq(slo_policy_admit(&h.s, r, now, NULL, &err), -EAGAIN);
+        ck_assert_msg(strstr(err.message, "no step has taken less than"), "%s", err.message);
 
         for (int i = 0; i < 64; i++) { /* latency-sensitive decodes alone, as predicted */
                 struct step_shape shape = { .n_decode = 1 + (uint32_t) (rand() % 4) };
@@ -749,14 +757,16 @@ START_TEST(test_step_rule_judges_by_recent_decodes_alone) {
         double margin = step_time_model_margin(&h.s.model), alone = step_time_model_decodes_alone_factor(&h.s.model);
         ck_assert_msg(margin > 1.2 && fabs(alone - 1) < 0.1, "margin %g, decodes alone %g", margin, alone);
         ck_assert(takes_one_with_room(&h, now));
-        r = make(&h, true, 32, 0.001, 1.0, now);
+        r = make(&h, true, 32, 0.010, 1.0, now);
         ck_assert_int_eq(slo_policy_admit(&h.s, r, now, NULL, &err), -EAGAIN);
         ck_assert_msg(strstr(err.message, "per step"), "%s", err.message);
 
         record_best_effort(&h.s.model, 128); /* the newest is now over 256 steps old */
         ck_assert(isnan(step_time_model_decodes_alone_factor(&h.s.model)));
-        r = make(&h, true, 32, 0.001, 1.0, now);
+        r = make(&h, true, 32, 0.010, 1.0, now);
         ck_assert_msg(slo_policy_admit(&h.s, r, now, NULL, &err) == 0, "%s", err.message);
+        r = make(&h, true, 32, 0.001, 1.0, now);
+        ck_assert_int_eq(slo_policy_admit(&h.s, r, now, NULL, &err), -EAGAIN);
         teardown(&h);
 }
 END_TEST
