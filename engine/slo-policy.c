@@ -491,22 +491,41 @@ static uint32_t output_left(const struct scheduler *s, const struct request *r) 
         return by_max < by_length ? by_max : by_length;
 }
 
+/* The price of a step of these latency-sensitive decodes alone: the fit's prediction times
+ * their factor, never more than as many steps of one of them (at their mean context), since
+ * a batch costs at most its sequences stepped one at a time, and the fit's corner for one
+ * decode is pinned by the frequent steps of one. NAN when such steps are not known. */
+static double decodes_alone_step(const struct step_time_model *m, const struct step_shape *decodes) {
+        double price = step_time_model_predict(m, decodes) * step_time_model_decodes_alone_factor(m, decodes->n_decode);
+        if (decodes->n_decode > 1) {
+                struct step_shape one = { .n_decode = 1, .decode_context = decodes->decode_context / decodes->n_decode };
+                double one_at_a_time = decodes->n_decode * step_time_model_predict(m, &one) *
+                                       step_time_model_decodes_alone_factor(m, 1);
+                if (one_at_a_time < price)
+                        price = one_at_a_time;
+        }
+        return price;
+}
+
 /* Seconds for the prompt tokens ahead of (and including) a new request's, while the
  * latency-sensitive decodes keep their pace of one step per pace seconds. Each such step
- * costs the decodes' part, priced with decodes_factor, and the prompt gets what is left of
- * it, priced with the general margin (its steps carry prompt chunks); over T seconds the
- * decodes take T / pace steps, so T = prompt cost / (1 - decodes' step / pace), INFINITY
- * when the decodes alone fill every step. (Fitted step by step with the general margin on
+ * costs the decodes' part (decodes_alone_step(), the fit's prediction while that is not
+ * known), and the prompt gets what is left of it, priced with the general margin (its
+ * steps carry prompt chunks); over T seconds the decodes take T / pace steps, so T =
+ * prompt cost / (1 - decodes' step / pace), INFINITY when the decodes alone fill every
+ * step. (Fitted step by step with the general margin on
  * the whole step, a prompt beside one decode paced at 1.5x its unloaded time was judged to
  * get no token at all, "inf s", where such steps left it a third of their time.) */
 static double time_to_first_token(const struct scheduler *s, uint32_t n_prompt, const struct step_shape *decodes,
-                                  double pace, double margin, double decodes_factor) {
+                                  double pace, double margin) {
         const struct step_time_model *m = &s->model;
         if (decodes->n_decode >= s->config->max_num_batched_tokens)
                 return INFINITY;
         uint32_t per_step = s->config->max_num_batched_tokens - decodes->n_decode;
         if (decodes->n_decode > 0) {
-                double decode_step = step_time_model_predict(m, decodes) * decodes_factor;
+                double decode_step = decodes_alone_step(m, decodes);
+                if (isnan(decode_step))
+                        decode_step = step_time_model_predict(m, decodes);
                 if (decode_step >= pace)
                         return INFINITY;
                 struct step_shape with = *decodes;
@@ -560,11 +579,11 @@ int slo_policy_admit(struct scheduler *s, struct request *r, double now, double 
          * general margin, set by best-effort work, refused requests whose steps came well
          * within their slo). Without recent ones the request is taken: its steps show
          * what they cost, unless its pace is below the shortest step ever run. */
-        double pace = tightest * SLO_PACE, decodes_factor = step_time_model_decodes_alone_factor(&s->model);
-        double step = isnan(decodes_factor) ? step_time_model_shortest_step(&s->model)
-                                            : step_time_model_predict(&s->model, &all) * decodes_factor;
-        double ttft = time_to_first_token(s, prompt_ahead, &decoding, pace, margin,
-                                          isnan(decodes_factor) ? 1 : decodes_factor);
+        double pace = tightest * SLO_PACE, step = decodes_alone_step(&s->model, &all);
+        bool step_known = !isnan(step);
+        if (!step_known)
+                step = step_time_model_shortest_step(&s->model);
+        double ttft = time_to_first_token(s, prompt_ahead, &decoding, pace, margin);
         if (step <= pace && ttft <= deadline - now)
                 return 0;
 
@@ -578,7 +597,7 @@ int slo_policy_admit(struct scheduler *s, struct request *r, double now, double 
         retry = retry < 0.1 ? 0.1 : retry > 60 ? 60 : retry;
         if (retry_after)
                 *retry_after = retry;
-        if (step > pace && isnan(decodes_factor))
+        if (step > pace && !step_known)
                 return error_set(err, EAGAIN,
                                  "overloaded: no step has taken less than %.1f ms, above the %.1f ms the tightest slo "
                                  "of %.3f ms per token leaves; retry in %.1f s or send it best-effort",

@@ -183,15 +183,23 @@ double step_time_model_margin(const struct step_time_model *m) {
         return e >= 0.5 ? 2.0 : e <= 0 ? 1.0 : 1.0 / (1.0 - e);
 }
 
-double step_time_model_decodes_alone_factor(const struct step_time_model *m) {
+/* Kept steps of the count asked for before their own factor is taken. */
+#define SAME_COUNT_MIN 4
+
+double step_time_model_decodes_alone_factor(const struct step_time_model *m, uint32_t n_decode) {
         if (m->n_alone < MARGIN_MIN_ERRORS || m->n_samples - m->newest_alone > STEP_MODEL_HISTORY)
                 return NAN;
-        double sum = 0;
+        double sum = 0, same_sum = 0;
+        uint32_t n_same = 0;
         for (uint32_t i = 0; i < m->n_alone; i++) {
                 double predicted = step_time_model_predict(m, &m->alone_shapes[i]);
                 if (!(predicted > 0))
                         return NAN; /* a fit that prices them at nothing says nothing of them */
                 sum += m->alone_seconds[i] / predicted;
+                if (m->alone_shapes[i].n_decode == n_decode) {
+                        same_sum += m->alone_seconds[i] / predicted;
+                        n_same++;
+                }
         }
-        return sum / m->n_alone;
+        return n_same >= SAME_COUNT_MIN ? same_sum / n_same : sum / m->n_alone;
 }

@@ -77,17 +77,19 @@ uint32_t step_time_model_fitting_chunk(const struct step_time_model *m, const st
  * left out (at most 2); 1.25 before enough errors are known. */
 double step_time_model_margin(const struct step_time_model *m);
 
-/* How many times their predictions steps of latency-sensitive decodes alone (no prompt
- * token, no best-effort request) take: the mean of measured / predicted over the latest
- * STEP_MODEL_ALONE_HISTORY of them, against the fit as it is now. What slo admission
- * prices such steps with: best-effort work makes up most steps, and the fit extrapolates
- * to these from it (1.35x over for one decode in a bench/coserve point; 3-12 ms for two
- * where they took ~5 in a replayed trace). A mean, not a percentile: a request's time per
- * token is the mean of its steps. NAN until 16 are known, and once the newest is over
- * STEP_MODEL_HISTORY steps old: only admitted requests make them, and judged on old ones
- * (or on the extrapolation) every request can be refused, so that none comes to renew
- * them. */
-double step_time_model_decodes_alone_factor(const struct step_time_model *m);
+/* How many times their predictions steps of n_decode latency-sensitive decodes alone (no
+ * prompt token, no best-effort request) take: the mean of measured / predicted over the
+ * latest STEP_MODEL_ALONE_HISTORY such steps of any count, against the fit as it is now,
+ * or over those of n_decode decodes alone when 4 of them are kept (the fit swings most
+ * along the count of decodes: a factor learned from steps of one does not correct its
+ * price for two). What slo admission prices such steps with: best-effort work makes up
+ * most steps, and the fit extrapolates to these from it (1.35x over for one decode in a
+ * bench/coserve point; 3-12 ms for two where they took ~5 in a replayed trace). A mean,
+ * not a percentile: a request's time per token is the mean of its steps. NAN until 16
+ * are known, and once the newest is over STEP_MODEL_HISTORY steps old: only admitted
+ * requests make them, and judged on old ones (or on the extrapolation) every request can
+ * be refused, so that none comes to renew them. */
+double step_time_model_decodes_alone_factor(const struct step_time_model *m, uint32_t n_decode);
 
 /* The shortest step this engine has run, of any shape: no step of latency-sensitive
  * decodes can be shorter, whatever the fit says (admission refuses a slo below it before

@@ -159,7 +159,7 @@ START_TEST(test_model_fits_and_reports_error) {
         ck_assert(!step_time_model_ready(&m));
         ck_assert_double_eq(step_time_model_error(&m, 0.99), 0);
         ck_assert_double_eq(step_time_model_margin(&m), 1.25); /* nothing known: careful */
-        ck_assert(isnan(step_time_model_decodes_alone_factor(&m))); /* none of them known */
+        ck_assert(isnan(step_time_model_decodes_alone_factor(&m, 1))); /* none of them known */
         srand(3);
         for (int i = 0; i < 300; i++) {
                 struct step_shape s = { .n_prompt = (uint32_t) (rand() % 512), .n_decode = (uint32_t) (rand() % 32),
@@ -191,7 +191,7 @@ START_TEST(test_model_fits_and_reports_error) {
                 s.n_best_effort = alone ? 0 : s.n_decode;
                 step_time_model_record(&m, &s, true_cost(&s) * (alone ? 0.7 : 1));
         }
-        ck_assert_double_lt(step_time_model_decodes_alone_factor(&m), 0.9);
+        ck_assert_double_lt(step_time_model_decodes_alone_factor(&m, 1), 0.9);
         ck_assert_double_ge(step_time_model_margin(&m), 1.0);
 
         /* a step that took no time or an impossible time teaches nothing */
@@ -618,7 +618,7 @@ START_TEST(test_admission) {
         /* judged at the planned pace, 98% of the slo: a step that fits the slo itself but
          * not the pace is refused, one that fits the pace taken */
         struct step_shape one = { .n_decode = 1, .decode_context = 33 };
-        double step = step_time_model_predict(&h.s.model, &one) * step_time_model_decodes_alone_factor(&h.s.model);
+        double step = step_time_model_predict(&h.s.model, &one) * step_time_model_decodes_alone_factor(&h.s.model, 1);
         r = make(&h, true, 32, step / 0.99, 1.0, now);
         ck_assert_int_eq(slo_policy_admit(&h.s, r, now, &retry, &err), -EAGAIN);
         ck_assert_uint_eq(h.s.slo_rejected, 2);
@@ -686,7 +686,7 @@ START_TEST(test_admission_judges_decodes_by_their_own_factor) {
         struct error err;
         double now = 20.0;
         double margin = step_time_model_margin(&h.s.model);
-        double alone = step_time_model_decodes_alone_factor(&h.s.model);
+        double alone = step_time_model_decodes_alone_factor(&h.s.model, 1);
         ck_assert_msg(margin > 1.2 && alone < 1.1, "margin %g, decodes alone %g", margin, alone);
 
         struct step_shape one = { .n_decode = 1, .decode_context = 33 };
@@ -698,7 +698,7 @@ START_TEST(test_admission_judges_decodes_by_their_own_factor) {
                 struct step_shape shape = { .n_decode = 1 + (uint32_t) (rand() % 8) };
                 step_time_model_record(&h.s.model, &shape, true_cost(&shape) * (i % 2 ? 1 : 1.4));
         }
-        ck_assert_double_gt(step_time_model_predict(&h.s.model, &one) * step_time_model_decodes_alone_factor(&h.s.model),
+        ck_assert_double_gt(step_time_model_predict(&h.s.model, &one) * step_time_model_decodes_alone_factor(&h.s.model, 1),
                             slo * 0.98);
         r = make(&h, true, 32, slo, 1.0, now);
         ck_assert_int_eq(slo_policy_admit(&h.s, r, now, NULL, &err), -EAGAIN);
@@ -738,7 +738,7 @@ START_TEST(test_step_rule_judges_by_recent_decodes_alone) {
         double now = 20.0;
         srand(13);
         record_best_effort(&h.s.model, STEP_MODEL_HISTORY);
-        ck_assert(isnan(step_time_model_decodes_alone_factor(&h.s.model)));
+        ck_assert(isnan(step_time_model_decodes_alone_factor(&h.s.model, 1)));
         /* 10 ms: above the shortest step (one decode beside nothing took >= 8.4 ms), below
          * what one takes (12 ms) */
         ck_assert_msg(step_time_model_shortest_step(&h.s.model) < 0.0098, "shortest %g",
@@ -754,7 +754,7 @@ START_TEST(test_step_rule_judges_by_recent_decodes_alone) {
                 step_time_model_record(&h.s.model, &shape, true_cost(&shape));
         }
         record_best_effort(&h.s.model, STEP_MODEL_HISTORY - 64);
-        double margin = step_time_model_margin(&h.s.model), alone = step_time_model_decodes_alone_factor(&h.s.model);
+        double margin = step_time_model_margin(&h.s.model), alone = step_time_model_decodes_alone_factor(&h.s.model, 1);
         ck_assert_msg(margin > 1.2 && fabs(alone - 1) < 0.1, "margin %g, decodes alone %g", margin, alone);
         ck_assert(takes_one_with_room(&h, now));
         r = make(&h, true, 32, 0.010, 1.0, now);
@@ -762,10 +762,84 @@ START_TEST(test_step_rule_judges_by_recent_decodes_alone) {
         ck_assert_msg(strstr(err.message, "per step"), "%s", err.message);
 
         record_best_effort(&h.s.model, 128); /* the newest is now over 256 steps old */
-        ck_assert(isnan(step_time_model_decodes_alone_factor(&h.s.model)));
+        ck_assert(isnan(step_time_model_decodes_alone_factor(&h.s.model, 1)));
         r = make(&h, true, 32, 0.010, 1.0, now);
         ck_assert_msg(slo_policy_admit(&h.s, r, now, NULL, &err) == 0, "%s", err.message);
         r = make(&h, true, 32, 0.001, 1.0, now);
+        ck_assert_int_eq(slo_policy_admit(&h.s, r, now, NULL, &err), -EAGAIN);
+        teardown(&h);
+}
+END_TEST
+
+/* Two latency-sensitive decodes are priced by the kept steps of two alone (four of them
+ * suffice) rather than by those of one: best-effort decodes (at long contexts) hold the
+ * fit's slope in decodes at three times the true one, so that the factor of steps of one
+ * would price two above their cost. */
+START_TEST(test_two_decodes_priced_by_steps_of_two) {
+        struct harness h;
+        struct error err;
+        setup(&h, 512, 0);
+        double now = 20.0;
+        srand(19);
+        for (int i = 0; i < STEP_MODEL_HISTORY; i++) {
+                struct step_shape shape = { .n_decode = 1 };
+                double seconds;
+                if (i % 16 == 2)
+                        shape.n_decode = 2, seconds = true_cost(&shape);
+                else if (i % 4 == 0)
+                        seconds = true_cost(&shape);
+                else {
+                        shape.n_decode = 4 + (uint32_t) (rand() % 5), shape.n_best_effort = shape.n_decode;
+                        seconds = BASE + 3 * PER_DECODE * shape.n_decode;
+                }
+                step_time_model_record(&h.s.model, &shape, seconds);
+        }
+        double one = step_time_model_decodes_alone_factor(&h.s.model, 1),
+               two = step_time_model_decodes_alone_factor(&h.s.model, 2);
+        ck_assert_msg(one - two > 0.1, "factors: one %g, two %g", one, two);
+
+        struct step_shape pair = { .n_decode = 2 };
+        double fit = step_time_model_predict(&h.s.model, &pair);
+        ck_assert_double_eq_tol(fit * two, true_cost(&pair), 0.05 * true_cost(&pair));
+        add_decoding(&h, true, 16, 1.0, now, 1);
+        /* a pace a quarter of the way from their own steps' price to that of steps of one */
+        double slo = fit * (two + 0.25 * (one - two)) / 0.98;
+        struct request *r = make(&h, true, 16, slo, 1.0, now);
+        ck_assert_msg(slo_policy_admit(&h.s, r, now, NULL, &err) == 0, "%s", err.message);
+        teardown(&h);
+}
+END_TEST
+
+/* However far the fit's slope in decodes swings (it sees them mostly as best-effort ones at
+ * long contexts, their count and reads moving together), a few latency-sensitive decodes
+ * are priced at most as many steps of one, whose price the frequent steps of one pin. */
+START_TEST(test_decodes_priced_at_most_one_at_a_time) {
+        struct harness h;
+        struct error err;
+        setup(&h, 512, 0);
+        double now = 20.0;
+        srand(23);
+        for (int i = 0; i < STEP_MODEL_HISTORY; i++) {
+                struct step_shape one = { .n_decode = 1 };
+                if (i % 4 == 0)
+                        step_time_model_record(&h.s.model, &one, true_cost(&one));
+                else
+                        record_best_effort(&h.s.model, 1);
+        }
+        struct step_shape one = { .n_decode = 1 }, pair = { .n_decode = 2 };
+        double one_step = step_time_model_predict(&h.s.model, &one);
+        /* a swing that keeps the price of one and triples that of two */
+        double lift = 2 * true_cost(&pair);
+        h.s.model.theta[0] -= lift;
+        h.s.model.theta[2] += lift * 8; /* features count decodes in eights */
+        ck_assert_double_eq_tol(step_time_model_predict(&h.s.model, &one), one_step, 1e-12);
+        ck_assert_double_gt(step_time_model_predict(&h.s.model, &pair), 2.5 * one_step);
+
+        add_decoding(&h, true, 16, 1.0, now, 1);
+        double slo = 2.2 * one_step / 0.98;
+        struct request *r = make(&h, true, 16, slo, 1.0, now);
+        ck_assert_msg(slo_policy_admit(&h.s, r, now, NULL, &err) == 0, "%s", err.message);
+        r = make(&h, true, 16, 1.8 * one_step / 0.98, 1.0, now); /* two steps of one do not fit */
         ck_assert_int_eq(slo_policy_admit(&h.s, r, now, NULL, &err), -EAGAIN);
         teardown(&h);
 }
@@ -787,13 +861,13 @@ START_TEST(test_decodes_alone_factor_follows_the_fit) {
                 step_time_model_record(&m, &shape, true_cost(&shape));
         }
         struct step_shape one = { .n_decode = 1 };
-        double alone = step_time_model_decodes_alone_factor(&m);
+        double alone = step_time_model_decodes_alone_factor(&m, 1);
         ck_assert_msg(fabs(alone - 1) < 0.01, "decodes alone %g", alone);
         for (int i = 0; i < 200; i++) { /* best-effort decodes alone, 4 to 8 of them, now take 3x as long */
                 struct step_shape shape = { .n_decode = 4 + (uint32_t) (rand() % 5), .n_best_effort = 8 };
                 step_time_model_record(&m, &shape, true_cost(&shape) * 3);
         }
-        double predicted = step_time_model_predict(&m, &one), priced = predicted * step_time_model_decodes_alone_factor(&m);
+        double predicted = step_time_model_predict(&m, &one), priced = predicted * step_time_model_decodes_alone_factor(&m, 1);
         ck_assert_msg(fabs(predicted - true_cost(&one)) > 0.1 * true_cost(&one), "the fit predicts %g for %g", predicted,
                       true_cost(&one));
         ck_assert_msg(fabs(priced - true_cost(&one)) < 0.03 * true_cost(&one), "priced at %g for %g", priced,
@@ -810,7 +884,7 @@ START_TEST(test_admission_prices_a_prompt_beside_decodes) {
         struct harness h;
         setup(&h, 512, 0);
         record_mixed(&h.s.model);
-        double margin = step_time_model_margin(&h.s.model), alone = step_time_model_decodes_alone_factor(&h.s.model);
+        double margin = step_time_model_margin(&h.s.model), alone = step_time_model_decodes_alone_factor(&h.s.model, 1);
         /* paced between a step of two decodes alone (~14 ms) and one decode's times the
          * general margin (~12 ms x 1.25): a step of both fits, but with that margin on one
          * decode no prompt token would */
@@ -889,6 +963,8 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_admission_prices_a_prompt_beside_decodes);
         tcase_add_test(tc, test_step_rule_judges_by_recent_decodes_alone);
         tcase_add_test(tc, test_decodes_alone_factor_follows_the_fit);
+        tcase_add_test(tc, test_two_decodes_priced_by_steps_of_two);
+        tcase_add_test(tc, test_decodes_priced_at_most_one_at_a_time);
         tcase_add_test(tc, test_starvation_guard);
         tcase_add_test(tc, test_never_an_empty_step);
         suite_add_tcase(s, tc);
