@@ -492,17 +492,23 @@ static uint32_t output_left(const struct scheduler *s, const struct request *r) 
 }
 
 /* The price of a step of these latency-sensitive decodes alone: the fit's prediction times
- * their factor, never more than as many steps of one of them (at their mean context), since
- * a batch costs at most its sequences stepped one at a time, and the fit's corner for one
- * decode is pinned by the frequent steps of one. NAN when such steps are not known. */
+ * their factor, but never more than a step of one of them (at their mean context) plus,
+ * for each other, as much again or the fit's bound on one more decode. The fit's slope in
+ * decodes swings for a few of them (best-effort decodes at long contexts teach it), where
+ * one decode's price is pinned by the frequent steps of one; a batch costs at most its
+ * sequences stepped one at a time. NAN when such steps are not known. */
 static double decodes_alone_step(const struct step_time_model *m, const struct step_shape *decodes) {
         double price = step_time_model_predict(m, decodes) * step_time_model_decodes_alone_factor(m, decodes->n_decode);
         if (decodes->n_decode > 1) {
-                struct step_shape one = { .n_decode = 1, .decode_context = decodes->decode_context / decodes->n_decode };
-                double one_at_a_time = decodes->n_decode * step_time_model_predict(m, &one) *
-                                       step_time_model_decodes_alone_factor(m, 1);
-                if (one_at_a_time < price)
-                        price = one_at_a_time;
+                uint64_t context = decodes->decode_context / decodes->n_decode;
+                struct step_shape one = { .n_decode = 1, .decode_context = context };
+                double one_step = step_time_model_predict(m, &one) * step_time_model_decodes_alone_factor(m, 1);
+                double extra = step_time_model_extra_decode_bound(m, context);
+                if (isnan(extra) || extra > one_step)
+                        extra = one_step;
+                double bound = one_step + (decodes->n_decode - 1) * extra;
+                if (bound < price)
+                        price = bound;
         }
         return price;
 }

@@ -91,13 +91,19 @@ void step_time_model_record(struct step_time_model *m, const struct step_shape *
                 return;
         if (m->shortest_seconds == 0 || seconds < m->shortest_seconds)
                 m->shortest_seconds = seconds;
+        if (shape->n_prompt == 0 && shape->n_best_effort > 0 && shape->n_decode > 0) {
+                m->best_effort_decodes = m->best_effort_decodes * FORGETTING + shape->n_decode;
+                m->best_effort_decode_context = m->best_effort_decode_context * FORGETTING + (double) shape->decode_context;
+        }
         double x[STEP_MODEL_FEATURES], px[STEP_MODEL_FEATURES];
         features(shape, x);
         double predicted = step_time_model_predict(m, shape);
 
         bool outlier = false;
+        m->seconds_since_alone += seconds;
         if (step_time_model_ready(m)) { /* judge the prediction made before learning from it */
-                if (predicted > 0 && seconds > OUTLIER_RATIO * predicted) {
+                bool stalled = predicted > 0 && seconds > OUTLIER_RATIO * predicted;
+                if (stalled) {
                         outlier = m->outlier_run < MAX_OUTLIER_RUN;
                         if (outlier)
                                 m->outlier_run++;
@@ -108,13 +114,17 @@ void step_time_model_record(struct step_time_model *m, const struct step_shape *
                 m->next_error = (m->next_error + 1) % STEP_MODEL_HISTORY;
                 if (m->n_errors < STEP_MODEL_HISTORY)
                         m->n_errors++;
-                if (!outlier && shape->n_prompt == 0 && shape->n_best_effort == 0) {
+                /* Kept only within the outlier bound, even past a run of them: the fit
+                 * follows a slower machine, and the factor is taken against the fit, but a
+                 * stall's steps alone (76-81 ms where one decode took 9 in a bench/coserve
+                 * point) held it at 2.2 until every request after them was refused. */
+                if (!stalled && shape->n_prompt == 0 && shape->n_best_effort == 0) {
                         m->alone_shapes[m->next_alone] = *shape;
                         m->alone_seconds[m->next_alone] = seconds;
                         m->next_alone = (m->next_alone + 1) % STEP_MODEL_ALONE_HISTORY;
                         if (m->n_alone < STEP_MODEL_ALONE_HISTORY)
                                 m->n_alone++;
-                        m->newest_alone = m->n_samples;
+                        m->seconds_since_alone = 0;
                 }
         }
         if (outlier)
@@ -187,7 +197,7 @@ double step_time_model_margin(const struct step_time_model *m) {
 #define SAME_COUNT_MIN 4
 
 double step_time_model_decodes_alone_factor(const struct step_time_model *m, uint32_t n_decode) {
-        if (m->n_alone < MARGIN_MIN_ERRORS || m->n_samples - m->newest_alone > STEP_MODEL_HISTORY)
+        if (m->n_alone < MARGIN_MIN_ERRORS || m->seconds_since_alone > STEP_MODEL_ALONE_HORIZON)
                 return NAN;
         double sum = 0, same_sum = 0;
         uint32_t n_same = 0;
@@ -202,4 +212,14 @@ double step_time_model_decodes_alone_factor(const struct step_time_model *m, uin
                 }
         }
         return n_same >= SAME_COUNT_MIN ? same_sum / n_same : sum / m->n_alone;
+}
+
+double step_time_model_extra_decode_bound(const struct step_time_model *m, uint64_t context) {
+        if (m->best_effort_decodes == 0)
+                return NAN;
+        double mean_context = m->best_effort_decode_context / m->best_effort_decodes;
+        if ((double) context > mean_context)
+                return NAN;
+        double extra = m->theta[2] / DECODE_SCALE + m->theta[4] * mean_context / DECODE_CONTEXT_SCALE;
+        return extra > 0 ? extra : 0;
 }

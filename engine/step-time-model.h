@@ -20,7 +20,8 @@
 #define STEP_MODEL_FEATURES 5
 #define STEP_MODEL_WARMUP 16     /* steps before predictions are trusted */
 #define STEP_MODEL_HISTORY 256   /* recent relative errors kept for the margin and stats */
-#define STEP_MODEL_ALONE_HISTORY 64 /* steps of latency-sensitive decodes alone kept, however old */
+#define STEP_MODEL_ALONE_HISTORY 64 /* steps of latency-sensitive decodes alone kept */
+#define STEP_MODEL_ALONE_HORIZON 5.0 /* seconds of steps after the newest of them they are trusted */
 
 /* What one step carries. */
 struct step_shape {
@@ -41,16 +42,19 @@ struct step_time_model {
         double errors[STEP_MODEL_HISTORY];
         bool outliers[STEP_MODEL_HISTORY]; /* errors[i] is of a step left out of fit and margin */
         uint32_t n_errors, next_error;
-        /* The latest steps of latency-sensitive decodes alone, outliers left out: their
-         * shapes and times, set against the fit as it is when asked (it drifts with
-         * best-effort work, and in that corner of it most), and the n_samples count when
-         * the newest came. */
+        /* The latest steps of latency-sensitive decodes alone, outlier-sized ones left
+         * out: their shapes and times, set against the fit as it is when asked (it drifts
+         * with best-effort work, and in that corner of it most), and the seconds of the
+         * steps since the newest. */
         struct step_shape alone_shapes[STEP_MODEL_ALONE_HISTORY];
         double alone_seconds[STEP_MODEL_ALONE_HISTORY];
         uint32_t n_alone, next_alone;
-        uint64_t newest_alone;
+        double seconds_since_alone;
         uint32_t outlier_run; /* outlier-sized steps in a row */
         double shortest_seconds; /* the shortest step ever recorded; 0 before any */
+        /* The decodes of decode-only steps with best-effort work, and the positions they
+         * read, forgotten as the fit forgets. */
+        double best_effort_decodes, best_effort_decode_context;
 };
 
 void step_time_model_init(struct step_time_model *m);
@@ -86,10 +90,19 @@ double step_time_model_margin(const struct step_time_model *m);
  * most steps, and the fit extrapolates to these from it (1.35x over for one decode in a
  * bench/coserve point; 3-12 ms for two where they took ~5 in a replayed trace). A mean,
  * not a percentile: a request's time per token is the mean of its steps. NAN until 16
- * are known, and once the newest is over STEP_MODEL_HISTORY steps old: only admitted
- * requests make them, and judged on old ones (or on the extrapolation) every request can
- * be refused, so that none comes to renew them. */
+ * are known, and once steps of STEP_MODEL_ALONE_HORIZON seconds have run since the newest:
+ * only admitted requests make them, and judged on old ones (or on the extrapolation)
+ * every request can be refused, so that none comes to renew them. (Counted in steps, 256
+ * of best-effort prompt chunks were 40 s of refusals after a slow phase.) */
 double step_time_model_decodes_alone_factor(const struct step_time_model *m, uint32_t n_decode);
+
+/* What one more decode at this context adds to a step of decodes, by the fit along the
+ * decode-only steps with best-effort work it has seen: their count of decodes and their
+ * reads move together there (each decode at about their mean context), so the sum of the
+ * fit's two coefficients along that line is what those steps pin, however it splits them
+ * (their split swings). A bound for a decode at no more than their mean context, whose
+ * reads cost no more; NAN for one above it or before such a step. */
+double step_time_model_extra_decode_bound(const struct step_time_model *m, uint64_t context);
 
 /* The shortest step this engine has run, of any shape: no step of latency-sensitive
  * decodes can be shorter, whatever the fit says (admission refuses a slo below it before
