@@ -519,9 +519,9 @@ static double decodes_alone_step(const struct step_time_model *m, const struct s
  * known), and the prompt gets what is left of it, priced with the general margin (its
  * steps carry prompt chunks); over T seconds the decodes take T / pace steps, so T =
  * prompt cost / (1 - decodes' step / pace), INFINITY when the decodes alone fill every
- * step. (Fitted step by step with the general margin on
- * the whole step, a prompt beside one decode paced at 1.5x its unloaded time was judged to
- * get no token at all, "inf s", where such steps left it a third of their time.) */
+ * step. (Fitted step by step with the general margin on the whole step, a prompt beside
+ * one decode paced at 1.5x its unloaded time was judged to get no token at all, "inf s",
+ * where such steps left it a third of their time.) */
 static double time_to_first_token(const struct scheduler *s, uint32_t n_prompt, const struct step_shape *decodes,
                                   double pace, double margin) {
         const struct step_time_model *m = &s->model;

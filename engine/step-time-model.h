@@ -93,7 +93,7 @@ double step_time_model_margin(const struct step_time_model *m);
  * are known, and once steps of STEP_MODEL_ALONE_HORIZON seconds have run since the newest:
  * only admitted requests make them, and judged on old ones (or on the extrapolation)
  * every request can be refused, so that none comes to renew them. (Counted in steps, 256
- * of best-effort prompt chunks were 40 s of refusals after a slow phase.) */
+ * of best-effort prompt chunks were 30-80 s of refusals after a stall.) */
 double step_time_model_decodes_alone_factor(const struct step_time_model *m, uint32_t n_decode);
 
 /* What one more decode at this context adds to a step of decodes, by the fit along the

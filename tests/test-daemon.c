@@ -1300,6 +1300,7 @@ START_TEST(test_slo_policy) {
                 gen_run(&other, "be", &g);
                 ck_assert_str_eq(g.finish_reason, "length");
                 ck_assert_int_eq(g.tokens, 32);
+
                 /* a microsecond per token: no step is that short */
                 client_send(&c, "{\"op\":\"generate\",\"id\":\"fast\",\"prompt\":\"Hi\",\"is_latency_sensitive\":true,"
                                 "\"slo\":0.000001,\"params\":{\"max_tokens\":4,\"ignore_eos\":true}}\n");

@@ -815,7 +815,9 @@ END_TEST
 
 /* However far the fit's slope in decodes swings (it sees them mostly as best-effort ones at
  * long contexts, their count and reads moving together), a few latency-sensitive decodes
- * are priced at most as many steps of one, whose price the frequent steps of one pin. */
+ * are priced at most as many steps of one, whose price the frequent steps of one pin.
+ * (Every best-effort step here carries a prompt chunk, so the fit has no bound on one more
+ * decode to offer.) */
 START_TEST(test_decodes_priced_at_most_one_at_a_time) {
         struct harness h;
         struct error err;
@@ -829,6 +831,7 @@ START_TEST(test_decodes_priced_at_most_one_at_a_time) {
                 else
                         record_best_effort(&h.s.model, 1);
         }
+        ck_assert(isnan(step_time_model_extra_decode_bound(&h.s.model, 17)));
         struct step_shape one = { .n_decode = 1 }, pair = { .n_decode = 2 };
         double one_step = step_time_model_predict(&h.s.model, &one);
         /* a swing that keeps the price of one and triples that of two */
