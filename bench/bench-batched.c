@@ -349,8 +349,9 @@ int main(int argc, char **argv) {
         }
 
         printf("{\"test\": \"batched\", \"B\": %u, \"pp\": %u, \"tg\": %u, \"threads\": %u, \"kernels\": \"%s\", "
-               "\"max_num_batched_tokens\": %u, \"decode_stall_limit\": %g",
-               n_seq, n_prompt, n_gen, threads, cpu_runner_kernels(runner), config.max_num_batched_tokens,
+               "\"weights\": \"%s\", \"max_num_batched_tokens\": %u, \"decode_stall_limit\": %g",
+               n_seq, n_prompt, n_gen, threads, cpu_runner_kernels(runner),
+               cpu_runner_weights_cached(runner) ? "cached" : "streamed", config.max_num_batched_tokens,
                config.decode_stall_limit);
         static const char *const names[] = { "s_pp", "s_tg" };
         for (unsigned k = 0; k < 2; k++) {

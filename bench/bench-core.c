@@ -25,12 +25,13 @@ static double sorted_quantile(const double *sorted, unsigned n, double q) {
 /* One JSON line; token_seconds (n_token_times of them, or NULL): every token's own time,
  * whose spread is the machine's: the same step, repeated, is what a step-time model can at
  * best predict. */
-static void report(const char *test, unsigned n_tokens, unsigned threads, const char *kernels, double *rates,
+static void report(const char *test, unsigned n_tokens, unsigned threads, const struct cpu_runner *runner, double *rates,
                    unsigned reps, double *token_seconds, unsigned n_token_times) {
         qsort(rates, reps, sizeof(double), bench_compare_double);
-        printf("{\"test\": \"%s%u\", \"threads\": %u, \"kernels\": \"%s\", \"median_tps\": %.2f, \"min_tps\": %.2f, "
-               "\"max_tps\": %.2f, \"reps\": [",
-               test, n_tokens, threads, kernels, rates[reps / 2], rates[0], rates[reps - 1]);
+        printf("{\"test\": \"%s%u\", \"threads\": %u, \"kernels\": \"%s\", \"weights\": \"%s\", \"median_tps\": %.2f, "
+               "\"min_tps\": %.2f, \"max_tps\": %.2f, \"reps\": [",
+               test, n_tokens, threads, cpu_runner_kernels(runner), cpu_runner_weights_cached(runner) ? "cached" : "streamed",
+               rates[reps / 2], rates[0], rates[reps - 1]);
         for (unsigned i = 0; i < reps; i++)
                 printf("%s%.2f", i ? ", " : "", rates[i]);
         printf("]");
@@ -121,7 +122,7 @@ int main(int argc, char **argv) {
                 sequence_feed(seq, tokens, n_prompt, false, logits, &err);
                 rates[r] = n_prompt / (monotonic_seconds() - t0);
         }
-        report("pp", n_prompt, threads, cpu_runner_kernels(runner), rates, reps, NULL, 0);
+        report("pp", n_prompt, threads, runner, rates, reps, NULL, 0);
         for (unsigned r = 0; r < reps; r++) {
                 sequence_reset(seq);
                 double t0 = monotonic_seconds();
@@ -132,7 +133,7 @@ int main(int argc, char **argv) {
                 }
                 rates[r] = n_gen / (monotonic_seconds() - t0);
         }
-        report("tg", n_gen, threads, cpu_runner_kernels(runner), rates, reps, token_seconds, n_gen * reps);
+        report("tg", n_gen, threads, runner, rates, reps, token_seconds, n_gen * reps);
 
         free(token_seconds);
         free(rates);

@@ -16,6 +16,7 @@
 #include "packed-weights.h"
 #include "quantize.h"
 #include "thread-pool.h"
+#include "weight-residency.h"
 
 /* A matmul's input: the floats (normed input, attention output or the feed-forward's h),
  * their q8_1 blocks and the blocks' d and s as floats. */
@@ -34,6 +35,7 @@ struct packed_model {
         uint8_t *arena;
         size_t arena_bytes;
         struct packed_weights *weights; /* (n_layer * WEIGHTS_PER_LAYER + 1), the output last; data NULL if not packed */
+        bool keep_cached;               /* weight-residency.h's choice for the arena */
 };
 
 #define SMALL_BATCH 4
@@ -192,6 +194,11 @@ static int packed_model_build(struct cpu_runner *r, struct error *err) {
         }
         /* one stream per matmul: large pages spare the TLB and let the prefetch run on */
         (void) madvise(pm->arena, pm->arena_bytes, MADV_HUGEPAGE);
+        int rc = weight_residency_choose(total, &pm->keep_cached, err);
+        if (rc < 0) {
+                packed_model_free(pm);
+                return rc;
+        }
         uint64_t offset = 0;
         for (size_t i = 0; i < n; i++) {
                 struct packed_weights *p = &pm->weights[i];
@@ -199,6 +206,7 @@ static int packed_model_build(struct cpu_runner *r, struct error *err) {
                 if (p->n_groups == 0)
                         continue;
                 packed_weights_fill(p, pm->arena + offset, w->data, w->row_bytes);
+                p->keep_cached = pm->keep_cached;
                 offset += packed_weights_bytes(p);
                 if (m->file->mapping)
                         drop_file_pages(w->data, w->n_rows * w->row_bytes);
@@ -349,6 +357,10 @@ const struct model *cpu_runner_model(const struct cpu_runner *r) {
 
 const char *cpu_runner_kernels(const struct cpu_runner *r) {
         return r->kernels->name;
+}
+
+bool cpu_runner_weights_cached(const struct cpu_runner *r) {
+        return r->packed.arena && r->packed.keep_cached;
 }
 
 /* The share [begin, end) of n items that thread ith of nth works on. */

@@ -68,3 +68,7 @@ struct backend cpu_runner_backend(struct cpu_runner *runner);
 
 /* The kernel set chosen for this CPU. */
 const char *cpu_runner_kernels(const struct cpu_runner *runner);
+
+/* Whether the repacked weights are kept in the caches between steps rather than streamed
+ * (weight-residency.h); false when nothing was repacked. */
+bool cpu_runner_weights_cached(const struct cpu_runner *runner);

@@ -62,7 +62,7 @@ PACKED_ATTRS void packed_unpack_group_512(const struct packed_weights *w, uint64
         const uint8_t *quants = w->data + g * w->group_bytes, *scales = quants + n_blocks * quant_bytes;
         for (uint64_t b = 0; b < n_blocks; b++) {
                 const uint8_t *rec = quants + b * quant_bytes;
-                packed_prefetch_block(quants, b, quant_bytes + scale_bytes);
+                packed_prefetch_block(w, quants, b, quant_bytes + scale_bytes);
                 _Pragma("GCC unroll 8") for (unsigned l = 0; l < PACKED_LANES; l++)
                         _mm512_store_si512(&unpacked[b].lanes[l], packed_nibble_lane_512(rec, l));
                 unpacked[b].d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * scale_bytes)));
@@ -93,7 +93,7 @@ PACKED_ATTRS void packed_pass_512(const struct packed_weights *w, uint64_t g, co
         for (uint64_t b = 0; b < n_blocks; b++) {
                 const uint8_t *rec = quants + b * quant_bytes;
                 if (prefetch_distance)
-                        packed_prefetch_block_at(quants, b, quant_bytes + scale_bytes, prefetch_distance);
+                        packed_prefetch_block_at(w, quants, b, quant_bytes + scale_bytes, prefetch_distance);
                 packed_fetch_step(&fetch);
                 __m512 dw = unpacked ? unpacked[b].d : _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * scale_bytes)));
                 __m512 scale[PACKED_PASS_TOKENS];
@@ -216,7 +216,7 @@ PACKED_ATTRS void packed_logits_pass_512(const struct packed_weights *w, uint64_
         for (uint64_t b = 0; b < n_blocks; b++) {
                 const uint8_t *rec = quants + b * quant_bytes;
                 if (prefetch)
-                        packed_prefetch_block_at(quants, b, quant_bytes + scale_bytes, PACKED_LOGITS_PREFETCH);
+                        packed_prefetch_block_at(w, quants, b, quant_bytes + scale_bytes, PACKED_LOGITS_PREFETCH);
                 packed_fetch_step(&fetch);
                 __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * scale_bytes)));
                 __m512i u[PACKED_LANES];

@@ -83,7 +83,7 @@ PACKED_ATTRS_256 void DOT_FN(packed_unpack_half)(const struct packed_weights *w,
         for (uint64_t b = 0; b < w->n_blocks; b++) {
                 const uint8_t *rec = lay.quants + b * lay.quant_bytes;
                 if (h == 0)
-                        packed_prefetch_block(lay.group, b, lay.quant_bytes + lay.scale_bytes);
+                        packed_prefetch_block(w, lay.group, b, lay.quant_bytes + lay.scale_bytes);
                 _Pragma("GCC unroll 8") for (unsigned l = 0; l < PACKED_LANES; l++)
                         _mm256_store_si256(&unpacked[b].lanes[l], DOT_FN(packed_lane_weights)(rec, l, kind));
                 unpacked[b].d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *) (lay.scales + b * lay.scale_bytes)));
@@ -123,7 +123,7 @@ PACKED_ATTRS_256 void DOT_FN(packed_half)(const struct packed_weights *w, uint64
         for (uint64_t b = 0; b < n_blocks; b++) {
                 const uint8_t *rec = quants + b * quant_bytes;
                 if (prefetch)
-                        packed_prefetch_block(lay.group, b, quant_bytes + scale_bytes);
+                        packed_prefetch_block(w, lay.group, b, quant_bytes + scale_bytes);
                 packed_fetch_step(&fetch);
                 size_t ab = t * a->stride + b;
                 __m256 dw = unpacked ? unpacked[b].d : _mm256_cvtph_ps(_mm_load_si128((const __m128i *) (scales + b * scale_bytes)));
@@ -167,7 +167,7 @@ PACKED_ATTRS_256 void DOT_FN(packed_half_pair)(const struct packed_weights *w, u
                 for (uint64_t b = 0; b < n_blocks; b++) {
                         const uint8_t *rec = quants + b * quant_bytes;
                         if (prefetch && first == 0)
-                                packed_prefetch_block(lay.group, b, quant_bytes + scale_bytes);
+                                packed_prefetch_block(w, lay.group, b, quant_bytes + scale_bytes);
                         if (first == 0)
                                 packed_fetch_step(&fetch);
                         __m256 dw = unpacked ? unpacked[b].d
@@ -250,7 +250,7 @@ PACKED_ATTRS_256 void DOT_FN(packed_logits_half)(const struct packed_weights *w,
         for (uint64_t b = 0; b < w->n_blocks; b++) {
                 const uint8_t *rec = lay.quants + b * lay.quant_bytes;
                 if (prefetch)
-                        packed_prefetch_block(lay.group, b, lay.quant_bytes + lay.scale_bytes);
+                        packed_prefetch_block(w, lay.group, b, lay.quant_bytes + lay.scale_bytes);
                 size_t ab = t * a->stride + b;
                 __m256i isum = _mm256_setzero_si256();
                 _Pragma("GCC unroll 8") for (unsigned l = 0; l < PACKED_LANES; l++)

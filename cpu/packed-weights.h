@@ -57,6 +57,7 @@ struct packed_weights {
         uint32_t scale_bytes; /* per block of a group: 32 (d), 64 (d, m) */
         uint64_t group_bytes; /* a multiple of PACKED_ALIGN */
         uint8_t *data;        /* PACKED_ALIGN-aligned, n_groups * group_bytes; NULL when empty */
+        bool keep_cached;     /* the kernels' prefetches keep the stream in every cache level (weight-residency.h) */
 };
 
 /* The bias of the stored quants: 8 for Q4_0 (nibbles stored as 0..15), 128 for Q8_0
@@ -101,17 +102,24 @@ void packed_weights_free(struct packed_weights *p);
 
 /* A group's bytes and the next groups' are one stream: a kernel's first pass over a group
  * fetches it PACKED_PREFETCH (or distance) bytes ahead, one block's worth (block_bytes, quants and scales,
- * a multiple of 64) per block b, at the pace it is consumed. Non-temporal: the stream is read
- * once a step and would only evict what is reused; on the Zen 4 machine a plain 2-thread
- * read of 98 MB went from ~28 to ~33 GB/s with this hint. */
-static inline void packed_prefetch_block_at(const uint8_t *group, uint64_t b, size_t block_bytes, size_t distance) {
+ * a multiple of 64) per block b, at the pace it is consumed. Non-temporal unless the weights
+ * are kept cached: a stream read once a step that the last-level cache cannot hold would only
+ * evict what is reused (on the Zen 4 machine a plain 2-thread read of 98 MB went from ~28 to
+ * ~33 GB/s with the hint); where the cache holds them, the hint is what evicts them. */
+static inline void packed_prefetch_block_at(const struct packed_weights *w, const uint8_t *group, uint64_t b,
+                                            size_t block_bytes, size_t distance) {
         const uint8_t *ahead = group + b * block_bytes + distance;
-        _Pragma("GCC unroll 10") for (size_t line = 0; line < block_bytes; line += 64)
-                __builtin_prefetch(ahead + line, 0, 0);
+        if (w->keep_cached) {
+                _Pragma("GCC unroll 10") for (size_t line = 0; line < block_bytes; line += 64)
+                        __builtin_prefetch(ahead + line, 0, 3);
+        } else {
+                _Pragma("GCC unroll 10") for (size_t line = 0; line < block_bytes; line += 64)
+                        __builtin_prefetch(ahead + line, 0, 0);
+        }
 }
 
-static inline void packed_prefetch_block(const uint8_t *group, uint64_t b, size_t block_bytes) {
-        packed_prefetch_block_at(group, b, block_bytes, PACKED_PREFETCH);
+static inline void packed_prefetch_block(const struct packed_weights *w, const uint8_t *group, uint64_t b, size_t block_bytes) {
+        packed_prefetch_block_at(w, group, b, block_bytes, PACKED_PREFETCH);
 }
 
 /* A share of a later group's bytes to fetch while this group's passes compute, a few lines

@@ -298,6 +298,7 @@ static void compare_set(const struct dot_kernels *k, bool logits) {
                         random_acts(&acts, n_tokens * stride, extreme);
                         struct packed_weights p;
                         ck_assert_int_eq(packed_weights_build(type, rows_buf, row_bytes, n_rows, n_blocks * QUANT_BLOCK, &p), 0);
+                        p.keep_cached = rep % 4 < 2; /* both kinds of prefetch, which must not change a bit */
                         uint64_t g0 = next_u32() % p.n_groups, g1 = g0 + 1 + next_u32() % (p.n_groups - g0);
                         for (size_t i = 0; i < n_tokens * out_stride; i++)
                                 want[i] = got[i] = next_float(1.0f);

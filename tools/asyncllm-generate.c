@@ -377,9 +377,9 @@ static int run(const struct options *o, struct error *err) {
         fputc('\n', stdout);
         double t2 = monotonic_seconds();
         if (o->verbose)
-                fprintf(stderr, "asyncllm-generate: %zu prompt tokens at %.1f tokens/s, %d generated at %.1f tokens/s (%s kernels, %u threads)\n",
+                fprintf(stderr, "asyncllm-generate: %zu prompt tokens at %.1f tokens/s, %d generated at %.1f tokens/s (%s kernels, weights %s, %u threads)\n",
                         n_prompt, n_prompt / (t1 - t0), n_out, n_out > 1 ? (n_out - 1) / (t2 - t1) : 0.0,
-                        cpu_runner_kernels(g.runner), o->threads);
+                        cpu_runner_kernels(g.runner), cpu_runner_weights_cached(g.runner) ? "cached" : "streamed", o->threads);
 out:
         generation_free(&g);
         return r;
