@@ -493,10 +493,12 @@ static uint32_t output_left(const struct scheduler *s, const struct request *r) 
 
 /* The price of a step of these latency-sensitive decodes alone: the fit's prediction times
  * their factor, but never more than a step of one of them (at their mean context) plus,
- * for each other, as much again or the fit's bound on one more decode. The fit's slope in
- * decodes swings for a few of them (best-effort decodes at long contexts teach it), where
- * one decode's price is pinned by the frequent steps of one; a batch costs at most its
- * sequences stepped one at a time. NAN when such steps are not known. */
+ * for each other, as much again or the fit's bound on one more decode, nor more than the
+ * recent decode-only steps with best-effort work that carried more took. The fit's slope
+ * in decodes swings for a few of them (best-effort decodes at long contexts teach it),
+ * where one decode's price is pinned by the frequent steps of one; a batch costs at most
+ * its sequences stepped one at a time, or a step that carries more. NAN when steps of
+ * decodes alone are not known. */
 static double decodes_alone_step(const struct step_time_model *m, const struct step_shape *decodes) {
         double price = step_time_model_predict(m, decodes) * step_time_model_decodes_alone_factor(m, decodes->n_decode);
         if (decodes->n_decode > 1) {
@@ -510,7 +512,8 @@ static double decodes_alone_step(const struct step_time_model *m, const struct s
                 if (bound < price)
                         price = bound;
         }
-        return price;
+        double dominating = step_time_model_dominating_step(m, decodes);
+        return dominating < price ? dominating : price;
 }
 
 /* Seconds for the prompt tokens ahead of (and including) a new request's, while the

@@ -101,6 +101,7 @@ void step_time_model_record(struct step_time_model *m, const struct step_shape *
 
         bool outlier = false;
         m->seconds_since_alone += seconds;
+        m->clock += seconds;
         if (step_time_model_ready(m)) { /* judge the prediction made before learning from it */
                 bool stalled = predicted > 0 && seconds > OUTLIER_RATIO * predicted;
                 if (stalled) {
@@ -118,6 +119,14 @@ void step_time_model_record(struct step_time_model *m, const struct step_shape *
                  * follows a slower machine, and the factor is taken against the fit, but a
                  * stall's steps alone (76-81 ms where one decode took 9 in a bench/coserve
                  * point) held it at 2.2 until every request after them was refused. */
+                if (!stalled && shape->n_prompt == 0 && shape->n_decode > 0 && shape->n_best_effort > 0) {
+                        m->decode_only_shapes[m->next_decode_only] = *shape;
+                        m->decode_only_seconds[m->next_decode_only] = seconds;
+                        m->decode_only_clock[m->next_decode_only] = m->clock;
+                        m->next_decode_only = (m->next_decode_only + 1) % STEP_MODEL_DECODE_ONLY_HISTORY;
+                        if (m->n_decode_only < STEP_MODEL_DECODE_ONLY_HISTORY)
+                                m->n_decode_only++;
+                }
                 if (!stalled && shape->n_prompt == 0 && shape->n_best_effort == 0) {
                         m->alone_shapes[m->next_alone] = *shape;
                         m->alone_seconds[m->next_alone] = seconds;
@@ -222,4 +231,33 @@ double step_time_model_extra_decode_bound(const struct step_time_model *m, uint6
                 return NAN;
         double extra = m->theta[2] / DECODE_SCALE + m->theta[4] * mean_context / DECODE_CONTEXT_SCALE;
         return extra > 0 ? extra : 0;
+}
+
+static bool dominates(const struct step_time_model *m, uint32_t i, const struct step_shape *decodes) {
+        const struct step_shape *s = &m->decode_only_shapes[i];
+        return m->clock - m->decode_only_clock[i] <= STEP_MODEL_ALONE_HORIZON && s->n_decode >= decodes->n_decode &&
+               s->decode_context >= decodes->decode_context;
+}
+
+double step_time_model_dominating_step(const struct step_time_model *m, const struct step_shape *decodes) {
+        uint32_t fewest = UINT32_MAX;
+        for (uint32_t i = 0; i < m->n_decode_only; i++) {
+                uint32_t count = m->decode_only_shapes[i].n_decode, n_same = 0;
+                if (count >= fewest || !dominates(m, i, decodes))
+                        continue;
+                for (uint32_t j = 0; j < m->n_decode_only; j++)
+                        n_same += m->decode_only_shapes[j].n_decode == count && dominates(m, j, decodes);
+                if (n_same >= SAME_COUNT_MIN)
+                        fewest = count;
+        }
+        if (fewest == UINT32_MAX)
+                return NAN;
+        double sum = 0;
+        uint32_t n = 0;
+        for (uint32_t i = 0; i < m->n_decode_only; i++)
+                if (m->decode_only_shapes[i].n_decode == fewest && dominates(m, i, decodes)) {
+                        sum += m->decode_only_seconds[i];
+                        n++;
+                }
+        return sum / n;
 }

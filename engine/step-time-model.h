@@ -22,6 +22,7 @@
 #define STEP_MODEL_HISTORY 256   /* recent relative errors kept for the margin and stats */
 #define STEP_MODEL_ALONE_HISTORY 64 /* steps of latency-sensitive decodes alone kept */
 #define STEP_MODEL_ALONE_HORIZON 5.0 /* seconds of steps after the newest of them they are trusted */
+#define STEP_MODEL_DECODE_ONLY_HISTORY 64 /* decode-only steps with best-effort work kept */
 
 /* What one step carries. */
 struct step_shape {
@@ -55,6 +56,12 @@ struct step_time_model {
         /* The decodes of decode-only steps with best-effort work, and the positions they
          * read, forgotten as the fit forgets. */
         double best_effort_decodes, best_effort_decode_context;
+        /* The latest of those steps, stalls left out: their shapes and times, and the clock
+         * (seconds of steps recorded, below) when each ran. */
+        struct step_shape decode_only_shapes[STEP_MODEL_DECODE_ONLY_HISTORY];
+        double decode_only_seconds[STEP_MODEL_DECODE_ONLY_HISTORY], decode_only_clock[STEP_MODEL_DECODE_ONLY_HISTORY];
+        uint32_t n_decode_only, next_decode_only;
+        double clock; /* the sum of every recorded step's seconds */
 };
 
 void step_time_model_init(struct step_time_model *m);
@@ -103,6 +110,17 @@ double step_time_model_decodes_alone_factor(const struct step_time_model *m, uin
  * (their split swings). A bound for a decode at no more than their mean context, whose
  * reads cost no more; NAN for one above it or before such a step. */
 double step_time_model_extra_decode_bound(const struct step_time_model *m, uint64_t context);
+
+/* The mean time of recent decode-only steps with best-effort work that carry at least as
+ * many decodes as these, reading at least as many positions: those with the fewest decodes
+ * of which 4 are kept, within the last STEP_MODEL_ALONE_HORIZON seconds of steps. A step's
+ * cost grows with its decodes and its reads, so these bound what a step of these decodes
+ * alone costs, by measurement rather than by the fit: where best-effort decodes read long
+ * contexts the fit cannot tell what a decode costs from what a position costs, and in a
+ * bench/coserve point it priced two short decodes at 12 ms, and bounded them at 10.7
+ * (step_time_model_extra_decode_bound()), beside steps of one short and one long decode
+ * that took 8.5. NAN when fewer than 4 steps qualify. */
+double step_time_model_dominating_step(const struct step_time_model *m, const struct step_shape *decodes);
 
 /* The shortest step this engine has run, of any shape: no step of latency-sensitive
  * decodes can be shorter, whatever the fit says (admission refuses a slo below it before

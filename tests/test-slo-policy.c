@@ -896,6 +896,81 @@ START_TEST(test_extra_decode_bounded_by_best_effort_ones) {
 }
 END_TEST
 
+/* Decode-only steps with best-effort work that carry more decodes and read more bound a
+ * step of fewer: those of the fewest decodes that 4 kept steps have, recent ones only. */
+START_TEST(test_dominating_steps) {
+        struct step_time_model m;
+        step_time_model_init(&m);
+        struct step_shape warm_shape = { .n_prompt = 64 };
+        for (int i = 0; i < STEP_MODEL_WARMUP; i++)
+                step_time_model_record(&m, &warm_shape, true_cost(&warm_shape));
+        struct step_shape pair = { .n_decode = 2, .decode_context = 300 };
+        ck_assert(isnan(step_time_model_dominating_step(&m, &pair)));
+        struct step_shape two = { .n_decode = 2, .decode_context = 2200, .n_best_effort = 1 },
+                          three = { .n_decode = 3, .decode_context = 3300, .n_best_effort = 2 },
+                          short_two = { .n_decode = 2, .decode_context = 200, .n_best_effort = 1 };
+        for (int i = 0; i < 3; i++) {
+                step_time_model_record(&m, &two, 0.0184);
+                step_time_model_record(&m, &short_two, 0.013); /* reads less: bounds nothing here */
+        }
+        for (int i = 0; i < 6; i++)
+                step_time_model_record(&m, &three, 0.021);
+        /* three steps of two are too few: the steps of three bound it */
+        ck_assert_double_eq_tol(step_time_model_dominating_step(&m, &pair), 0.021, 1e-12);
+        step_time_model_record(&m, &two, 0.0184);
+        ck_assert_double_eq_tol(step_time_model_dominating_step(&m, &pair), 0.0184, 1e-12);
+        struct step_shape four = { .n_decode = 4, .decode_context = 600 };
+        ck_assert(isnan(step_time_model_dominating_step(&m, &four)));
+        /* after STEP_MODEL_ALONE_HORIZON seconds of other steps, they bound nothing */
+        struct step_shape prompt = { .n_prompt = 256, .n_best_effort = 1 };
+        for (double t = 0; t <= STEP_MODEL_ALONE_HORIZON; t += true_cost(&prompt))
+                step_time_model_record(&m, &prompt, true_cost(&prompt));
+        ck_assert(isnan(step_time_model_dominating_step(&m, &pair)));
+}
+END_TEST
+
+/* The fit swung so that one more short decode is priced far over what it costs, along the
+ * best-effort line too (its constant too low: a bench/coserve point priced two short
+ * decodes at 12 ms and bounded them at 10.7, beside steps of one short and one long decode
+ * that took 8.5): decode-only steps with best-effort work that carry as many decodes and
+ * read more bound the price, and admit a request the fit would refuse. */
+START_TEST(test_decodes_priced_by_dominating_steps) {
+        const double per_position = 2e-6, ls_context = 150, be_step_context = 2200;
+        struct harness h;
+        struct error err;
+        setup(&h, 512, 0);
+        double now = 20.0;
+        for (int i = 0; i < STEP_MODEL_HISTORY; i++) {
+                struct step_shape shape = { .n_decode = 1, .decode_context = (uint64_t) ls_context };
+                if (i % 4)
+                        shape.n_decode = 2, shape.n_best_effort = 1, shape.decode_context = (uint64_t) be_step_context;
+                step_time_model_record(&h.s.model, &shape, true_cost(&shape) + per_position * shape.decode_context);
+        }
+        struct step_shape one = { .n_decode = 1, .decode_context = (uint64_t) ls_context },
+                          be_step = { .n_decode = 2, .decode_context = (uint64_t) be_step_context },
+                          pair = { .n_decode = 2, .decode_context = 2 * (uint64_t) ls_context };
+        double one_step = step_time_model_predict(&h.s.model, &one), be_seconds = true_cost(&be_step) + per_position * be_step_context;
+        double be_predicted = step_time_model_predict(&h.s.model, &be_step);
+        /* the swing: the constant lower by lift, each decode dearer and each position cheaper,
+         * so that one short decode and the best-effort steps are priced as before */
+        double lift = 0.8 * one_step, per_position_drop = lift / (be_step_context - 2 * ls_context);
+        h.s.model.theta[0] -= lift;
+        h.s.model.theta[2] += (lift + ls_context * per_position_drop) * 8; /* features count decodes in eights */
+        h.s.model.theta[4] -= per_position_drop * 4096;                     /* and positions in 4096s */
+        ck_assert_double_eq_tol(step_time_model_predict(&h.s.model, &one), one_step, 1e-9);
+        ck_assert_double_eq_tol(step_time_model_predict(&h.s.model, &be_step), be_predicted, 1e-9);
+        double extra = step_time_model_extra_decode_bound(&h.s.model, (uint64_t) ls_context);
+        ck_assert_double_gt(one_step + extra, 1.1 * be_seconds);
+        ck_assert_double_gt(step_time_model_predict(&h.s.model, &pair), 1.1 * be_seconds);
+
+        add_decoding(&h, true, (uint32_t) ls_context - 2, 1.0, now, 1);
+        double slo = be_seconds * 1.05 / 0.98;
+        struct request *r = make(&h, true, (uint32_t) ls_context - 1, slo, 1.0, now);
+        ck_assert_msg(slo_policy_admit(&h.s, r, now, NULL, &err) == 0, "%s", err.message);
+        teardown(&h);
+}
+END_TEST
+
 /* A stall (a run of steps far over their prediction, past the run the fit leaves out)
  * leaves the factor of steps of decodes alone as it was: the fit follows a slower machine,
  * but those steps, kept, priced one decode at 2.2x what it took in a bench/coserve point,
@@ -1041,6 +1116,8 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_two_decodes_priced_by_steps_of_two);
         tcase_add_test(tc, test_decodes_priced_at_most_one_at_a_time);
         tcase_add_test(tc, test_extra_decode_bounded_by_best_effort_ones);
+        tcase_add_test(tc, test_dominating_steps);
+        tcase_add_test(tc, test_decodes_priced_by_dominating_steps);
         tcase_add_test(tc, test_stall_leaves_decodes_alone_factor);
         tcase_add_test(tc, test_starvation_guard);
         tcase_add_test(tc, test_never_an_empty_step);
