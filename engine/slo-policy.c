@@ -491,10 +491,32 @@ static uint32_t output_left(const struct scheduler *s, const struct request *r) 
         return by_max < by_length ? by_max : by_length;
 }
 
+/* A step of n latency-sensitive decodes alone (at this context each), from the steps of
+ * the two largest counts below n that ran alone often enough to have factors of their own:
+ * the larger count's price plus, for each decode more, what its last decode added. A step
+ * of decodes reads the weights once and each decode adds its own products and reads, so
+ * the cost is linear in their count; the fit's slope in decodes, taught by best-effort
+ * decodes at long contexts, is not (in bench/coserve points at 2x, where one decode took
+ * 5.5 ms unloaded, it priced three short decodes at 13.9-18.3 ms against a pace of 10.9).
+ * NAN without them, or when the larger count's steps cost no more. */
+static double extrapolated_step(const struct step_time_model *m, uint32_t n, uint64_t context) {
+        for (uint32_t k = n - 1; k >= 2; k--) {
+                if (!step_time_model_decodes_alone_seen(m, k) || !step_time_model_decodes_alone_seen(m, k - 1))
+                        continue;
+                struct step_shape larger = { .n_decode = k, .decode_context = k * context },
+                                  smaller = { .n_decode = k - 1, .decode_context = (k - 1) * context };
+                double at_k = step_time_model_predict(m, &larger) * step_time_model_decodes_alone_factor(m, k);
+                double below = step_time_model_predict(m, &smaller) * step_time_model_decodes_alone_factor(m, k - 1);
+                return at_k > below ? at_k + (n - k) * (at_k - below) : NAN;
+        }
+        return NAN;
+}
+
 /* The price of a step of these latency-sensitive decodes alone: the fit's prediction times
  * their factor, but never more than a step of one of them (at their mean context) plus,
  * for each other, as much again or the fit's bound on one more decode, nor more than the
- * recent decode-only steps with best-effort work that carried more took. The fit's slope
+ * recent decode-only steps with best-effort work that carried more took, nor more than
+ * steps of fewer decodes alone extrapolate to (extrapolated_step()). The fit's slope
  * in decodes swings for a few of them (best-effort decodes at long contexts teach it),
  * where one decode's price is pinned by the frequent steps of one; a batch costs at most
  * its sequences stepped one at a time, or a step that carries more. NAN when steps of
@@ -511,6 +533,9 @@ static double decodes_alone_step(const struct step_time_model *m, const struct s
                 double bound = one_step + (decodes->n_decode - 1) * extra;
                 if (bound < price)
                         price = bound;
+                double extrapolated = extrapolated_step(m, decodes->n_decode, context);
+                if (extrapolated < price)
+                        price = extrapolated;
         }
         double dominating = step_time_model_dominating_step(m, decodes);
         return dominating < price ? dominating : price;

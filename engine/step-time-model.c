@@ -205,6 +205,15 @@ double step_time_model_margin(const struct step_time_model *m) {
 /* Kept steps of the count asked for before their own factor is taken. */
 #define SAME_COUNT_MIN 4
 
+bool step_time_model_decodes_alone_seen(const struct step_time_model *m, uint32_t n_decode) {
+        if (isnan(step_time_model_decodes_alone_factor(m, n_decode)))
+                return false;
+        uint32_t n_same = 0;
+        for (uint32_t i = 0; i < m->n_alone; i++)
+                n_same += m->alone_shapes[i].n_decode == n_decode;
+        return n_same >= SAME_COUNT_MIN;
+}
+
 double step_time_model_decodes_alone_factor(const struct step_time_model *m, uint32_t n_decode) {
         if (m->n_alone < MARGIN_MIN_ERRORS || m->seconds_since_alone > STEP_MODEL_ALONE_HORIZON)
                 return NAN;

@@ -813,6 +813,40 @@ START_TEST(test_two_decodes_priced_by_steps_of_two) {
 }
 END_TEST
 
+/* Three latency-sensitive decodes, never seen alone, are priced by the steps of one and of
+ * two alone that were: the price of two plus what the second added. The fit's slope in
+ * decodes, swung high, priced them at twice their cost, and no step of best-effort work
+ * carried three decodes to bound them. */
+START_TEST(test_three_decodes_extrapolated_from_steps_of_fewer) {
+        struct harness h;
+        struct error err;
+        setup(&h, 512, 0);
+        double now = 20.0;
+        for (int i = 0; i < STEP_MODEL_HISTORY; i++) {
+                struct step_shape shape = { .n_decode = i % 4 == 0 ? 2 : 1 };
+                if (i % 4 == 1)
+                        shape.n_prompt = 64, shape.n_best_effort = 1; /* what teaches the fit its constant */
+                step_time_model_record(&h.s.model, &shape, true_cost(&shape));
+        }
+        struct step_shape one = { .n_decode = 1 }, three = { .n_decode = 3 };
+        double lift = 0.008; /* a decode dearer by that, the constant cheaper: one decode priced the same */
+        h.s.model.theta[0] -= lift;
+        h.s.model.theta[2] += lift * 8; /* features count decodes in eights */
+        ck_assert_double_eq_tol(step_time_model_predict(&h.s.model, &one), true_cost(&one), 1e-9);
+        ck_assert(step_time_model_decodes_alone_seen(&h.s.model, 2));
+        ck_assert(!step_time_model_decodes_alone_seen(&h.s.model, 3));
+        double swung = step_time_model_predict(&h.s.model, &three) * step_time_model_decodes_alone_factor(&h.s.model, 3);
+        ck_assert_double_gt(swung, 1.5 * true_cost(&three));
+
+        add_decoding(&h, true, 16, 1.0, now, 1);
+        add_decoding(&h, true, 16, 1.0, now, 1);
+        double slo = true_cost(&three) * 1.05 / 0.98;
+        struct request *r = make(&h, true, 16, slo, 1.0, now);
+        ck_assert_msg(slo_policy_admit(&h.s, r, now, NULL, &err) == 0, "%s", err.message);
+        teardown(&h);
+}
+END_TEST
+
 /* However far the fit's slope in decodes swings (it sees them mostly as best-effort ones at
  * long contexts, their count and reads moving together), a few latency-sensitive decodes
  * are priced at most as many steps of one, whose price the frequent steps of one pin.
@@ -1117,6 +1151,7 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_decodes_priced_at_most_one_at_a_time);
         tcase_add_test(tc, test_extra_decode_bounded_by_best_effort_ones);
         tcase_add_test(tc, test_dominating_steps);
+        tcase_add_test(tc, test_three_decodes_extrapolated_from_steps_of_fewer);
         tcase_add_test(tc, test_decodes_priced_by_dominating_steps);
         tcase_add_test(tc, test_stall_leaves_decodes_alone_factor);
         tcase_add_test(tc, test_starvation_guard);
