@@ -115,10 +115,6 @@ void step_time_model_record(struct step_time_model *m, const struct step_shape *
                 m->next_error = (m->next_error + 1) % STEP_MODEL_HISTORY;
                 if (m->n_errors < STEP_MODEL_HISTORY)
                         m->n_errors++;
-                /* Kept only within the outlier bound, even past a run of them: the fit
-                 * follows a slower machine, and the factor is taken against the fit, but a
-                 * stall's steps alone (76-81 ms where one decode took 9 in a bench/coserve
-                 * point) held it at 2.2 until every request after them was refused. */
                 if (!stalled && shape->n_prompt == 0 && shape->n_decode > 0 && shape->n_best_effort > 0) {
                         m->decode_only_shapes[m->next_decode_only] = *shape;
                         m->decode_only_seconds[m->next_decode_only] = seconds;
@@ -127,6 +123,10 @@ void step_time_model_record(struct step_time_model *m, const struct step_shape *
                         if (m->n_decode_only < STEP_MODEL_DECODE_ONLY_HISTORY)
                                 m->n_decode_only++;
                 }
+                /* Kept only within the outlier bound, even past a run of them: the fit
+                 * follows a slower machine, and the factor is taken against the fit, but a
+                 * stall's steps alone (76-81 ms where one decode took 9 in a bench/coserve
+                 * point) held it at 2.2 until every request after them was refused. */
                 if (!stalled && shape->n_prompt == 0 && shape->n_best_effort == 0) {
                         m->alone_shapes[m->next_alone] = *shape;
                         m->alone_seconds[m->next_alone] = seconds;
