@@ -15,14 +15,18 @@ bool weight_residency_fits(uint64_t weight_bytes, uint64_t llc_bytes) {
         return llc_bytes > 0 && weight_bytes <= llc_bytes / 2;
 }
 
-/* The first line of a small sysfs file into buf; false when it cannot be read. */
-static bool read_line(const char *path, char *buf, size_t size) {
+/* The first line of attribute name of CPU 0's cache index into buf; false when it cannot
+ * be read (no such index, or no sysfs). */
+static bool read_cache_attribute(unsigned index, const char *name, char *buf, size_t size) {
+        char path[96];
+        snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu0/cache/index%u/%s", index, name);
         FILE *f = fopen(path, "re");
         if (!f)
                 return false;
         bool ok = fgets(buf, (int) size, f) != NULL;
         fclose(f);
-        buf[strcspn(buf, "\n")] = '\0';
+        if (ok)
+                buf[strcspn(buf, "\n")] = '\0';
         return ok;
 }
 
@@ -32,15 +36,11 @@ static uint64_t sysfs_last_level_cache_bytes(void) {
         uint64_t best_bytes = 0;
         long best_level = 0;
         for (unsigned index = 0; index < 16; index++) {
-                char path[96], level[32], type[32], size[32];
-                snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu0/cache/index%u/level", index);
-                if (!read_line(path, level, sizeof(level)))
+                char level[32], type[32], size[32];
+                if (!read_cache_attribute(index, "level", level, sizeof(level)))
                         break;
-                snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu0/cache/index%u/type", index);
-                if (!read_line(path, type, sizeof(type)) || strcmp(type, "Instruction") == 0)
-                        continue;
-                snprintf(path, sizeof(path), "/sys/devices/system/cpu/cpu0/cache/index%u/size", index);
-                if (!read_line(path, size, sizeof(size)))
+                if (!read_cache_attribute(index, "type", type, sizeof(type)) || strcmp(type, "Instruction") == 0 ||
+                    !read_cache_attribute(index, "size", size, sizeof(size)))
                         continue;
                 char *end;
                 unsigned long long n = strtoull(size, &end, 10);

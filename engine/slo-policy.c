@@ -501,12 +501,14 @@ static uint32_t output_left(const struct scheduler *s, const struct request *r) 
  * NAN without them, or when the larger count's steps cost no more. */
 static double extrapolated_step(const struct step_time_model *m, uint32_t n, uint64_t context) {
         for (uint32_t k = n - 1; k >= 2; k--) {
-                if (!step_time_model_decodes_alone_seen(m, k) || !step_time_model_decodes_alone_seen(m, k - 1))
+                double factor = step_time_model_decodes_alone_own_factor(m, k),
+                       below_factor = step_time_model_decodes_alone_own_factor(m, k - 1);
+                if (isnan(factor) || isnan(below_factor))
                         continue;
                 struct step_shape larger = { .n_decode = k, .decode_context = k * context },
                                   smaller = { .n_decode = k - 1, .decode_context = (k - 1) * context };
-                double at_k = step_time_model_predict(m, &larger) * step_time_model_decodes_alone_factor(m, k);
-                double below = step_time_model_predict(m, &smaller) * step_time_model_decodes_alone_factor(m, k - 1);
+                double at_k = step_time_model_predict(m, &larger) * factor;
+                double below = step_time_model_predict(m, &smaller) * below_factor;
                 return at_k > below ? at_k + (n - k) * (at_k - below) : NAN;
         }
         return NAN;

@@ -205,31 +205,42 @@ double step_time_model_margin(const struct step_time_model *m) {
 /* Kept steps of the count asked for before their own factor is taken. */
 #define SAME_COUNT_MIN 4
 
-bool step_time_model_decodes_alone_seen(const struct step_time_model *m, uint32_t n_decode) {
-        if (isnan(step_time_model_decodes_alone_factor(m, n_decode)))
-                return false;
-        uint32_t n_same = 0;
-        for (uint32_t i = 0; i < m->n_alone; i++)
-                n_same += m->alone_shapes[i].n_decode == n_decode;
-        return n_same >= SAME_COUNT_MIN;
-}
-
-double step_time_model_decodes_alone_factor(const struct step_time_model *m, uint32_t n_decode) {
+/* The mean of measured / predicted over the kept steps of decodes alone, against the fit as
+ * it is now: all of them into *all, those of n_decode into *same (n_same of them). False
+ * when they are not to be trusted (too few, too old, or priced at nothing by the fit). */
+static bool alone_factors(const struct step_time_model *m, uint32_t n_decode, double *all, double *same,
+                          uint32_t *n_same) {
         if (m->n_alone < MARGIN_MIN_ERRORS || m->seconds_since_alone > STEP_MODEL_ALONE_HORIZON)
-                return NAN;
+                return false;
         double sum = 0, same_sum = 0;
-        uint32_t n_same = 0;
+        *n_same = 0;
         for (uint32_t i = 0; i < m->n_alone; i++) {
                 double predicted = step_time_model_predict(m, &m->alone_shapes[i]);
                 if (!(predicted > 0))
-                        return NAN; /* a fit that prices them at nothing says nothing of them */
+                        return false; /* a fit that prices them at nothing says nothing of them */
                 sum += m->alone_seconds[i] / predicted;
                 if (m->alone_shapes[i].n_decode == n_decode) {
                         same_sum += m->alone_seconds[i] / predicted;
-                        n_same++;
+                        (*n_same)++;
                 }
         }
-        return n_same >= SAME_COUNT_MIN ? same_sum / n_same : sum / m->n_alone;
+        *all = sum / m->n_alone;
+        *same = *n_same ? same_sum / *n_same : NAN;
+        return true;
+}
+
+double step_time_model_decodes_alone_own_factor(const struct step_time_model *m, uint32_t n_decode) {
+        double all, same;
+        uint32_t n_same;
+        return alone_factors(m, n_decode, &all, &same, &n_same) && n_same >= SAME_COUNT_MIN ? same : NAN;
+}
+
+double step_time_model_decodes_alone_factor(const struct step_time_model *m, uint32_t n_decode) {
+        double all, same;
+        uint32_t n_same;
+        if (!alone_factors(m, n_decode, &all, &same, &n_same))
+                return NAN;
+        return n_same >= SAME_COUNT_MIN ? same : all;
 }
 
 double step_time_model_extra_decode_bound(const struct step_time_model *m, uint64_t context) {

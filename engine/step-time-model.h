@@ -103,9 +103,9 @@ double step_time_model_margin(const struct step_time_model *m);
  * of best-effort prompt chunks were 30-80 s of refusals after a stall.) */
 double step_time_model_decodes_alone_factor(const struct step_time_model *m, uint32_t n_decode);
 
-/* Whether step_time_model_decodes_alone_factor() for n_decode is that of kept steps of
- * n_decode decodes alone (4 of them), not of all kept steps. */
-bool step_time_model_decodes_alone_seen(const struct step_time_model *m, uint32_t n_decode);
+/* step_time_model_decodes_alone_factor() when it is that of kept steps of n_decode decodes
+ * alone (4 of them); NAN when it would be that of all kept steps, or is not known. */
+double step_time_model_decodes_alone_own_factor(const struct step_time_model *m, uint32_t n_decode);
 
 /* What one more decode at this context adds to a step of decodes, by the fit along the
  * decode-only steps with best-effort work it has seen: their count of decodes and their
