@@ -567,7 +567,7 @@ static double time_to_first_token(const struct scheduler *s, uint32_t n_prompt, 
                 struct step_shape with = *decodes;
                 with.n_prompt += n_prompt;
                 with.prompt_context += step_shape_context(0, n_prompt);
-                double prompt_cost = (step_time_model_predict(m, &with) - step_time_model_predict(m, decodes)) * margin;
+                double prompt_cost = step_time_model_predict_added(m, decodes, &with) * margin;
                 double seconds = prompt_cost / (1 - decode_step / pace);
                 double by_budget = ceil((double) n_prompt / per_step) * pace; /* the token budget's steps */
                 return seconds > by_budget ? seconds : by_budget;

@@ -2,15 +2,16 @@
 #pragma once
 
 /* Predicts how long a step takes from what it carries, fitted online from every step the
- * engine runs (recursive least squares on relative errors, with forgetting, so it follows a
- * machine whose speed drifts). A step costs a fixed part (reading every weight once: the memory-bound floor),
+ * engine runs (recursive least squares on relative errors, with forgetting), times a speed
+ * each kind of step has shown over its latest few (the machine's drift is faster than the
+ * fit can follow). A step costs a fixed part (reading every weight once: the memory-bound floor),
  * a part per prompt token, a part per decoding sequence, and a part per key/value position
  * its attention reads, priced apart for prompt chunks and for decodes: a chunk's queries
  * share each key and value row they read, while a decode reads its whole context from
  * memory for one query (on the Zen 4 machine ~0.6 against ~1.5 us a position). The slo
  * policy plans steps and admits requests with it; a margin taken from its recent
  * under-predictions keeps the plans on the safe side. A step that took over three times
- * its prediction is taken for a descheduled one (another process had the cores): it counts
+ * the fit is taken for a descheduled one (another process had the cores): it counts
  * in the reported error but neither in the fit nor the margin, unless such steps keep
  * coming (then the machine is slower, and the model follows). */
 
@@ -23,6 +24,7 @@
 #define STEP_MODEL_ALONE_HISTORY 64 /* steps of latency-sensitive decodes alone kept */
 #define STEP_MODEL_ALONE_HORIZON 5.0 /* seconds of steps after the newest of them they are trusted */
 #define STEP_MODEL_DECODE_ONLY_HISTORY 64 /* decode-only steps with best-effort work kept */
+#define STEP_MODEL_CLASSES 4 /* kinds of step with a speed of their own (step_time_model_predict()) */
 
 /* What one step carries. */
 struct step_shape {
@@ -62,6 +64,9 @@ struct step_time_model {
         double decode_only_seconds[STEP_MODEL_DECODE_ONLY_HISTORY], decode_only_clock[STEP_MODEL_DECODE_ONLY_HISTORY];
         uint32_t n_decode_only, next_decode_only;
         double clock; /* the sum of every recorded step's seconds */
+        /* Per kind of step, the log of measured / fitted time, averaged over its latest
+         * steps with a short memory (predictions are the fit times its exponential). */
+        double log_speed[STEP_MODEL_CLASSES];
 };
 
 void step_time_model_init(struct step_time_model *m);
@@ -76,8 +81,21 @@ static inline bool step_time_model_ready(const struct step_time_model *m) {
 /* Learns from a step of this shape that took seconds. */
 void step_time_model_record(struct step_time_model *m, const struct step_shape *shape, double seconds);
 
-/* Predicted seconds, never below 0; meaningful once ready. */
+/* The least-squares fit's seconds for a step of this shape, never below 0. */
+double step_time_model_fit(const struct step_time_model *m, const struct step_shape *shape);
+
+/* Predicted seconds: the fit times how its latest steps of the same kind (decodes alone,
+ * decodes with best-effort work, prompt chunks of under 64 or of more tokens) ran against
+ * it. The machine's speed drifts over a few dozen steps (one-token steps of bench-core on
+ * the Intel machine, no daemon: 2.9-6.2 ms, each within a few percent of the one before),
+ * faster than the fit can follow without forgetting what rarer shapes cost, and each kind
+ * drifts its own way. Never below 0; meaningful once ready. */
 double step_time_model_predict(const struct step_time_model *m, const struct step_shape *shape);
+
+/* What adding work to a step of shape base, making it with, is predicted to add to its
+ * time: the fit's difference at with's speed. */
+double step_time_model_predict_added(const struct step_time_model *m, const struct step_shape *base,
+                                     const struct step_shape *with);
 
 /* The most prompt tokens (at most cap) of a chunk from position start that a step of this
  * shape can add and still be predicted to take at most seconds; 0 when not one. */
