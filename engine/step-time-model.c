@@ -73,14 +73,14 @@ double step_time_model_fit(const struct step_time_model *m, const struct step_sh
         return t > 0 ? t : 0;
 }
 
-static unsigned step_class(const struct step_shape *s) {
+static unsigned step_kind(const struct step_shape *s) {
         if (s->n_prompt == 0)
                 return s->n_best_effort == 0 ? 0 : 1;
         return s->n_prompt < LARGE_CHUNK ? 2 : 3;
 }
 
 static double speed(const struct step_time_model *m, const struct step_shape *shape) {
-        return exp(m->log_speed[step_class(shape)]);
+        return exp(m->log_speed[step_kind(shape)]);
 }
 
 double step_time_model_predict(const struct step_time_model *m, const struct step_shape *shape) {
@@ -127,7 +127,7 @@ void step_time_model_record(struct step_time_model *m, const struct step_shape *
         }
         double x[STEP_MODEL_FEATURES], px[STEP_MODEL_FEATURES];
         features(shape, x);
-        unsigned kind = step_class(shape);
+        unsigned kind = step_kind(shape);
         double fitted = step_time_model_fit(m, shape), predicted = fitted * exp(m->log_speed[kind]);
 
         bool outlier = false;

@@ -24,7 +24,7 @@
 #define STEP_MODEL_ALONE_HISTORY 64 /* steps of latency-sensitive decodes alone kept */
 #define STEP_MODEL_ALONE_HORIZON 5.0 /* seconds of steps after the newest of them they are trusted */
 #define STEP_MODEL_DECODE_ONLY_HISTORY 64 /* decode-only steps with best-effort work kept */
-#define STEP_MODEL_CLASSES 4 /* kinds of step with a speed of their own (step_time_model_predict()) */
+#define STEP_MODEL_KINDS 4 /* kinds of step with a speed of their own (step_time_model_predict()) */
 
 /* What one step carries. */
 struct step_shape {
@@ -66,7 +66,7 @@ struct step_time_model {
         double clock; /* the sum of every recorded step's seconds */
         /* Per kind of step, the log of measured / fitted time, averaged over its latest
          * steps with a short memory (predictions are the fit times its exponential). */
-        double log_speed[STEP_MODEL_CLASSES];
+        double log_speed[STEP_MODEL_KINDS];
 };
 
 void step_time_model_init(struct step_time_model *m);
