@@ -84,7 +84,13 @@ static double speed(const struct step_time_model *m, const struct step_shape *sh
 }
 
 double step_time_model_predict(const struct step_time_model *m, const struct step_shape *shape) {
-        return step_time_model_fit(m, shape) * speed(m, shape);
+        double predicted = step_time_model_fit(m, shape) * speed(m, shape);
+        /* half the least a prompt token has taken: a step's time per token carries its
+         * fixed part, so a bigger chunk than any seen may come in cheaper */
+        double floor = shape->n_prompt * m->cheapest_prompt_token / 2;
+        if (floor < m->shortest_seconds)
+                floor = m->shortest_seconds;
+        return predicted > floor ? predicted : floor;
 }
 
 double step_time_model_predict_added(const struct step_time_model *m, const struct step_shape *base,
@@ -119,8 +125,6 @@ uint32_t step_time_model_fitting_chunk(const struct step_time_model *m, const st
 void step_time_model_record(struct step_time_model *m, const struct step_shape *shape, double seconds) {
         if (!(seconds > 0) || !isfinite(seconds))
                 return;
-        if (m->shortest_seconds == 0 || seconds < m->shortest_seconds)
-                m->shortest_seconds = seconds;
         if (shape->n_prompt == 0 && shape->n_best_effort > 0 && shape->n_decode > 0) {
                 m->best_effort_decodes = m->best_effort_decodes * FORGETTING + shape->n_decode;
                 m->best_effort_decode_context = m->best_effort_decode_context * FORGETTING + (double) shape->decode_context;
@@ -128,7 +132,12 @@ void step_time_model_record(struct step_time_model *m, const struct step_shape *
         double x[STEP_MODEL_FEATURES], px[STEP_MODEL_FEATURES];
         features(shape, x);
         unsigned kind = step_kind(shape);
-        double fitted = step_time_model_fit(m, shape), predicted = fitted * exp(m->log_speed[kind]);
+        double fitted = step_time_model_fit(m, shape), predicted = step_time_model_predict(m, shape);
+        if (m->shortest_seconds == 0 || seconds < m->shortest_seconds)
+                m->shortest_seconds = seconds;
+        if (shape->n_prompt >= LARGE_CHUNK &&
+            (m->cheapest_prompt_token == 0 || seconds / shape->n_prompt < m->cheapest_prompt_token))
+                m->cheapest_prompt_token = seconds / shape->n_prompt;
 
         bool outlier = false;
         m->seconds_since_alone += seconds;
@@ -172,8 +181,14 @@ void step_time_model_record(struct step_time_model *m, const struct step_shape *
         }
         if (outlier)
                 return;
-        if (step_time_model_ready(m) && fitted > 0)
-                m->log_speed[kind] += SPEED_WEIGHT * (log(seconds / fitted) - m->log_speed[kind]);
+        if (step_time_model_ready(m) && fitted > 0) {
+                /* within the outlier ratio: where the fit has swung to almost nothing for
+                 * a shape, one step would otherwise set its kind's speed to hundreds, and
+                 * once the fit came back, steps of 4 ms were predicted at 228 */
+                double ratio = log(seconds / fitted), bound = log(OUTLIER_RATIO);
+                ratio = ratio > bound ? bound : ratio < -bound ? -bound : ratio;
+                m->log_speed[kind] += SPEED_WEIGHT * (ratio - m->log_speed[kind]);
+        }
 
         /* Least squares on relative errors: each row divided by the step's time, so that a
          * 15 ms decode step counts as much as a 1.5 s prompt step. */

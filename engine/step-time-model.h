@@ -55,6 +55,9 @@ struct step_time_model {
         double seconds_since_alone;
         uint32_t outlier_run; /* outlier-sized steps in a row */
         double shortest_seconds; /* the shortest step ever recorded; 0 before any */
+        /* The least seconds a prompt token has taken, over steps of at least LARGE_CHUNK
+         * prompt tokens (their time is mostly the tokens'); 0 before any. */
+        double cheapest_prompt_token;
         /* The decodes of decode-only steps with best-effort work, and the positions they
          * read, forgotten as the fit forgets. */
         double best_effort_decodes, best_effort_decode_context;
@@ -89,7 +92,11 @@ double step_time_model_fit(const struct step_time_model *m, const struct step_sh
  * it. The machine's speed drifts over a few dozen steps (one-token steps of bench-core on
  * the Intel machine, no daemon: 2.9-6.2 ms, each within a few percent of the one before),
  * faster than the fit can follow without forgetting what rarer shapes cost, and each kind
- * drifts its own way. Never below 0; meaningful once ready. */
+ * drifts its own way. Never below the shortest step recorded, nor below its prompt tokens
+ * at half the least a prompt token has taken: the fit can swing to nothing for some shapes
+ * (a daemon's fit, after runs of thousands of one-decode steps, priced a 1017-token chunk
+ * at 0, and the planner ran it whole: a 1.5 s step in the middle of latency-sensitive
+ * decodes). Meaningful once ready. */
 double step_time_model_predict(const struct step_time_model *m, const struct step_shape *shape);
 
 /* What adding work to a step of shape base, making it with, is predicted to add to its

@@ -238,6 +238,30 @@ START_TEST(test_model_follows_each_kinds_speed) {
 }
 END_TEST
 
+/* A fit that has swung to nothing for some shapes (seen in a daemon after thousands of
+ * one-decode steps) neither prices a whole prompt at nothing, which would let the planner
+ * run it in one step, nor teaches its kind a speed of hundreds. */
+START_TEST(test_model_floor_and_speed_bound) {
+        struct step_time_model m;
+        step_time_model_init(&m);
+        srand(43);
+        record_noisy(&m, 300, 1);
+        struct step_shape chunk = { .n_prompt = 1000, .n_decode = 4 }, one = { .n_decode = 1 };
+        double shortest = step_time_model_shortest_step(&m);
+        memset(m.theta, 0, sizeof(m.theta)); /* the fit collapsed */
+        double predicted = step_time_model_predict(&m, &chunk);
+        /* at least half of what its tokens cost at the cheapest rate seen (~0.52 ms a token
+         * in 511-token steps) */
+        ck_assert_msg(predicted > 0.25 && predicted < true_cost(&chunk), "a 1000-token chunk predicted at %g", predicted);
+        ck_assert_double_eq(step_time_model_predict(&m, &one), shortest);
+        m.theta[0] = 1e-6; /* a fit that prices every step at a microsecond */
+        for (int i = 0; i < 8; i++) /* outliers at first, then learned from */
+                step_time_model_record(&m, &one, true_cost(&one));
+        ck_assert_msg(m.log_speed[0] <= log(3.0) + 1e-9, "its kind's speed went to %g", exp(m.log_speed[0]));
+        ck_assert_double_gt(m.log_speed[0], 0); /* it did learn that the steps are slower */
+}
+END_TEST
+
 START_TEST(test_model_outliers) {
         struct step_time_model m;
         step_time_model_init(&m);
@@ -266,14 +290,15 @@ START_TEST(test_model_outliers) {
 
         /* a machine that has become 4x slower for good: after a few steps they are not
          * outliers any more, and the model learns from them: each kind's speed within a few
-         * steps of its own, so predictions come right again and the margin stays small */
+         * steps of its own, up to its bound (3x the fit), and the fit the rest, more slowly;
+         * the margin covers what is left and is not at its cap */
         uint64_t learned = m.n_samples;
         record_noisy(&m, 100, 4);
         ck_assert_uint_ge(m.n_samples - learned, 95);
         predicted = step_time_model_predict(&m, &probe);
-        ck_assert_msg(fabs(predicted - 4 * truth) < 0.1 * 4 * truth, "predicted %g for %g", predicted, 4 * truth);
+        ck_assert_msg(predicted > 3 * truth && predicted < 4.4 * truth, "predicted %g for %g", predicted, 4 * truth);
         margin = step_time_model_margin(&m);
-        ck_assert_msg(margin < 1.2, "margin %g", margin);
+        ck_assert_msg(margin < 1.5, "margin %g", margin);
 }
 END_TEST
 
@@ -1090,8 +1115,9 @@ START_TEST(test_decodes_alone_factor_follows_the_fit) {
                 struct step_shape shape = { .n_decode = 4 + (uint32_t) (rand() % 5), .n_best_effort = 8 };
                 step_time_model_record(&m, &shape, true_cost(&shape) * 3);
         }
-        double predicted = step_time_model_predict(&m, &one), priced = predicted * step_time_model_decodes_alone_factor(&m, 1);
-        ck_assert_msg(fabs(predicted - true_cost(&one)) > 0.06 * true_cost(&one), "the fit predicts %g for %g", predicted,
+        double fitted = step_time_model_fit(&m, &one),
+               priced = step_time_model_predict(&m, &one) * step_time_model_decodes_alone_factor(&m, 1);
+        ck_assert_msg(fabs(fitted - true_cost(&one)) > 0.06 * true_cost(&one), "the fit predicts %g for %g", fitted,
                       true_cost(&one));
         ck_assert_msg(fabs(priced - true_cost(&one)) < 0.015 * true_cost(&one), "priced at %g for %g", priced,
                       true_cost(&one));
@@ -1169,6 +1195,7 @@ static Suite *suite(void) {
         TCase *tc = tcase_create("core");
         tcase_add_test(tc, test_model_fits_and_reports_error);
         tcase_add_test(tc, test_model_follows_each_kinds_speed);
+        tcase_add_test(tc, test_model_floor_and_speed_bound);
         tcase_add_test(tc, test_model_outliers);
         tcase_add_test(tc, test_fill_order_and_deadlines);
         tcase_add_test(tc, test_slack_lets_best_effort_in);
