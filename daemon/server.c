@@ -177,6 +177,22 @@ static int on_loop_exit(sd_event_source *source, void *userdata) {
         return 0;
 }
 
+/* What the slo policy's admission will price batches of short decodes from. */
+static void log_decode_calibration(struct served_model *m) {
+        struct async_llm_stats stats;
+        async_llm_stats(m->llm, &stats);
+        const struct engine_stats *e = &stats.engine.stats;
+        if (e->n_decode_calibration == 0)
+                return;
+        char times[STEP_MODEL_CALIBRATED_DECODES * 12] = "";
+        size_t used = 0;
+        for (uint32_t k = 0; k < e->n_decode_calibration && used < sizeof(times); k++)
+                used += (size_t) snprintf(times + used, sizeof(times) - used, "%s%.2f", k ? ", " : "",
+                                          e->decode_calibration_seconds[k] * 1e3);
+        log_info("slo: steps of 1..%u decodes alone at %llu positions took %s ms", e->n_decode_calibration,
+                 (unsigned long long) e->decode_calibration_context, times);
+}
+
 /* SIGTERM, SIGINT and SIGHUP must be blocked in every thread already (see main()). */
 int server_start(struct server *s, struct daemon_settings *settings, int argc, char **argv, struct error *err) {
         int r;
@@ -193,6 +209,7 @@ int server_start(struct server *s, struct daemon_settings *settings, int argc, c
         log_info("serving %s (%s): %u layers, context %u, max_model_len %u, %u KV blocks of %u tokens, %u threads",
                  s->model.name, settings->model, s->model.model->hp.n_layer, s->model.model->hp.n_ctx_train,
                  s->model.config.max_model_len, s->model.n_kv_blocks, s->model.config.block_size, settings->threads);
+        log_decode_calibration(&s->model);
         s->realtime_offset = realtime_seconds() - monotonic_seconds();
 
         if ((r = listen_socket_open(settings->socket, &s->listen_fd, &s->socket_activated, err)) < 0)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "decode-calibration.h"
 #include "engine-core.h"
 #include "kv-blocks.h"
 #include "id-map.h"
@@ -50,6 +51,17 @@ uint32_t engine_kv_blocks_for_space(const struct engine_config *config, uint32_t
         return n > INT32_MAX / 2 ? INT32_MAX / 2 : (uint32_t) n;
 }
 
+/* Times steps of short decodes alone for the slo policy's admission (decode-calibration.h). */
+static int calibrate_decodes(struct engine_core *ec, struct error *err) {
+        struct decode_calibration c;
+        int r = decode_calibration_run(&ec->backend, ec->kv, ec->config.max_num_seqs, ec->config.max_num_batched_tokens,
+                                       ec->config.max_model_len, ec->n_vocab, ec->logits, &c, err);
+        if (r < 0)
+                return r;
+        step_time_model_set_calibration(&ec->sched.model, c.seconds, c.n, c.context + 1); /* with its own token */
+        return 0;
+}
+
 int engine_core_new(const struct engine_config *config, const struct backend *backend, uint32_t n_vocab,
                     int32_t eos_id, uint32_t n_kv_blocks, struct engine_core **ret, struct error *err) {
         uint32_t blocks_per_seq = (config->max_model_len + config->block_size - 1) / config->block_size;
@@ -90,6 +102,10 @@ int engine_core_new(const struct engine_config *config, const struct backend *ba
             !ec->plan_copy || !ec->logits) {
                 engine_core_free(ec);
                 return error_set(err, ENOMEM, "out of memory for the step buffers");
+        }
+        if (config->scheduling_policy == SCHEDULING_SLO && (r = calibrate_decodes(ec, err)) < 0) {
+                engine_core_free(ec);
+                return r;
         }
         *ret = ec;
         return 0;
@@ -465,8 +481,12 @@ void engine_core_stats(const struct engine_core *ec, struct engine_stats *ret) {
                 .step_model_samples = ec->sched.model.n_samples,
                 .step_model_error_p50 = step_time_model_error(&ec->sched.model, 0.5),
                 .step_model_error_p99 = step_time_model_error(&ec->sched.model, 0.99),
+                .n_decode_calibration = ec->sched.model.n_calibrated,
+                .decode_calibration_context = ec->sched.model.calibrated_context,
         };
         memcpy(ret->finished, ec->finished, sizeof(ret->finished));
+        memcpy(ret->decode_calibration_seconds, ec->sched.model.calibrated_seconds,
+               sizeof(ret->decode_calibration_seconds));
 }
 
 int engine_core_reset_prefix_cache(struct engine_core *ec, bool preempt_running) {

@@ -518,7 +518,9 @@ static double extrapolated_step(const struct step_time_model *m, uint32_t n, uin
  * their factor, but never more than a step of one of them (at their mean context) plus,
  * for each other, as much again or the fit's bound on one more decode, nor more than the
  * recent decode-only steps with best-effort work that carried more took, nor more than
- * steps of fewer decodes alone extrapolate to (extrapolated_step()). The fit's slope
+ * steps of fewer decodes alone extrapolate to (extrapolated_step()), nor, until steps of
+ * that many alone have run, more than the calibration at start makes of a step of one
+ * (step_time_model_calibrated_decodes()). The fit's slope
  * in decodes swings for a few of them (best-effort decodes at long contexts teach it),
  * where one decode's price is pinned by the frequent steps of one; a batch costs at most
  * its sequences stepped one at a time, or a step that carries more. NAN when steps of
@@ -538,6 +540,14 @@ static double decodes_alone_step(const struct step_time_model *m, const struct s
                 double extrapolated = extrapolated_step(m, decodes->n_decode, context);
                 if (extrapolated < price)
                         price = extrapolated;
+                if (isnan(step_time_model_decodes_alone_own_factor(m, decodes->n_decode))) {
+                        struct step_shape at_calibration = { .n_decode = 1, .decode_context = m->calibrated_context };
+                        double calibrated = step_time_model_calibrated_decodes(
+                                m, decodes->n_decode, one_step,
+                                step_time_model_predict(m, &at_calibration) * step_time_model_decodes_alone_factor(m, 1));
+                        if (calibrated < price)
+                                price = calibrated;
+                }
         }
         double dominating = step_time_model_dominating_step(m, decodes);
         return dominating < price ? dominating : price;

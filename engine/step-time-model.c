@@ -332,3 +332,23 @@ double step_time_model_dominating_step(const struct step_time_model *m, const st
                 }
         return sum / n;
 }
+
+void step_time_model_set_calibration(struct step_time_model *m, const double *seconds, uint32_t n, uint64_t context) {
+        if (n > STEP_MODEL_CALIBRATED_DECODES)
+                n = STEP_MODEL_CALIBRATED_DECODES;
+        memcpy(m->calibrated_seconds, seconds, n * sizeof(*seconds));
+        m->n_calibrated = n;
+        m->calibrated_context = context;
+}
+
+double step_time_model_calibrated_decodes(const struct step_time_model *m, uint32_t n, double one_step,
+                                          double one_at_calibration) {
+        if (n < 2 || m->n_calibrated < 2 || !(m->calibrated_seconds[0] > 0) || !(one_at_calibration > 0))
+                return NAN;
+        uint32_t k = n < m->n_calibrated ? n : m->n_calibrated;
+        double one = m->calibrated_seconds[0];
+        double shared = (k * one - m->calibrated_seconds[k - 1]) / (k - 1);
+        shared = shared < 0 ? 0 : shared > one ? one : shared;
+        double price = n * one_step - (n - 1) * shared * (one_at_calibration / one);
+        return price > one_step ? price : one_step; /* shorter contexts than the calibration's */
+}

@@ -1272,7 +1272,7 @@ END_TEST
  * work; one whose SLO no engine could meet is refused as overloaded with a retry hint
  * (judged by the shortest step run until latency-sensitive decodes alone are timed), or
  * with slo-admission=demote served as best-effort; counters and the model's error reach
- * stats. */
+ * stats. The log says what the decode calibration at start measured. */
 START_TEST(test_slo_policy) {
         for (int demote = 0; demote <= 1; demote++) {
                 const char *const args[] = { "--scheduling-policy", "slo", "--slo-admission", demote ? "demote" : "reject",
@@ -1281,6 +1281,8 @@ START_TEST(test_slo_policy) {
                 struct client c, other;
                 struct gen g;
                 daemon_start(&d, args);
+                ck_assert_msg(log_has(&d, "slo: steps of 1..8 decodes alone at 129 positions took ", 5),
+                              "no decode calibration in the log");
                 client_hello(&c, d.socket);
                 client_hello(&other, d.socket);
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The engine core on a synthetic model: invariance under batching, chunking and the prefix
  * cache; preemption; aborts at every moment without leaks; exact token counts; priorities;
- * request validation; engine death; the step trace. */
+ * request validation; engine death; the slo policy's decode calibration; the step trace. */
 #include "config.h"
 
 #include <check.h>
@@ -505,6 +505,53 @@ static void start_traced_request(struct harness *h, uint32_t salt) {
         add(h->ec, 0, prompt, 40, &p, 0);
 }
 
+/* The slo policy times steps of 1..8 short decodes alone at creation (decode-calibration.h):
+ * on the real runner each count took its time, at a context of the token budget (under
+ * 128) in whole blocks; the blocks it borrowed are free again and nothing of its prompt is
+ * left in the prefix cache; requests then produce what they produce alone under fcfs. A
+ * backend that fails during it fails the creation with the backend's message. */
+START_TEST(test_slo_calibrates_decodes) {
+        solo_runs();
+        struct harness h;
+        struct engine_config c = base_config(60);
+        c.scheduling_policy = SCHEDULING_SLO;
+        c.enable_prefix_caching = true;
+        harness_new(&h, &c, 256, 0);
+        ck_assert_int_eq(h.failing.calls, 1 + 1 + 3 * 8); /* prompt, first decodes, three rounds */
+        struct engine_stats st;
+        engine_core_stats(h.ec, &st);
+        ck_assert_uint_eq(st.n_decode_calibration, 8);
+        ck_assert_uint_eq(st.decode_calibration_context, 56 + 1);
+        for (uint32_t k = 0; k < 8; k++)
+                ck_assert_double_gt(st.decode_calibration_seconds[k], 0);
+        ck_assert_uint_eq(st.kv_blocks_used, 0);
+        ck_assert_uint_eq(st.kv_blocks_cached, 0);
+        ck_assert_uint_eq(st.steps, 0);
+
+        struct result got[N_REQ] = { 0 };
+        for (uint32_t i = 0; i < 12; i++) {
+                struct sampling_params p = greedy_params(8 + (int32_t) (i % 24));
+                add(h.ec, i, prompts[i], prompt_len(i), &p, 0);
+        }
+        drain(h.ec, got, NULL);
+        expect_solo_outputs(got, solo, 12, "slo policy after the calibration");
+        harness_free(&h);
+
+        struct error err;
+        struct cpu_runner_config rc = { .n_threads = 1, .max_batch_tokens = c.max_num_batched_tokens,
+                                        .max_model_len = c.max_model_len, .block_size = c.block_size,
+                                        .n_kv_blocks = 256 };
+        ck_assert_msg(cpu_runner_new(model, &rc, &h.runner, &err) == 0, "%s", err.message);
+        h.failing = (struct failing_backend) { cpu_runner_backend(h.runner), 3, 0 };
+        struct backend b = { .impl = &h.failing, .forward = failing_forward, .n_workers = 1 };
+        h.ec = NULL;
+        ck_assert_int_eq(engine_core_new(&c, &b, model->hp.n_vocab, 2, 256, &h.ec, &err), -EIO);
+        ck_assert_str_eq(err.message, "injected failure in forward 3");
+        ck_assert_ptr_null(h.ec);
+        cpu_runner_free(h.runner);
+}
+END_TEST
+
 /* An engine's creation with ASYNCLLM_STEP_TRACE=path fails with -error and a message that
  * names the variable, the file and what went wrong; the variable is unset afterwards. */
 static void assert_trace_refused(const char *path, int error, const char *says) {
@@ -665,6 +712,7 @@ int main(void) {
         tcase_add_test(tc, test_priorities);
         tcase_add_test(tc, test_validation);
         tcase_add_test(tc, test_engine_death);
+        tcase_add_test(tc, test_slo_calibrates_decodes);
         tcase_add_test(tc, test_step_trace);
         tcase_add_test(tc, test_step_trace_full_disk);
         suite_add_tcase(s, tc);

@@ -1069,6 +1069,75 @@ START_TEST(test_decodes_priced_by_dominating_steps) {
 }
 END_TEST
 
+/* The calibration's price of n decodes alone: at its own speed and context, the steps it
+ * timed; scaled to a slower machine; at a longer context each decode costs a step of one,
+ * less what the batch shares (which does not grow with the context); beyond the counts
+ * timed, each decode more shares what one did in the largest batch; never below a step of
+ * one. Not calibrated, or for one decode: NAN. */
+START_TEST(test_calibrated_decodes_price) {
+        struct step_time_model m;
+        step_time_model_init(&m);
+        ck_assert(isnan(step_time_model_calibrated_decodes(&m, 2, 0.002, 0.002)));
+        const double timed[3] = { 0.0022, 0.0034, 0.0049 };
+        step_time_model_set_calibration(&m, timed, 3, 129);
+        ck_assert_uint_eq(m.calibrated_context, 129);
+        ck_assert(isnan(step_time_model_calibrated_decodes(&m, 1, 0.0022, 0.0022)));
+        ck_assert_double_eq_tol(step_time_model_calibrated_decodes(&m, 2, 0.0022, 0.0022), 0.0034, 1e-12);
+        ck_assert_double_eq_tol(step_time_model_calibrated_decodes(&m, 3, 0.0022, 0.0022), 0.0049, 1e-12);
+        ck_assert_double_eq_tol(step_time_model_calibrated_decodes(&m, 2, 0.0033, 0.0033), 0.0051, 1e-12);
+        ck_assert_double_eq_tol(step_time_model_calibrated_decodes(&m, 2, 0.004, 0.0022), 2 * 0.004 - 0.001, 1e-12);
+        double shared_by_three = (3 * 0.0022 - 0.0049) / 2;
+        ck_assert_double_eq_tol(step_time_model_calibrated_decodes(&m, 5, 0.0022, 0.0022), 5 * 0.0022 - 4 * shared_by_three,
+                                1e-12);
+        ck_assert_double_eq_tol(step_time_model_calibrated_decodes(&m, 8, 0.0005, 0.0022), 0.0005, 1e-12);
+}
+END_TEST
+
+/* Before a step of two latency-sensitive decodes alone has run, a fit that prices two far
+ * over what they cost (the swing of its slope in decodes) refuses the second request; the
+ * calibration at start, scaled by what a step of one takes now, admits it. */
+START_TEST(test_admission_prices_unseen_counts_by_calibration) {
+        for (int calibrated = 0; calibrated < 2; calibrated++) {
+                struct harness h;
+                struct error err;
+                setup(&h, 512, 0);
+                double now = 20.0;
+                for (int i = 0; i < 32; i++) {
+                        struct step_shape prompt = { .n_prompt = 64 + 8 * (uint32_t) i };
+                        prompt.prompt_context = step_shape_context(0, prompt.n_prompt);
+                        step_time_model_record(&h.s.model, &prompt, true_cost(&prompt));
+                }
+                struct step_shape one = { .n_decode = 1, .decode_context = 150 },
+                                  two = { .n_decode = 2, .decode_context = 300 };
+                for (int i = 0; i < STEP_MODEL_ALONE_HISTORY; i++)
+                        step_time_model_record(&h.s.model, &one, true_cost(&one));
+                double one_step = step_time_model_predict(&h.s.model, &one);
+                ck_assert_double_eq_tol(one_step, true_cost(&one), 1e-4);
+                /* the swing: one decode priced as before, each further one 4 ms dearer */
+                h.s.model.theta[0] -= 0.004;
+                h.s.model.theta[2] += 0.004 * 8; /* features count decodes in eights */
+                ck_assert_double_eq_tol(step_time_model_predict(&h.s.model, &one), one_step, 1e-9);
+                ck_assert_double_gt(step_time_model_predict(&h.s.model, &two), true_cost(&two) + 0.0035);
+                if (calibrated) {
+                        const double timed[2] = { true_cost(&one), true_cost(&two) };
+                        step_time_model_set_calibration(&h.s.model, timed, 2, 129);
+                }
+                add_decoding(&h, true, 148, 1.0, now, 1);
+                double slo = (true_cost(&two) + 0.002) / 0.98;
+                struct request *r = make(&h, true, 149, slo, 1.0, now);
+                int rc = slo_policy_admit(&h.s, r, now, NULL, &err);
+                if (calibrated)
+                        ck_assert_msg(rc == 0, "%s", err.message);
+                else {
+                        ck_assert_int_eq(rc, -EAGAIN);
+                        ck_assert_msg(strstr(err.message, "2 latency-sensitive requests would need about 18.0 ms per step"),
+                                      "%s", err.message);
+                }
+                teardown(&h);
+        }
+}
+END_TEST
+
 /* A stall (a run of steps far over their prediction, past the run the fit leaves out)
  * leaves the factor of steps of decodes alone as it was: the fit follows a slower machine,
  * but those steps, kept, priced one decode at 2.2x what it took in a bench/coserve point,
@@ -1220,6 +1289,8 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_dominating_steps);
         tcase_add_test(tc, test_three_decodes_extrapolated_from_steps_of_fewer);
         tcase_add_test(tc, test_decodes_priced_by_dominating_steps);
+        tcase_add_test(tc, test_calibrated_decodes_price);
+        tcase_add_test(tc, test_admission_prices_unseen_counts_by_calibration);
         tcase_add_test(tc, test_stall_leaves_decodes_alone_factor);
         tcase_add_test(tc, test_starvation_guard);
         tcase_add_test(tc, test_never_an_empty_step);
