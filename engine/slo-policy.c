@@ -500,16 +500,17 @@ static uint32_t output_left(const struct scheduler *s, const struct request *r) 
  * 5.5 ms unloaded, it priced three short decodes at 13.9-18.3 ms against a pace of 10.9).
  * NAN without them, or when the larger count's steps cost no more. */
 static double extrapolated_step(const struct step_time_model *m, uint32_t n, uint64_t context) {
+        double factor = step_time_model_decodes_alone_own_factor(m, n - 1);
         for (uint32_t k = n - 1; k >= 2; k--) {
-                double factor = step_time_model_decodes_alone_own_factor(m, k),
-                       below_factor = step_time_model_decodes_alone_own_factor(m, k - 1);
-                if (isnan(factor) || isnan(below_factor))
-                        continue;
-                struct step_shape larger = { .n_decode = k, .decode_context = k * context },
-                                  smaller = { .n_decode = k - 1, .decode_context = (k - 1) * context };
-                double at_k = step_time_model_predict(m, &larger) * factor;
-                double below = step_time_model_predict(m, &smaller) * below_factor;
-                return at_k > below ? at_k + (n - k) * (at_k - below) : NAN;
+                double below_factor = step_time_model_decodes_alone_own_factor(m, k - 1);
+                if (!isnan(factor) && !isnan(below_factor)) {
+                        struct step_shape larger = { .n_decode = k, .decode_context = k * context },
+                                          smaller = { .n_decode = k - 1, .decode_context = (k - 1) * context };
+                        double at_k = step_time_model_predict(m, &larger) * factor;
+                        double below = step_time_model_predict(m, &smaller) * below_factor;
+                        return at_k > below ? at_k + (n - k) * (at_k - below) : NAN;
+                }
+                factor = below_factor;
         }
         return NAN;
 }

@@ -83,14 +83,20 @@ static double speed(const struct step_time_model *m, const struct step_shape *sh
         return exp(m->log_speed[step_kind(shape)]);
 }
 
-double step_time_model_predict(const struct step_time_model *m, const struct step_shape *shape) {
-        double predicted = step_time_model_fit(m, shape) * speed(m, shape);
+/* A prediction from the fit's seconds for this shape: times its kind's speed, at least the
+ * floors. */
+static double priced(const struct step_time_model *m, const struct step_shape *shape, double fitted) {
+        double predicted = fitted * speed(m, shape);
         /* half the least a prompt token has taken: a step's time per token carries its
          * fixed part, so a bigger chunk than any seen may come in cheaper */
         double floor = shape->n_prompt * m->cheapest_prompt_token / 2;
         if (floor < m->shortest_seconds)
                 floor = m->shortest_seconds;
         return predicted > floor ? predicted : floor;
+}
+
+double step_time_model_predict(const struct step_time_model *m, const struct step_shape *shape) {
+        return priced(m, shape, step_time_model_fit(m, shape));
 }
 
 double step_time_model_predict_added(const struct step_time_model *m, const struct step_shape *base,
@@ -132,7 +138,7 @@ void step_time_model_record(struct step_time_model *m, const struct step_shape *
         double x[STEP_MODEL_FEATURES], px[STEP_MODEL_FEATURES];
         features(shape, x);
         unsigned kind = step_kind(shape);
-        double fitted = step_time_model_fit(m, shape), predicted = step_time_model_predict(m, shape);
+        double fitted = step_time_model_fit(m, shape), predicted = priced(m, shape, fitted);
         if (m->shortest_seconds == 0 || seconds < m->shortest_seconds)
                 m->shortest_seconds = seconds;
         if (shape->n_prompt >= LARGE_CHUNK &&
@@ -258,7 +264,7 @@ double step_time_model_margin(const struct step_time_model *m) {
 
 /* The mean of measured / predicted over the kept steps of decodes alone, against the fit as
  * it is now: all of them into *all, those of n_decode into *same (n_same of them). False
- * when they are not to be trusted (too few, too old, or priced at nothing by the fit). */
+ * when they are not to be trusted (too few or too old). */
 static bool alone_factors(const struct step_time_model *m, uint32_t n_decode, double *all, double *same,
                           uint32_t *n_same) {
         if (m->n_alone < MARGIN_MIN_ERRORS || m->seconds_since_alone > STEP_MODEL_ALONE_HORIZON)
@@ -266,9 +272,8 @@ static bool alone_factors(const struct step_time_model *m, uint32_t n_decode, do
         double sum = 0, same_sum = 0;
         *n_same = 0;
         for (uint32_t i = 0; i < m->n_alone; i++) {
+                /* never 0: predictions are at least the shortest step recorded */
                 double predicted = step_time_model_predict(m, &m->alone_shapes[i]);
-                if (!(predicted > 0))
-                        return false; /* a fit that prices them at nothing says nothing of them */
                 sum += m->alone_seconds[i] / predicted;
                 if (m->alone_shapes[i].n_decode == n_decode) {
                         same_sum += m->alone_seconds[i] / predicted;
