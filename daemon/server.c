@@ -181,16 +181,16 @@ static int on_loop_exit(sd_event_source *source, void *userdata) {
 static void log_decode_calibration(struct served_model *m) {
         struct async_llm_stats stats;
         async_llm_stats(m->llm, &stats);
-        const struct engine_stats *e = &stats.engine.stats;
-        if (e->n_decode_calibration == 0)
+        const struct decode_calibration *c = &stats.engine.stats.decode_calibration;
+        if (c->n == 0)
                 return;
         char times[STEP_MODEL_CALIBRATED_DECODES * 12] = "";
         size_t used = 0;
-        for (uint32_t k = 0; k < e->n_decode_calibration && used < sizeof(times); k++)
+        for (uint32_t k = 0; k < c->n && used < sizeof(times); k++)
                 used += (size_t) snprintf(times + used, sizeof(times) - used, "%s%.2f", k ? ", " : "",
-                                          e->decode_calibration_seconds[k] * 1e3);
-        log_info("slo: steps of 1..%u decodes alone at %llu positions took %s ms", e->n_decode_calibration,
-                 (unsigned long long) e->decode_calibration_context, times);
+                                          c->seconds[k] * 1e3);
+        log_info("slo: steps of 1..%u decodes alone at %llu positions took %s ms", c->n, (unsigned long long) c->context,
+                 times);
 }
 
 /* SIGTERM, SIGINT and SIGHUP must be blocked in every thread already (see main()). */

@@ -5,16 +5,12 @@
 
 #include "clock.h"
 #include "decode-calibration.h"
+#include "quantile.h"
 
 #define CALIBRATION_CONTEXT 128
 #define CALIBRATION_ROUNDS 3
 _Static_assert(STEP_MODEL_CALIBRATED_DECODES <= CALIBRATION_CONTEXT, "a batch of decodes fits the token arrays");
 #define MAX_DECODES STEP_MODEL_CALIBRATED_DECODES
-
-static int compare_double(const void *a, const void *b) {
-        double x = *(const double *) a, y = *(const double *) b;
-        return (x > y) - (x < y);
-}
 
 struct calibration_batch {
         int32_t tokens[CALIBRATION_CONTEXT]; /* the prompt's, or one per decode */
@@ -98,12 +94,10 @@ int decode_calibration_run(const struct backend *backend, struct kv_blocks *kv, 
                 for (uint32_t k = 1; k <= n; k++)
                         if ((r = run_decodes(backend, cb, k, context, n_vocab, logits, &times[k - 1][round], err)) < 0)
                                 goto done;
-        for (uint32_t k = 0; k < n; k++) {
-                qsort(times[k], CALIBRATION_ROUNDS, sizeof(double), compare_double);
-                ret->seconds[k] = times[k][CALIBRATION_ROUNDS / 2];
-        }
+        for (uint32_t k = 0; k < n; k++)
+                ret->seconds[k] = quantile_sorting(times[k], CALIBRATION_ROUNDS, 0.5);
         ret->n = n;
-        ret->context = context;
+        ret->context = context + 1; /* with its own token */
         r = 0;
 done:
         kv_blocks_release(kv, &own);

@@ -13,16 +13,12 @@
 #include "kv-blocks.h"
 #include "step-time-model.h"
 
-struct decode_calibration {
-        double seconds[STEP_MODEL_CALIBRATED_DECODES]; /* seconds[k - 1]: the median step of k decodes */
-        uint32_t n;        /* counts timed: 0 when the cache or the token budget left no room */
-        uint32_t context;  /* positions before each decode's token */
-};
-
 /* Computes one prompt of up to 128 tokens, then times steps of 1..max_decodes decodes (at
- * most STEP_MODEL_CALIBRATED_DECODES, and at most max_tokens) that all read its keys and values, each writing its own token's into a block of
- * its own; three rounds, the median of each count. Takes its blocks from kv and gives them
- * back. logits holds max_decodes rows of n_vocab. Fails only when the backend does. */
+ * most STEP_MODEL_CALIBRATED_DECODES, and at most max_tokens) that all read its keys and
+ * values, each writing its own token's into a block of its own; three rounds, the median
+ * of each count (ret->n is 0 when the cache or the token budget left no room). Takes its
+ * blocks from kv and gives them back. logits holds max_decodes rows of n_vocab. Fails only
+ * when the backend does. */
 int decode_calibration_run(const struct backend *backend, struct kv_blocks *kv, uint32_t max_decodes,
                            uint32_t max_tokens, uint32_t max_model_len, uint32_t n_vocab, float *logits,
                            struct decode_calibration *ret, struct error *err);

@@ -53,13 +53,9 @@ uint32_t engine_kv_blocks_for_space(const struct engine_config *config, uint32_t
 
 /* Times steps of short decodes alone for the slo policy's admission (decode-calibration.h). */
 static int calibrate_decodes(struct engine_core *ec, struct error *err) {
-        struct decode_calibration c;
-        int r = decode_calibration_run(&ec->backend, ec->kv, ec->config.max_num_seqs, ec->config.max_num_batched_tokens,
-                                       ec->config.max_model_len, ec->n_vocab, ec->logits, &c, err);
-        if (r < 0)
-                return r;
-        step_time_model_set_calibration(&ec->sched.model, c.seconds, c.n, c.context + 1); /* with its own token */
-        return 0;
+        return decode_calibration_run(&ec->backend, ec->kv, ec->config.max_num_seqs, ec->config.max_num_batched_tokens,
+                                      ec->config.max_model_len, ec->n_vocab, ec->logits, &ec->sched.model.calibration,
+                                      err);
 }
 
 int engine_core_new(const struct engine_config *config, const struct backend *backend, uint32_t n_vocab,
@@ -481,12 +477,9 @@ void engine_core_stats(const struct engine_core *ec, struct engine_stats *ret) {
                 .step_model_samples = ec->sched.model.n_samples,
                 .step_model_error_p50 = step_time_model_error(&ec->sched.model, 0.5),
                 .step_model_error_p99 = step_time_model_error(&ec->sched.model, 0.99),
-                .n_decode_calibration = ec->sched.model.n_calibrated,
-                .decode_calibration_context = ec->sched.model.calibrated_context,
+                .decode_calibration = ec->sched.model.calibration,
         };
         memcpy(ret->finished, ec->finished, sizeof(ret->finished));
-        memcpy(ret->decode_calibration_seconds, ec->sched.model.calibrated_seconds,
-               sizeof(ret->decode_calibration_seconds));
 }
 
 int engine_core_reset_prefix_cache(struct engine_core *ec, bool preempt_running) {

@@ -42,10 +42,7 @@ struct engine_stats {
         uint64_t step_model_samples;
         double step_model_error_p50;
         double step_model_error_p99;
-        /* steps of 1..n_decode_calibration short decodes alone, timed at start (slo policy) */
-        uint32_t n_decode_calibration;
-        double decode_calibration_seconds[STEP_MODEL_CALIBRATED_DECODES];
-        uint64_t decode_calibration_context; /* positions each of those decodes read */
+        struct decode_calibration decode_calibration; /* timed at start (slo policy); n = 0 otherwise */
 };
 
 /* Called after the batch ran and before its results are recorded: the place to apply

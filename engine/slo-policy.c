@@ -531,7 +531,8 @@ static double decodes_alone_step(const struct step_time_model *m, const struct s
         if (decodes->n_decode > 1) {
                 uint64_t context = decodes->decode_context / decodes->n_decode;
                 struct step_shape one = { .n_decode = 1, .decode_context = context };
-                double one_step = step_time_model_predict(m, &one) * step_time_model_decodes_alone_factor(m, 1);
+                double one_factor = step_time_model_decodes_alone_factor(m, 1);
+                double one_step = step_time_model_predict(m, &one) * one_factor;
                 double extra = step_time_model_extra_decode_bound(m, context);
                 if (isnan(extra) || extra > one_step)
                         extra = one_step;
@@ -542,10 +543,9 @@ static double decodes_alone_step(const struct step_time_model *m, const struct s
                 if (extrapolated < price)
                         price = extrapolated;
                 if (isnan(step_time_model_decodes_alone_own_factor(m, decodes->n_decode))) {
-                        struct step_shape at_calibration = { .n_decode = 1, .decode_context = m->calibrated_context };
+                        struct step_shape at_calibration = { .n_decode = 1, .decode_context = m->calibration.context };
                         double calibrated = step_time_model_calibrated_decodes(
-                                m, decodes->n_decode, one_step,
-                                step_time_model_predict(m, &at_calibration) * step_time_model_decodes_alone_factor(m, 1));
+                                m, decodes->n_decode, one_step, step_time_model_predict(m, &at_calibration) * one_factor);
                         if (calibrated < price)
                                 price = calibrated;
                 }

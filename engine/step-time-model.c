@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "quantile.h"
 #include "step-time-model.h"
 
 /* Scales that bring every feature's coefficient near a step's duration, which keeps the
@@ -227,27 +227,11 @@ void step_time_model_record(struct step_time_model *m, const struct step_shape *
         m->n_samples++;
 }
 
-static int compare_double(const void *a, const void *b) {
-        double x = *(const double *) a, y = *(const double *) b;
-        return (x > y) - (x < y);
-}
-
-/* The quantile of n values, sorting them. */
-static double quantile_of(double *values, uint32_t n, double quantile) {
-        if (n == 0)
-                return 0;
-        qsort(values, n, sizeof(*values), compare_double);
-        double at = quantile * (n - 1);
-        uint32_t lo = (uint32_t) at;
-        uint32_t hi = lo + 1 < n ? lo + 1 : lo;
-        return values[lo] + (at - lo) * (values[hi] - values[lo]);
-}
-
 double step_time_model_error(const struct step_time_model *m, double quantile) {
         double values[STEP_MODEL_HISTORY];
         for (uint32_t i = 0; i < m->n_errors; i++)
                 values[i] = fabs(m->errors[i]);
-        return quantile_of(values, m->n_errors, quantile);
+        return quantile_sorting(values, m->n_errors, quantile);
 }
 
 /* Steps known before a margin or factor is taken from them. */
@@ -262,7 +246,7 @@ double step_time_model_margin(const struct step_time_model *m) {
         if (n < MARGIN_MIN_ERRORS)
                 return 1.25;
         /* 9 in 10 covered; a step that took (1 + u) times the prediction has error e = u / (1 + u) */
-        double e = quantile_of(values, n, 0.9);
+        double e = quantile_sorting(values, n, 0.9);
         return e >= 0.5 ? 2.0 : e <= 0 ? 1.0 : 1.0 / (1.0 - e);
 }
 
@@ -345,21 +329,14 @@ double step_time_model_dominating_step(const struct step_time_model *m, const st
         return sum / n;
 }
 
-void step_time_model_set_calibration(struct step_time_model *m, const double *seconds, uint32_t n, uint64_t context) {
-        if (n > STEP_MODEL_CALIBRATED_DECODES)
-                n = STEP_MODEL_CALIBRATED_DECODES;
-        memcpy(m->calibrated_seconds, seconds, n * sizeof(*seconds));
-        m->n_calibrated = n;
-        m->calibrated_context = context;
-}
-
 double step_time_model_calibrated_decodes(const struct step_time_model *m, uint32_t n, double one_step,
                                           double one_at_calibration) {
-        if (n < 2 || m->n_calibrated < 2 || !(m->calibrated_seconds[0] > 0) || !(one_at_calibration > 0))
+        const struct decode_calibration *c = &m->calibration;
+        if (n < 2 || c->n < 2 || !(c->seconds[0] > 0) || !(one_at_calibration > 0))
                 return NAN;
-        uint32_t k = n < m->n_calibrated ? n : m->n_calibrated;
-        double one = m->calibrated_seconds[0];
-        double shared = (k * one - m->calibrated_seconds[k - 1]) / (k - 1);
+        uint32_t k = n < c->n ? n : c->n;
+        double one = c->seconds[0];
+        double shared = (k * one - c->seconds[k - 1]) / (k - 1);
         shared = shared < 0 ? 0 : shared > one ? one : shared;
         double price = n * one_step - (n - 1) * shared * (one_at_calibration / one);
         return price > one_step ? price : one_step; /* shorter contexts than the calibration's */

@@ -27,6 +27,13 @@
 #define STEP_MODEL_KINDS 4 /* kinds of step with a speed of their own (step_time_model_predict()) */
 #define STEP_MODEL_CALIBRATED_DECODES 8 /* counts of decodes alone timed at start (decode-calibration.h) */
 
+/* Steps of 1..n short decodes alone, timed when the engine started (decode-calibration.h). */
+struct decode_calibration {
+        double seconds[STEP_MODEL_CALIBRATED_DECODES]; /* seconds[k - 1]: the median step of k decodes */
+        uint32_t n;       /* counts timed: 0 without them */
+        uint64_t context; /* positions each decode's attention read, its own token's included */
+};
+
 /* What one step carries. */
 struct step_shape {
         uint32_t n_prompt;  /* prompt (or recomputed) tokens */
@@ -71,11 +78,8 @@ struct step_time_model {
         /* Per kind of step, the log of measured / fitted time, averaged over its latest
          * steps with a short memory (predictions are the fit times its exponential). */
         double log_speed[STEP_MODEL_KINDS];
-        /* Steps of 1..n_calibrated short decodes alone, timed when the engine started
-         * (step_time_model_calibrated_decodes()); n_calibrated is 0 without them. */
-        double calibrated_seconds[STEP_MODEL_CALIBRATED_DECODES];
-        uint32_t n_calibrated;
-        uint64_t calibrated_context; /* positions each of those decodes read */
+        /* what step_time_model_calibrated_decodes() prices from; set by the engine */
+        struct decode_calibration calibration;
 };
 
 void step_time_model_init(struct step_time_model *m);
@@ -157,20 +161,17 @@ double step_time_model_extra_decode_bound(const struct step_time_model *m, uint6
  * that took 8.5. NAN when fewer than 4 steps qualify. */
 double step_time_model_dominating_step(const struct step_time_model *m, const struct step_shape *decodes);
 
-/* Keeps the times of steps of 1..n short decodes alone (seconds[k - 1] for k decodes,
- * each reading context positions), as decode_calibration_run() measured them. */
-void step_time_model_set_calibration(struct step_time_model *m, const double *seconds, uint32_t n, uint64_t context);
-
 /* The price of a step of n decodes alone, each at the same context, given a step of one of
  * them priced at one_step, and a step of one at the calibration's context at
  * one_at_calibration (both as the machine runs now): n steps of one, less what a batch of
  * n shares (the weights' reads, the threads' meetings), as the calibration measured it and
  * scaled to the machine's speed now (beyond the counts timed, each decode more shares
- * what one did in the largest batch timed), and never less than one_step. The fit cannot tell this: it learns decodes mostly
- * from best-effort ones at long contexts, whose count and reads move together, and before
- * a step of n of them alone has run nothing else measures it (on a quiet 16-core machine,
- * 2026-11-27: one short decode 2.2 ms, two 3.4, three 4.9, where the bounds below priced two
- * at 5.2 and three at 8.2 and refused them). NAN when not calibrated or for n < 2. */
+ * what one did in the largest batch timed), and never less than one_step. The fit cannot
+ * tell this: it learns decodes mostly from best-effort ones at long contexts, whose count
+ * and reads move together, and before a step of n of them alone has run nothing else
+ * measures it (on a quiet 16-core machine, 2026-11-27: one short decode 2.2 ms, two 3.4,
+ * three 4.9, where the bounds below priced two at 5.2 and three at 8.2 and refused them).
+ * NAN when not calibrated or for n < 2. */
 double step_time_model_calibrated_decodes(const struct step_time_model *m, uint32_t n, double one_step,
                                           double one_at_calibration);
 

@@ -520,10 +520,10 @@ START_TEST(test_slo_calibrates_decodes) {
         ck_assert_int_eq(h.failing.calls, 1 + 1 + 3 * 8); /* prompt, first decodes, three rounds */
         struct engine_stats st;
         engine_core_stats(h.ec, &st);
-        ck_assert_uint_eq(st.n_decode_calibration, 8);
-        ck_assert_uint_eq(st.decode_calibration_context, 56 + 1);
+        ck_assert_uint_eq(st.decode_calibration.n, 8);
+        ck_assert_uint_eq(st.decode_calibration.context, 56 + 1);
         for (uint32_t k = 0; k < 8; k++)
-                ck_assert_double_gt(st.decode_calibration_seconds[k], 0);
+                ck_assert_double_gt(st.decode_calibration.seconds[k], 0);
         ck_assert_uint_eq(st.kv_blocks_used, 0);
         ck_assert_uint_eq(st.kv_blocks_cached, 0);
         ck_assert_uint_eq(st.steps, 0);

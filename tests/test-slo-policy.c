@@ -1079,9 +1079,7 @@ START_TEST(test_calibrated_decodes_price) {
         struct step_time_model m;
         step_time_model_init(&m);
         ck_assert(isnan(step_time_model_calibrated_decodes(&m, 2, 0.002, 0.002)));
-        const double timed[3] = { 0.0022, 0.0034, 0.0049 };
-        step_time_model_set_calibration(&m, timed, 3, 129);
-        ck_assert_uint_eq(m.calibrated_context, 129);
+        m.calibration = (struct decode_calibration) { .seconds = { 0.0022, 0.0034, 0.0049 }, .n = 3, .context = 129 };
         ck_assert(isnan(step_time_model_calibrated_decodes(&m, 1, 0.0022, 0.0022)));
         ck_assert_double_eq_tol(step_time_model_calibrated_decodes(&m, 2, 0.0022, 0.0022), 0.0034, 1e-12);
         ck_assert_double_eq_tol(step_time_model_calibrated_decodes(&m, 3, 0.0022, 0.0022), 0.0049, 1e-12);
@@ -1119,10 +1117,9 @@ START_TEST(test_admission_prices_unseen_counts_by_calibration) {
                 h.s.model.theta[2] += 0.004 * 8; /* features count decodes in eights */
                 ck_assert_double_eq_tol(step_time_model_predict(&h.s.model, &one), one_step, 1e-9);
                 ck_assert_double_gt(step_time_model_predict(&h.s.model, &two), true_cost(&two) + 0.0035);
-                if (calibrated) {
-                        const double timed[2] = { true_cost(&one), true_cost(&two) };
-                        step_time_model_set_calibration(&h.s.model, timed, 2, 129);
-                }
+                if (calibrated)
+                        h.s.model.calibration = (struct decode_calibration) {
+                                .seconds = { true_cost(&one), true_cost(&two) }, .n = 2, .context = 129 };
                 add_decoding(&h, true, 148, 1.0, now, 1);
                 double slo = (true_cost(&two) + 0.002) / 0.98;
                 struct request *r = make(&h, true, 149, slo, 1.0, now);
