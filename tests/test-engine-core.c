@@ -508,8 +508,9 @@ static void start_traced_request(struct harness *h, uint32_t salt) {
 /* The slo policy times steps of 1..8 short decodes alone at creation (decode-calibration.h):
  * on the real runner each count took its time, at a context of the token budget (under
  * 128) in whole blocks; the blocks it borrowed are free again and nothing of its prompt is
- * left in the prefix cache; requests then produce what they produce alone under fcfs. A
- * backend that fails during it fails the creation with the backend's message. */
+ * left in the prefix cache; requests then produce what they produce alone under fcfs; with
+ * one seat it times one decode. A backend that fails during it fails the creation with the
+ * backend's message. */
 START_TEST(test_slo_calibrates_decodes) {
         solo_runs();
         struct harness h;
@@ -535,6 +536,16 @@ START_TEST(test_slo_calibrates_decodes) {
         }
         drain(h.ec, got, NULL);
         expect_solo_outputs(got, solo, 12, "slo policy after the calibration");
+        harness_free(&h);
+
+        /* one seat: one count timed, which prices nothing (a batch needs two) */
+        struct engine_config single = c;
+        single.max_num_seqs = 1;
+        harness_new(&h, &single, 256, 0);
+        ck_assert_int_eq(h.failing.calls, 1 + 1 + 3);
+        engine_core_stats(h.ec, &st);
+        ck_assert_uint_eq(st.decode_calibration.n, 1);
+        ck_assert_uint_eq(st.kv_blocks_used, 0);
         harness_free(&h);
 
         struct error err;
