@@ -53,9 +53,13 @@ uint32_t engine_kv_blocks_for_space(const struct engine_config *config, uint32_t
 
 /* Times steps of short decodes alone for the slo policy's admission (decode-calibration.h). */
 static int calibrate_decodes(struct engine_core *ec, struct error *err) {
-        return decode_calibration_run(&ec->backend, ec->kv, ec->config.max_num_seqs, ec->config.max_num_batched_tokens,
-                                      ec->config.max_model_len, ec->n_vocab, ec->logits, &ec->sched.model.calibration,
-                                      err);
+        struct decode_calibration calibration;
+        int r = decode_calibration_run(&ec->backend, ec->kv, ec->config.max_num_seqs, ec->config.max_num_batched_tokens,
+                                       ec->config.max_model_len, ec->n_vocab, ec->logits, &calibration, err);
+        if (r < 0)
+                return r;
+        step_time_model_set_calibration(&ec->sched.model, &calibration);
+        return 0;
 }
 
 int engine_core_new(const struct engine_config *config, const struct backend *backend, uint32_t n_vocab,

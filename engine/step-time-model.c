@@ -135,6 +135,17 @@ uint32_t step_time_model_fitting_chunk(const struct step_time_model *m, const st
         return lo;
 }
 
+void step_time_model_set_calibration(struct step_time_model *m, const struct decode_calibration *c) {
+        m->calibration = *c;
+        /* Without it, where best-effort work ran from the start, the shortest step was a
+         * best-effort chunk's (20-28 ms on the Intel machine) and admission, knowing no step
+         * of decodes alone, refused every latency-sensitive request paced faster: the only
+         * ones that would have made such steps (bench/coserve at 0.1 req/s, 2026-11-27: all
+         * 12 at 6.0 and 8.9 ms refused, where served alone 10 and 11 met their slo). */
+        if (c->n > 0 && c->seconds[0] > 0 && (m->shortest_seconds == 0 || c->seconds[0] < m->shortest_seconds))
+                m->shortest_seconds = c->seconds[0];
+}
+
 void step_time_model_record(struct step_time_model *m, const struct step_shape *shape, double seconds) {
         if (!(seconds > 0) || !isfinite(seconds))
                 return;

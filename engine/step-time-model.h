@@ -78,7 +78,7 @@ struct step_time_model {
         /* Per kind of step, the log of measured / fitted time, averaged over its latest
          * steps with a short memory (predictions are the fit times its exponential). */
         double log_speed[STEP_MODEL_KINDS];
-        /* what step_time_model_calibrated_decodes() prices from; set by the engine */
+        /* what step_time_model_calibrated_decodes() prices from (step_time_model_set_calibration()) */
         struct decode_calibration calibration;
 };
 
@@ -175,9 +175,14 @@ double step_time_model_dominating_step(const struct step_time_model *m, const st
 double step_time_model_calibrated_decodes(const struct step_time_model *m, uint32_t n, double one_step,
                                           double one_at_calibration);
 
-/* The shortest step this engine has run, of any shape: no step of latency-sensitive
- * decodes can be shorter, whatever the fit says (admission refuses a slo below it before
- * it knows their factor); 0 before the first. */
+/* Keeps the steps of decodes alone timed at start: what step_time_model_calibrated_decodes()
+ * prices from, and, its step of one decode being a step this engine ran, a bound on the
+ * shortest step (below). */
+void step_time_model_set_calibration(struct step_time_model *m, const struct decode_calibration *c);
+
+/* The shortest step this engine has run, of any shape, the calibration's included: no step
+ * of latency-sensitive decodes can be shorter, whatever the fit says (admission refuses a
+ * slo below it before it knows their factor); 0 before the first. */
 static inline double step_time_model_shortest_step(const struct step_time_model *m) {
         return m->shortest_seconds;
 }

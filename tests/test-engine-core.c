@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "cpu-runner.h"
 #include "engine-core.h"
 #include "model.h"
@@ -49,17 +50,21 @@ static void unload_model(void) {
         model = NULL;
 }
 
-/* A backend that fails its N-th forward, for engine-death tests. */
+/* A backend that fails its N-th forward, for engine-death tests, and may be slowed to a
+ * time per token, for the slo policy's admission. */
 struct failing_backend {
         struct backend inner;
         int fail_at;
         int calls;
+        useconds_t delay_per_token;
 };
 
 static int failing_forward(void *impl, const struct batch *b, float *logits, struct error *err) {
         struct failing_backend *f = impl;
         if (++f->calls == f->fail_at)
                 return error_set(err, EIO, "injected failure in forward %d", f->calls);
+        if (f->delay_per_token)
+                usleep(f->delay_per_token * b->n_tokens);
         return f->inner.forward(f->inner.impl, b, logits, err);
 }
 
@@ -69,7 +74,8 @@ struct harness {
         struct engine_core *ec;
 };
 
-static void harness_new(struct harness *h, struct engine_config *config, uint32_t n_kv_blocks, int fail_at) {
+static void harness_new_slowed(struct harness *h, struct engine_config *config, uint32_t n_kv_blocks, int fail_at,
+                               useconds_t delay_per_token) {
         struct error err;
         ck_assert_msg(engine_config_finalize(config, model->hp.n_ctx_train, &err) == 0, "%s", err.message);
         struct cpu_runner_config rc = {
@@ -77,10 +83,14 @@ static void harness_new(struct harness *h, struct engine_config *config, uint32_
                 .max_model_len = config->max_model_len, .block_size = config->block_size, .n_kv_blocks = n_kv_blocks,
         };
         ck_assert_msg(cpu_runner_new(model, &rc, &h->runner, &err) == 0, "%s", err.message);
-        h->failing = (struct failing_backend) { cpu_runner_backend(h->runner), fail_at, 0 };
+        h->failing = (struct failing_backend) { cpu_runner_backend(h->runner), fail_at, 0, delay_per_token };
         struct backend b = { .impl = &h->failing, .forward = failing_forward, .n_workers = 1 };
         ck_assert_msg(engine_core_new(config, &b, model->hp.n_vocab, 2, n_kv_blocks, &h->ec, &err) == 0, "%s",
                       err.message);
+}
+
+static void harness_new(struct harness *h, struct engine_config *config, uint32_t n_kv_blocks, int fail_at) {
+        harness_new_slowed(h, config, n_kv_blocks, fail_at, 0);
 }
 
 static void harness_free(struct harness *h) {
@@ -553,13 +563,47 @@ START_TEST(test_slo_calibrates_decodes) {
                                         .max_model_len = c.max_model_len, .block_size = c.block_size,
                                         .n_kv_blocks = 256 };
         ck_assert_msg(cpu_runner_new(model, &rc, &h.runner, &err) == 0, "%s", err.message);
-        h.failing = (struct failing_backend) { cpu_runner_backend(h.runner), 3, 0 };
+        h.failing = (struct failing_backend) { cpu_runner_backend(h.runner), 3, 0, 0 };
         struct backend b = { .impl = &h.failing, .forward = failing_forward, .n_workers = 1 };
         h.ec = NULL;
         ck_assert_int_eq(engine_core_new(&c, &b, model->hp.n_vocab, 2, 256, &h.ec, &err), -EIO);
         ck_assert_str_eq(err.message, "injected failure in forward 3");
         ck_assert_ptr_null(h.ec);
         cpu_runner_free(h.runner);
+}
+END_TEST
+
+/* The calibration's step of one decode counts among the steps the engine has run: on a
+ * backend slowed to 2 ms a token, behind best-effort prompts that made every step so far
+ * (16 tokens, >= 32 ms), the first latency-sensitive request, at 10 ms a token, is taken.
+ * Judged by those steps alone it was refused, as was every later one, since only admitted
+ * requests make steps of decodes alone. */
+START_TEST(test_slo_admits_behind_best_effort_from_the_start) {
+        struct harness h;
+        struct engine_config c = base_config(16);
+        c.scheduling_policy = SCHEDULING_SLO;
+        harness_new_slowed(&h, &c, 256, 0, 2000);
+        struct engine_stats st;
+        engine_core_stats(h.ec, &st);
+        ck_assert_double_lt(st.decode_calibration.seconds[0], 0.0098 / 2);
+        struct sampling_params p = greedy_params(8);
+        int32_t prompt[9][40];
+        for (uint32_t i = 0; i < 9; i++)
+                make_prompt(prompt[i], 40, 100 + i);
+        for (uint32_t i = 0; i < 8; i++)
+                add(h.ec, i, prompt[i], 40, &p, 0);
+        struct error err;
+        for (uint32_t step = 0; step < 17; step++) { /* the model judges after 16 */
+                double started = monotonic_seconds();
+                ck_assert_msg(engine_core_step(h.ec, &err) == 0, "%s", err.message);
+                ck_assert_double_gt(monotonic_seconds() - started, 0.0098);
+                uint32_t n;
+                engine_core_outputs(h.ec, &n);
+        }
+        struct request_spec spec = { .id = "ls", .prompt = prompt[8], .n_prompt = 40, .params = &p,
+                                     .latency_sensitive = true, .slo = 0.010, .ttft_slo = 1.0 };
+        ck_assert_msg(engine_core_add_request(h.ec, &spec, NULL, &err) == 0, "%s", err.message);
+        harness_free(&h);
 }
 END_TEST
 
@@ -724,6 +768,7 @@ int main(void) {
         tcase_add_test(tc, test_validation);
         tcase_add_test(tc, test_engine_death);
         tcase_add_test(tc, test_slo_calibrates_decodes);
+        tcase_add_test(tc, test_slo_admits_behind_best_effort_from_the_start);
         tcase_add_test(tc, test_step_trace);
         tcase_add_test(tc, test_step_trace_full_disk);
         suite_add_tcase(s, tc);

@@ -839,6 +839,49 @@ START_TEST(test_step_rule_judges_by_recent_decodes_alone) {
 }
 END_TEST
 
+/* The calibration's step of one decode is a step the engine ran: where best-effort prompt
+ * chunks made every step so far (none under 20 ms) and no step of decodes alone is known, a
+ * request paced at 10 ms is refused without it and taken with it (3 ms); a shorter step
+ * recorded before it stays the shortest. */
+START_TEST(test_calibration_bounds_the_shortest_step) {
+        for (int calibrated = 0; calibrated < 2; calibrated++) {
+                struct harness h;
+                struct error err;
+                setup(&h, 512, 0);
+                double now = 20.0;
+                if (calibrated)
+                        step_time_model_set_calibration(&h.s.model, &(struct decode_calibration) {
+                                .seconds = { 0.003, 0.004 }, .n = 2, .context = 129 });
+                for (int i = 0; i < 64; i++) {
+                        struct step_shape chunk = { .n_prompt = 64 + 4 * (uint32_t) (i % 16), .n_decode = (uint32_t) i % 4,
+                                                    .n_best_effort = 1 + (uint32_t) i % 4 };
+                        chunk.prompt_context = step_shape_context(0, chunk.n_prompt);
+                        step_time_model_record(&h.s.model, &chunk, 0.020 + chunk.n_prompt * 0.0005);
+                }
+                ck_assert(isnan(step_time_model_decodes_alone_factor(&h.s.model, 1)));
+                ck_assert_double_eq_tol(step_time_model_shortest_step(&h.s.model), (calibrated ? 0.003 : 0.052), 1e-12);
+                struct request *r = make(&h, true, 32, 0.010, 1.0, now);
+                int rc = slo_policy_admit(&h.s, r, now, NULL, &err);
+                if (calibrated)
+                        ck_assert_msg(rc == 0, "%s", err.message);
+                else {
+                        ck_assert_int_eq(rc, -EAGAIN);
+                        ck_assert_str_eq(err.message, "overloaded: no step has taken less than 52.0 ms, above the 9.8 ms "
+                                                      "the tightest slo of 10.000 ms per token leaves; retry in 1.0 s or "
+                                                      "send it best-effort");
+                }
+                teardown(&h);
+        }
+        struct step_time_model m;
+        step_time_model_init(&m);
+        struct step_shape one = { .n_decode = 1, .decode_context = 40 };
+        step_time_model_record(&m, &one, 0.002);
+        step_time_model_set_calibration(&m, &(struct decode_calibration) { .seconds = { 0.003 }, .n = 1, .context = 129 });
+        ck_assert_double_eq(step_time_model_shortest_step(&m), 0.002);
+        ck_assert_uint_eq(m.calibration.n, 1);
+}
+END_TEST
+
 /* Two latency-sensitive decodes are priced by the kept steps of two alone (four of them
  * suffice) rather than by those of one: best-effort decodes (at long contexts) hold the
  * fit's slope in decodes at three times the true one, so that the factor of steps of one
@@ -1079,7 +1122,8 @@ START_TEST(test_calibrated_decodes_price) {
         struct step_time_model m;
         step_time_model_init(&m);
         ck_assert(isnan(step_time_model_calibrated_decodes(&m, 2, 0.002, 0.002)));
-        m.calibration = (struct decode_calibration) { .seconds = { 0.0022, 0.0034, 0.0049 }, .n = 3, .context = 129 };
+        step_time_model_set_calibration(
+                &m, &(struct decode_calibration) { .seconds = { 0.0022, 0.0034, 0.0049 }, .n = 3, .context = 129 });
         ck_assert(isnan(step_time_model_calibrated_decodes(&m, 1, 0.0022, 0.0022)));
         ck_assert_double_eq_tol(step_time_model_calibrated_decodes(&m, 2, 0.0022, 0.0022), 0.0034, 1e-12);
         ck_assert_double_eq_tol(step_time_model_calibrated_decodes(&m, 3, 0.0022, 0.0022), 0.0049, 1e-12);
@@ -1118,8 +1162,8 @@ START_TEST(test_admission_prices_unseen_counts_by_calibration) {
                 ck_assert_double_eq_tol(step_time_model_predict(&h.s.model, &one), one_step, 1e-9);
                 ck_assert_double_gt(step_time_model_predict(&h.s.model, &two), true_cost(&two) + 0.0035);
                 if (calibrated)
-                        h.s.model.calibration = (struct decode_calibration) {
-                                .seconds = { true_cost(&one), true_cost(&two) }, .n = 2, .context = 129 };
+                        step_time_model_set_calibration(&h.s.model, &(struct decode_calibration) {
+                                .seconds = { true_cost(&one), true_cost(&two) }, .n = 2, .context = 129 });
                 add_decoding(&h, true, 148, 1.0, now, 1);
                 double slo = (true_cost(&two) + 0.002) / 0.98;
                 struct request *r = make(&h, true, 149, slo, 1.0, now);
@@ -1330,6 +1374,7 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_decodes_priced_by_dominating_steps);
         tcase_add_test(tc, test_calibrated_decodes_price);
         tcase_add_test(tc, test_admission_prices_unseen_counts_by_calibration);
+        tcase_add_test(tc, test_calibration_bounds_the_shortest_step);
         tcase_add_test(tc, test_stall_leaves_decodes_alone_factor);
         tcase_add_test(tc, test_starvation_guard);
         tcase_add_test(tc, test_never_an_empty_step);
