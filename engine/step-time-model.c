@@ -135,6 +135,12 @@ uint32_t step_time_model_fitting_chunk(const struct step_time_model *m, const st
         return lo;
 }
 
+/* Keeps seconds as the shortest step run when it is. */
+static void lower_shortest(struct step_time_model *m, double seconds) {
+        if (m->shortest_seconds == 0 || seconds < m->shortest_seconds)
+                m->shortest_seconds = seconds;
+}
+
 void step_time_model_set_calibration(struct step_time_model *m, const struct decode_calibration *c) {
         m->calibration = *c;
         /* Without it, where best-effort work ran from the start, the shortest step was a
@@ -142,8 +148,8 @@ void step_time_model_set_calibration(struct step_time_model *m, const struct dec
          * of decodes alone, refused every latency-sensitive request paced faster: the only
          * ones that would have made such steps (bench/coserve at 0.1 req/s, 2026-11-27: all
          * 12 at 6.0 and 8.9 ms refused, where served alone 10 and 11 met their slo). */
-        if (c->n > 0 && c->seconds[0] > 0 && (m->shortest_seconds == 0 || c->seconds[0] < m->shortest_seconds))
-                m->shortest_seconds = c->seconds[0];
+        if (c->n > 0 && c->seconds[0] > 0)
+                lower_shortest(m, c->seconds[0]);
 }
 
 void step_time_model_record(struct step_time_model *m, const struct step_shape *shape, double seconds) {
@@ -157,8 +163,7 @@ void step_time_model_record(struct step_time_model *m, const struct step_shape *
         features(shape, x);
         unsigned kind = step_kind(shape);
         double fitted = step_time_model_fit(m, shape), predicted = priced(m, shape, fitted);
-        if (m->shortest_seconds == 0 || seconds < m->shortest_seconds)
-                m->shortest_seconds = seconds;
+        lower_shortest(m, seconds);
         if (shape->n_prompt >= LARGE_CHUNK &&
             (m->cheapest_prompt_token == 0 || seconds / shape->n_prompt < m->cheapest_prompt_token))
                 m->cheapest_prompt_token = seconds / shape->n_prompt;
