@@ -23,7 +23,7 @@ void engine_config_init_default(struct engine_config *c) {
                 .default_slo = 0.05,
                 .default_ttft_slo = 1.0,
                 .slo_kv_reserve = 0.1,
-                .slo_aim_factor = 1.25,
+                .slo_aim_factor = 1.05,
         };
 }
 

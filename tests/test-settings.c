@@ -135,7 +135,7 @@ START_TEST(test_defaults) {
         expect_format(&s, "default-slo", "0.05");
         expect_format(&s, "default-ttft-slo", "1");
         expect_format(&s, "slo-kv-reserve", "0.1");
-        expect_format(&s, "slo-aim-factor", "1.25");
+        expect_format(&s, "slo-aim-factor", "1.05");
         expect_format(&s, "bus", "none");
         expect_format(&s, "log-level", "info");
         expect_format(&s, "model", "(none)");

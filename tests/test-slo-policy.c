@@ -476,21 +476,23 @@ END_TEST
 /* One latency-sensitive decode with a loose slo (1 s a token) beside a best-effort decode
  * and prompt for a second, with the aim off (0) or at factor; returns its time per output
  * token and sets *be_tokens to the best-effort prompt tokens planned. */
-static double run_loose_slo(double factor, uint32_t *be_tokens) {
+static double run_loose_slo(double factor, uint32_t *be_tokens, uint32_t *be_decodes) {
         struct harness h;
         setup(&h, 512, 0);
         h.config.slo_aim_factor = factor;
         double now = 30.0;
         struct request *ls = add_decoding(&h, true, 32, 1.0, now, 1);
-        add_decoding(&h, false, 40, 0, now - 1, 1);
+        struct request *be_decoding = add_decoding(&h, false, 40, 0, now - 1, 1);
         warm(&h.s);
         struct request *be = add(&h, false, 4000, 0, 0, now - 1);
         h.s.last_best_effort_run = now;
         *be_tokens = 0;
+        *be_decodes = 0;
         for (double start = now; now < start + 1.0;) {
                 ck_assert_int_eq(scheduler_schedule(&h.s, now), 0);
                 ck_assert_uint_eq(planned(&h.s, ls), 1);
                 *be_tokens += planned(&h.s, be);
+                *be_decodes += planned(&h.s, be_decoding);
                 now = run_step_on_time(&h, now);
         }
         double tpot = (ls->last_token_time - ls->first_token_time) / (request_num_output(ls) - 1);
@@ -499,17 +501,32 @@ static double run_loose_slo(double factor, uint32_t *be_tokens) {
 }
 
 START_TEST(test_aim_paces_a_loose_slo) {
-        uint32_t at_slo, aimed;
+        uint32_t at_slo, aimed, decodes;
         /* by its deadlines alone a step may run to the cap (250 ms): a token per ~250 ms */
-        double tpot = run_loose_slo(0, &at_slo);
+        double tpot = run_loose_slo(0, &at_slo, &decodes);
         ck_assert_msg(tpot > 0.2, "TPOT %.4f s with the aim off", tpot);
         /* aimed at 2 x its own step (10 + 2 ms): a token every 24 ms, each step pair being a
          * decode step (with the best-effort decode: 14 ms) and one with 40 prompt tokens in
          * the 20 ms the first left, 833 tokens a second; 1890 without the aim */
-        tpot = run_loose_slo(2, &aimed);
+        tpot = run_loose_slo(2, &aimed, &decodes);
         ck_assert_msg(tpot <= 0.024 + 1e-6, "TPOT %.4f s aimed at 24 ms", tpot);
         ck_assert_msg(aimed >= 780 && aimed <= 860, "%u best-effort prompt tokens aimed", aimed);
         ck_assert_msg(at_slo >= 1800, "%u best-effort prompt tokens at the slo", at_slo);
+}
+END_TEST
+
+/* The default aim holds a latency-sensitive request to within 1.05x its step alone (the
+ * issue asks 1.1x of its time per token served alone), and best-effort work still moves:
+ * its decode rides along whenever the 0.6 ms banked a step cover the 2 ms it adds (every
+ * third or fourth step: 24 in the second, beside 79 latency-sensitive tokens). */
+START_TEST(test_default_aim_stays_near_alone) {
+        struct engine_config defaults;
+        engine_config_init_default(&defaults);
+        ck_assert_double_eq(defaults.slo_aim_factor, 1.05);
+        uint32_t prompt_tokens, decodes;
+        double tpot = run_loose_slo(defaults.slo_aim_factor, &prompt_tokens, &decodes);
+        ck_assert_msg(tpot <= 1.05 * 0.012 + 1e-6, "TPOT %.4f s where a step alone takes 12 ms", tpot);
+        ck_assert_msg(decodes >= 20 && decodes <= 28, "%u best-effort decodes in 1 s", decodes);
 }
 END_TEST
 
@@ -1355,6 +1372,7 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_prompt_paced_to_its_deadline);
         tcase_add_test(tc, test_best_effort_chunks_in_gaps);
         tcase_add_test(tc, test_aim_paces_a_loose_slo);
+        tcase_add_test(tc, test_default_aim_stays_near_alone);
         tcase_add_test(tc, test_aim_grows_with_the_decodes);
         tcase_add_test(tc, test_aim_debt_is_bounded);
         tcase_add_test(tc, test_best_effort_prompt_end_runs_beside_decodes);
