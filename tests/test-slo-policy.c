@@ -475,7 +475,8 @@ END_TEST
 
 /* One latency-sensitive decode with a loose slo (1 s a token) beside a best-effort decode
  * and prompt for a second, with the aim off (0) or at factor; returns its time per output
- * token and sets *be_tokens to the best-effort prompt tokens planned. */
+ * token and sets *be_tokens to the best-effort prompt tokens planned, *be_decodes to the
+ * best-effort decodes. */
 static double run_loose_slo(double factor, uint32_t *be_tokens, uint32_t *be_decodes) {
         struct harness h;
         setup(&h, 512, 0);
