@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,7 +8,7 @@
 #include "stall-guard.h"
 
 int scheduler_init(struct scheduler *s, const struct engine_config *config, struct kv_blocks *kv, struct error *err) {
-        *s = (struct scheduler) { .config = config, .kv = kv };
+        *s = (struct scheduler) { .config = config, .kv = kv, .floor_probe_time = -INFINITY };
         step_time_model_init(&s->model);
         s->steps_since_burst = STALL_GUARD_BURST_EVERY; /* owed from the start */
         struct kv_blocks_stats kv_stats;

@@ -39,6 +39,7 @@ struct scheduler {
         struct step_time_model model;
         uint32_t reserve_blocks;    /* free blocks best-effort work may not take */
         double last_best_effort_run; /* when a best-effort chunk was last planned (or none waited) */
+        double floor_probe_time;     /* when the slo policy last took a request only its floor refused */
         uint64_t slo_rejected, slo_demoted;
 };
 

@@ -592,6 +592,18 @@ static double time_to_first_token(const struct scheduler *s, uint32_t n_prompt, 
         return seconds;
 }
 
+/* The shortest step ever run may be a calibration timed in a slow moment: on the Intel VM
+ * (bench/coserve, 2026-11-27) one took 6.3 ms at a daemon's start where such steps took
+ * 3.1-4.8 later, and with nothing latency-sensitive admitted no shorter step ever ran, so
+ * every request paced at 6.0 ms was refused for the daemon's life (6 of 6; served alone, 10
+ * of 12 met that slo). So a request that only this floor refuses, with nothing else
+ * latency-sensitive in the engine, is taken once per FLOOR_PROBE_INTERVAL seconds: its steps
+ * of its decode alone show what the machine does now, and hurt no other request's. Not
+ * below FLOOR_PROBE_RATIO of the floor, which no slow moment explains: such a pace is
+ * refused at once. */
+#define FLOOR_PROBE_INTERVAL 30.0
+#define FLOOR_PROBE_RATIO 0.5
+
 int slo_policy_admit(struct scheduler *s, struct request *r, double now, double *retry_after, struct error *err) {
         if (!step_time_model_ready(&s->model))
                 return 0; /* nothing to judge by yet */
@@ -633,6 +645,11 @@ int slo_policy_admit(struct scheduler *s, struct request *r, double now, double 
         double ttft = time_to_first_token(s, prompt_ahead, &decoding, pace, margin);
         if (step <= pace && ttft <= deadline - now)
                 return 0;
+        if (!step_known && step > pace && step * FLOOR_PROBE_RATIO <= pace && ttft <= deadline - now &&
+            n_latency_sensitive == 1 && now - s->floor_probe_time >= FLOOR_PROBE_INTERVAL) {
+                s->floor_probe_time = now;
+                return 0;
+        }
 
         if (s->config->slo_admission == SLO_ADMISSION_DEMOTE) {
                 r->latency_sensitive = false;

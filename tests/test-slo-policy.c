@@ -857,6 +857,17 @@ START_TEST(test_step_rule_judges_by_recent_decodes_alone) {
 }
 END_TEST
 
+/* 64 steps of best-effort prompt chunks (64-124 tokens, 0-3 decodes beside them), none
+ * under 52 ms, and no step of decodes alone. */
+static void record_prompt_chunks(struct step_time_model *m) {
+        for (int i = 0; i < 64; i++) {
+                struct step_shape chunk = { .n_prompt = 64 + 4 * (uint32_t) (i % 16), .n_decode = (uint32_t) i % 4,
+                                            .n_best_effort = 1 + (uint32_t) i % 4 };
+                chunk.prompt_context = step_shape_context(0, chunk.n_prompt);
+                step_time_model_record(m, &chunk, 0.020 + chunk.n_prompt * 0.0005);
+        }
+}
+
 /* The calibration's step of one decode is a step the engine ran: where best-effort prompt
  * chunks made every step so far (none under 20 ms) and no step of decodes alone is known, a
  * request paced at 10 ms is refused without it and taken with it (3 ms); a shorter step
@@ -870,12 +881,7 @@ START_TEST(test_calibration_bounds_the_shortest_step) {
                 if (calibrated)
                         step_time_model_set_calibration(&h.s.model, &(struct decode_calibration) {
                                 .seconds = { 0.003, 0.004 }, .n = 2, .context = 129 });
-                for (int i = 0; i < 64; i++) {
-                        struct step_shape chunk = { .n_prompt = 64 + 4 * (uint32_t) (i % 16), .n_decode = (uint32_t) i % 4,
-                                                    .n_best_effort = 1 + (uint32_t) i % 4 };
-                        chunk.prompt_context = step_shape_context(0, chunk.n_prompt);
-                        step_time_model_record(&h.s.model, &chunk, 0.020 + chunk.n_prompt * 0.0005);
-                }
+                record_prompt_chunks(&h.s.model);
                 ck_assert(isnan(step_time_model_decodes_alone_factor(&h.s.model, 1)));
                 ck_assert_double_eq_tol(step_time_model_shortest_step(&h.s.model), (calibrated ? 0.003 : 0.052), 1e-12);
                 struct request *r = make(&h, true, 32, 0.010, 1.0, now);
@@ -1238,6 +1244,47 @@ START_TEST(test_model_replay_is_stable) {
 }
 END_TEST
 
+/* A calibration timed in a slow moment is the floor while nothing latency-sensitive runs
+ * (the best-effort steps are all longer): a request paced just under it, alone, is taken to
+ * show what such steps take now, once per 30 s; not beside another latency-sensitive
+ * request, nor when paced under half the floor. Once a shorter step has run, the floor is
+ * that, and no probe is spent. */
+START_TEST(test_floor_probe_takes_one_alone) {
+        struct harness h;
+        struct error err;
+        setup(&h, 512, 0);
+        step_time_model_set_calibration(&h.s.model, &(struct decode_calibration) { .seconds = { 0.0063 }, .n = 1,
+                                                                                   .context = 129 });
+        record_prompt_chunks(&h.s.model);
+        ck_assert(isnan(step_time_model_decodes_alone_factor(&h.s.model, 1)));
+        ck_assert_double_eq_tol(step_time_model_shortest_step(&h.s.model), 0.0063, 1e-12);
+
+        struct request *r = make(&h, true, 32, 0.0061, 1.0, 20.0);
+        ck_assert_msg(slo_policy_admit(&h.s, r, 20.0, NULL, &err) == 0, "%s", err.message);
+        r = make(&h, true, 32, 0.0061, 1.0, 49.0); /* within 30 s of the probe */
+        ck_assert_int_eq(slo_policy_admit(&h.s, r, 49.0, NULL, &err), -EAGAIN);
+        ck_assert_str_eq(err.message, "overloaded: no step has taken less than 6.3 ms, above the 6.0 ms the tightest "
+                                      "slo of 6.100 ms per token leaves; retry in 1.0 s or send it best-effort");
+        struct request *other = add(&h, true, 32, 0.050, 1.0, 50.0);
+        r = make(&h, true, 32, 0.0061, 1.0, 50.0); /* beside another latency-sensitive request */
+        ck_assert_int_eq(slo_policy_admit(&h.s, r, 50.0, NULL, &err), -EAGAIN);
+        scheduler_remove(&h.s, other);
+        r = make(&h, true, 32, 0.003, 1.0, 50.0); /* 2.9 ms: under half the floor */
+        ck_assert_int_eq(slo_policy_admit(&h.s, r, 50.0, NULL, &err), -EAGAIN);
+        r = make(&h, true, 32, 0.0061, 1.0, 50.0);
+        ck_assert_msg(slo_policy_admit(&h.s, r, 50.0, NULL, &err) == 0, "%s", err.message);
+        ck_assert_double_eq(h.s.floor_probe_time, 50.0);
+        ck_assert_uint_eq(h.s.slo_rejected, 3);
+
+        struct step_shape one = { .n_decode = 1, .decode_context = 40 };
+        step_time_model_record(&h.s.model, &one, 0.0035);
+        r = make(&h, true, 32, 0.0061, 1.0, 51.0);
+        ck_assert_msg(slo_policy_admit(&h.s, r, 51.0, NULL, &err) == 0, "%s", err.message);
+        ck_assert_double_eq(h.s.floor_probe_time, 50.0);
+        teardown(&h);
+}
+END_TEST
+
 /* A stall (a run of steps far over their prediction, past the run the fit leaves out)
  * leaves the factor of steps of decodes alone as it was: the fit follows a slower machine,
  * but those steps, kept, priced one decode at 2.2x what it took in a bench/coserve point,
@@ -1394,6 +1441,7 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_calibrated_decodes_price);
         tcase_add_test(tc, test_admission_prices_unseen_counts_by_calibration);
         tcase_add_test(tc, test_calibration_bounds_the_shortest_step);
+        tcase_add_test(tc, test_floor_probe_takes_one_alone);
         tcase_add_test(tc, test_stall_leaves_decodes_alone_factor);
         tcase_add_test(tc, test_starvation_guard);
         tcase_add_test(tc, test_never_an_empty_step);
