@@ -61,7 +61,9 @@ void scheduler_record_step(struct scheduler *s, double seconds);
 /* The slo policy's admission control for a latency-sensitive request (the defaults of its
  * slo and ttft_slo resolved): 0 to take it, as it is or demoted to best-effort (the
  * policy's setting); -EAGAIN when its SLO cannot be met even with every best-effort
- * request held back, *retry_after (may be NULL) set to when a retry may succeed. */
+ * request held back, *retry_after (may be NULL) set to when a retry may succeed. One
+ * that only the shortest step ever run would refuse is taken now and then, to measure the
+ * machine afresh (the floor probe, slo-policy.c). */
 int slo_policy_admit(struct scheduler *s, struct request *r, double now, double *retry_after, struct error *err);
 
 /* Sends every running request back to waiting, its blocks freed. */
