@@ -643,10 +643,12 @@ int slo_policy_admit(struct scheduler *s, struct request *r, double now, double 
         if (!step_known)
                 step = step_time_model_shortest_step(&s->model);
         double ttft = time_to_first_token(s, prompt_ahead, &decoding, pace, margin);
-        if (step <= pace && ttft <= deadline - now)
+        bool ttft_fits = ttft <= deadline - now;
+        if (step <= pace && ttft_fits)
                 return 0;
-        if (!step_known && step > pace && step * FLOOR_PROBE_RATIO <= pace && ttft <= deadline - now &&
-            n_latency_sensitive == 1 && now - s->floor_probe_time >= FLOOR_PROBE_INTERVAL) {
+        /* here with its first token in time only when the step is over the pace */
+        if (!step_known && ttft_fits && step * FLOOR_PROBE_RATIO <= pace && n_latency_sensitive == 1 &&
+            now - s->floor_probe_time >= FLOOR_PROBE_INTERVAL) {
                 s->floor_probe_time = now;
                 return 0;
         }
