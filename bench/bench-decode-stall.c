@@ -246,7 +246,7 @@ static void on_long(struct async_stream *s, void *userdata) {
         }
 }
 
-/* Token ids in [100, 40000), the same on every run (engine/rng.h). */
+/* Token ids in [100, 40000), the same on every run (base/rng.h). */
 static int32_t random_token(struct rng *r) {
         return (int32_t) (100 + rng_next(r) % (40000 - 100));
 }

@@ -36,7 +36,7 @@ struct engine_config {
          * this many times a decode-only step, but for one step in 100 (engine/stall-guard.h);
          * 0 = no limit. */
         double decode_stall_limit;
-        /* The slo policy (engine/slo-scheduler.h). */
+        /* The slo policy (engine/slo-policy.c). */
         enum slo_admission slo_admission;
         double default_slo;      /* seconds per output token for latency-sensitive requests without one */
         double default_ttft_slo; /* seconds to the first token for latency-sensitive requests without one */

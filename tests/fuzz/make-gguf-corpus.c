@@ -6,9 +6,9 @@
  * libFuzzer found (fuzz-*.gguf for new coverage, crash-fuzz-*.gguf for crashes), kept as
  * found; this program leaves them alone.
  *
- *   gcc -std=gnu11 -Iengine -Itests -I<dir with config.h> tests/fuzz/make-gguf-corpus.c \
- *       tests/gguf-writer.c tests/synthetic-llama.c engine/gguf.c engine/tensor-types.c \
- *       engine/error.c -lm -o make-gguf-corpus && ./make-gguf-corpus tests/fuzz/gguf
+ *   gcc -std=gnu11 -Ibase -Imodel -Itests -I<dir with config.h> tests/fuzz/make-gguf-corpus.c \
+ *       tests/gguf-writer.c tests/synthetic-llama.c model/gguf.c model/tensor-types.c \
+ *       base/error.c -lm -o make-gguf-corpus && ./make-gguf-corpus tests/fuzz/gguf
  */
 #include "config.h"
 
