@@ -3,11 +3,11 @@
 
 /* Whether the repacked weights should stay in the caches from one step to the next, or pass
  * through them as a stream. Every decode step reads all of them once. Where the last-level
- * cache can hold them, the kernels' prefetches must keep them there: on an Intel Xeon VM
- * with a 300 MiB L3 (2026-11-26), a 2-thread read of 98 MB went ~47 GB/s with plain or
- * all-level prefetches and ~20 GB/s with non-temporal ones, which leave nothing behind, and
- * tg128 Q4_1 went from ~120 to ~335 t/s. Where it cannot, non-temporal prefetches spare the
- * rest of the cache and read faster (the Zen 4 machine's 32 MiB L3: ~28 -> ~33 GB/s). */
+ * cache can hold them, the kernels' prefetches must keep them there: non-temporal
+ * prefetches leave the lines in no cache level, and every step would read the whole model
+ * from memory again (decode ~3x slower on a 300 MiB L3). Where it cannot, non-temporal
+ * prefetches spare the rest of the cache and read faster (docs/design.md, weight
+ * residency). */
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -33,16 +33,14 @@
 /* Tokens after the first are planned at this share of their slo. A request's TPOT misses
  * by its last token's lateness over its token count, and the step that brings that token
  * overruns its prediction about one time in ten (the margin is a 90th percentile): paced
- * right at the slo, 8 of 384 requests of a bench/coserve run (Zen 4) ended 1-3 ms late,
- * at TPOT 50.02-50.04 ms for 50 and 15.02-15.04 for 15. The lead grows with each token,
- * so a long output banks more than one step's overrun. */
+ * right at the slo, a few requests in a hundred missed by a hair. The lead grows with each
+ * token, so a long output banks more than one step's overrun. */
 #define SLO_PACE 0.98
 
 /* The first token is planned at this share of its ttft_slo. A prompt takes at least its
  * share of what is left per step until then, so that best-effort work keeps the rest, and
  * so it ends close to that time, in a step as long as up to a quarter of ttft_slo: planned
- * at ttft_slo itself, a three-sweep bench/coserve run (Zen 4) had first tokens at P99 ~990
- * ms for 1 s, and two at 1.015 and 1.109 s, the misses of two of its levels. */
+ * at ttft_slo itself, that step's overrun made some first tokens late. */
 #define TTFT_PACE 0.9
 
 static double best_effort_key(const struct request *r, double now) {
@@ -223,10 +221,9 @@ static bool fits(const struct step_plan *p, const struct request *r, uint32_t n)
 
 /* A best-effort prompt chunk smaller than this is not planned beside latency-sensitive
  * work (unless it ends the prompt). Sized by the time left alone, best-effort prompts
- * advanced a few tokens a step, and on the machine such chunks cost more per token than
- * big ones (bench/coserve: best-effort at 0.29x of its pace alone). Left out, the step is
- * a short one, its latency-sensitive tokens come early, and the slack they bank lets a
- * chunk at least this big in a step or two later. */
+ * advanced a few tokens a step, and such chunks cost more per token than big ones (the
+ * step's fixed part). Left out, the step is a short one, its latency-sensitive tokens come
+ * early, and the slack they bank lets a chunk at least this big in a step or two later. */
 #define MIN_BEST_EFFORT_CHUNK 32
 
 /* The most prompt tokens of r (at most cap) the step's time still allows. */
@@ -496,8 +493,7 @@ static uint32_t output_left(const struct scheduler *s, const struct request *r) 
  * the larger count's price plus, for each decode more, what its last decode added. A step
  * of decodes reads the weights once and each decode adds its own products and reads, so
  * the cost is linear in their count; the fit's slope in decodes, taught by best-effort
- * decodes at long contexts, is not (in bench/coserve points at 2x, where one decode took
- * 5.5 ms unloaded, it priced three short decodes at 13.9-18.3 ms against a pace of 10.9).
+ * decodes at long contexts, is not (it can price three short decodes at several times one).
  * NAN without them, or when the larger count's steps cost no more. */
 static double extrapolated_step(const struct step_time_model *m, uint32_t n, uint64_t context) {
         double factor = step_time_model_decodes_alone_own_factor(m, n - 1);
@@ -592,11 +588,10 @@ static double time_to_first_token(const struct scheduler *s, uint32_t n_prompt, 
         return seconds;
 }
 
-/* The shortest step ever run may be a calibration timed in a slow moment: on the Intel VM
- * (bench/coserve, 2026-11-27) one took 6.3 ms at a daemon's start where such steps took
- * 3.1-4.8 later, and with nothing latency-sensitive admitted no shorter step ever ran, so
- * every request paced at 6.0 ms was refused for the daemon's life (6 of 6; served alone, 10
- * of 12 met that slo). So a request that only this floor refuses, with nothing else
+/* The shortest step ever run may be a calibration timed in a slow moment (a machine runs
+ * slower for a while after heavy compute), and with nothing latency-sensitive admitted no
+ * shorter step would ever run, so every request paced below it would be refused for the
+ * daemon's life. So a request that only this floor refuses, with nothing else
  * latency-sensitive in the engine, is taken once per FLOOR_PROBE_INTERVAL seconds: its steps
  * of its decode alone show what the machine does now, and hurt no other request's. Not
  * below FLOOR_PROBE_RATIO of the floor, which no slow moment explains: such a pace is

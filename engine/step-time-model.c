@@ -13,13 +13,9 @@
 #define DECODE_CONTEXT_SCALE 4096.0
 
 /* A window of about two hundred steps: the shape of the cost; the kinds' speeds follow the
- * machine's drift. At 0.99 (before those speeds) the fit was chaotic: replaying a step trace
- * with its times moved by a millionth gave predictions over 5% apart after ~2300 steps
- * (3727 of 199644 steps over 126 bench/coserve traces; none at 0.995), and a daemon's fit
- * priced 500-token chunks at a third of what they took where the replay did not. Over
- * those traces: mean P99 error 40.0% -> 36.6%, worst 91.5% -> 79.3%, steps off by 2x 1177
- * -> 805, the 90th percentile of under-prediction (the margin) 9.2% -> 9.1%; 0.998 and
- * 0.999 measured the same as 0.995. */
+ * machine's drift. A shorter memory makes the fit chaotic (times moved by a millionth part
+ * its predictions after a few thousand steps: test-slo-policy replays a trace to hold
+ * that), and a longer one fits no better (docs/design.md, the step-time model). */
 #define FORGETTING 0.995
 /* Forgetting inflates the covariance along directions the steps do not vary in (a run of
  * decode-only steps says nothing about prompt tokens); capping its trace keeps the next
@@ -37,11 +33,9 @@
  * (or the work) is that much slower, and the fit must follow. */
 #define MAX_OUTLIER_RUN 4
 
-/* Weight of a step in its kind's speed: about the last three steps of the kind. Replayed
- * over twelve bench/coserve step traces of the Intel machine, the 90th percentile of
- * under-prediction (what the margin covers) fell from 12-26% to 6-17% with it, at 0.1 to
- * 0.5 alike; the 99th of the absolute error moved by a few points only (single steps that
- * run long, which nothing before them foretells). */
+/* Weight of a step in its kind's speed: about the last three steps of the kind, which
+ * roughly halves the 90th percentile of under-prediction (what the margin covers); other
+ * weights from 0.1 to 0.5 did as well. */
 #define SPEED_WEIGHT 0.3
 /* A prompt chunk of at least this many tokens makes a step of the prompt kind: its time is
  * mostly the chunk's products, not the weights' reading and the decodes. */
@@ -144,10 +138,9 @@ static void lower_shortest(struct step_time_model *m, double seconds) {
 void step_time_model_set_calibration(struct step_time_model *m, const struct decode_calibration *c) {
         m->calibration = *c;
         /* Without it, where best-effort work ran from the start, the shortest step was a
-         * best-effort chunk's (20-28 ms on the Intel machine) and admission, knowing no step
-         * of decodes alone, refused every latency-sensitive request paced faster: the only
-         * ones that would have made such steps (bench/coserve at 0.1 req/s, 2026-11-27: all
-         * 12 at 6.0 and 8.9 ms refused, where served alone 10 and 11 met their slo). */
+         * best-effort chunk's and admission, knowing no step of decodes alone, refused
+         * every latency-sensitive request paced faster: the only ones that would have made
+         * such steps. */
         if (c->n > 0 && c->seconds[0] > 0)
                 lower_shortest(m, c->seconds[0]);
 }
@@ -197,8 +190,8 @@ void step_time_model_record(struct step_time_model *m, const struct step_shape *
                 }
                 /* Kept only within the outlier bound, even past a run of them: the fit
                  * follows a slower machine, and the factor is taken against the fit, but a
-                 * stall's steps alone (76-81 ms where one decode took 9 in a bench/coserve
-                 * point) held it at 2.2 until every request after them was refused. */
+                 * stall's steps alone would hold the factor high until every request after
+                 * them was refused. */
                 if (!stalled && shape->n_prompt == 0 && shape->n_best_effort == 0) {
                         m->alone_shapes[m->next_alone] = *shape;
                         m->alone_seconds[m->next_alone] = seconds;
@@ -213,7 +206,8 @@ void step_time_model_record(struct step_time_model *m, const struct step_shape *
         if (step_time_model_ready(m) && fitted > 0) {
                 /* within the outlier ratio: where the fit has swung to almost nothing for
                  * a shape, one step would otherwise set its kind's speed to hundreds, and
-                 * once the fit came back, steps of 4 ms were predicted at 228 */
+                 * once the fit came back every step of that kind would be priced that much
+                 * too long */
                 double ratio = log(seconds / fitted), bound = log(OUTLIER_RATIO);
                 ratio = ratio > bound ? bound : ratio < -bound ? -bound : ratio;
                 m->log_speed[kind] += SPEED_WEIGHT * (ratio - m->log_speed[kind]);

@@ -8,7 +8,7 @@
  * a part per prompt token, a part per decoding sequence, and a part per key/value position
  * its attention reads, priced apart for prompt chunks and for decodes: a chunk's queries
  * share each key and value row they read, while a decode reads its whole context from
- * memory for one query (on the Zen 4 machine ~0.6 against ~1.5 us a position). The slo
+ * memory for one query (~0.6 against ~1.5 us a position where measured). The slo
  * policy plans steps and admits requests with it; a margin taken from its recent
  * under-predictions keeps the plans on the safe side. A step that took over three times
  * the fit is taken for a descheduled one (another process had the cores): it counts
@@ -99,14 +99,12 @@ double step_time_model_fit(const struct step_time_model *m, const struct step_sh
 
 /* Predicted seconds: the fit times how its latest steps of the same kind (decodes alone,
  * decodes with best-effort work, prompt chunks of under 64 or of more tokens) ran against
- * it. The machine's speed drifts over a few dozen steps (one-token steps of bench-core on
- * the Intel machine, no daemon: 2.9-6.2 ms, each within a few percent of the one before),
- * faster than the fit can follow without forgetting what rarer shapes cost, and each kind
- * drifts its own way. Never below the shortest step recorded, nor below its prompt tokens
- * at half the least a prompt token has taken: the fit can swing to nothing for some shapes
- * (a daemon's fit, after runs of thousands of one-decode steps, priced a 1017-token chunk
- * at 0, and the planner ran it whole: a 1.5 s step in the middle of latency-sensitive
- * decodes). Meaningful once ready. */
+ * it. The machine's speed drifts over a few dozen steps, faster than the fit can follow
+ * without forgetting what rarer shapes cost, and each kind drifts its own way. Never below
+ * the shortest step recorded, nor below its prompt tokens at half the least a prompt token
+ * has taken: after long runs of one shape the fit can swing to nothing for another, and a
+ * long chunk priced at nothing would run whole amid latency-sensitive decodes. Meaningful
+ * once ready. */
 double step_time_model_predict(const struct step_time_model *m, const struct step_shape *shape);
 
 /* What adding work to a step of shape base, making it with, is predicted to add to its
@@ -129,13 +127,12 @@ double step_time_model_margin(const struct step_time_model *m);
  * or over those of n_decode decodes alone when 4 of them are kept (the fit swings most
  * along the count of decodes: a factor learned from steps of one does not correct its
  * price for two). What slo admission prices such steps with: best-effort work makes up
- * most steps, and the fit extrapolates to these from it (1.35x over for one decode in a
- * bench/coserve point; 3-12 ms for two where they took ~5 in a replayed trace). A mean,
- * not a percentile: a request's time per token is the mean of its steps. NAN until 16
- * are known, and once steps of STEP_MODEL_ALONE_HORIZON seconds have run since the newest:
- * only admitted requests make them, and judged on old ones (or on the extrapolation)
- * every request can be refused, so that none comes to renew them. (Counted in steps, 256
- * of best-effort prompt chunks were 30-80 s of refusals after a stall.) */
+ * most steps, and the fit extrapolates to these from it, far off for a few short decodes.
+ * A mean, not a percentile: a request's time per token is the mean of its steps. NAN
+ * until 16 are known, and once steps of STEP_MODEL_ALONE_HORIZON seconds have run since
+ * the newest: only admitted requests make them, and judged on old ones (or on the
+ * extrapolation) every request can be refused, so that none comes to renew them. The
+ * horizon is in seconds, not steps: best-effort prompt chunks make few, long steps. */
 double step_time_model_decodes_alone_factor(const struct step_time_model *m, uint32_t n_decode);
 
 /* step_time_model_decodes_alone_factor() when it is that of kept steps of n_decode decodes
@@ -155,10 +152,9 @@ double step_time_model_extra_decode_bound(const struct step_time_model *m, uint6
  * of which 4 are kept, within the last STEP_MODEL_ALONE_HORIZON seconds of steps. A step's
  * cost grows with its decodes and its reads, so these bound what a step of these decodes
  * alone costs, by measurement rather than by the fit: where best-effort decodes read long
- * contexts the fit cannot tell what a decode costs from what a position costs, and in a
- * bench/coserve point it priced two short decodes at 12 ms, and bounded them at 10.7
- * (step_time_model_extra_decode_bound()), beside steps of one short and one long decode
- * that took 8.5. NAN when fewer than 4 steps qualify. */
+ * contexts the fit cannot tell what a decode costs from what a position costs, and both it
+ * and step_time_model_extra_decode_bound() can price two short decodes above what a step
+ * of one short and one long decode takes. NAN when fewer than 4 steps qualify. */
 double step_time_model_dominating_step(const struct step_time_model *m, const struct step_shape *decodes);
 
 /* The price of a step of n decodes alone, each at the same context, given a step of one of
@@ -169,9 +165,8 @@ double step_time_model_dominating_step(const struct step_time_model *m, const st
  * what one did in the largest batch timed), and never less than one_step. The fit cannot
  * tell this: it learns decodes mostly from best-effort ones at long contexts, whose count
  * and reads move together, and before a step of n of them alone has run nothing else
- * measures it (on a quiet 16-core machine, 2026-11-27: one short decode 2.2 ms, two 3.4,
- * three 4.9, where the bounds below priced two at 5.2 and three at 8.2 and refused them).
- * NAN when not calibrated or for n < 2. */
+ * measures it (the bounds below can price such a batch at ~1.6x what it takes, and
+ * refuse it). NAN when not calibrated or for n < 2. */
 double step_time_model_calibrated_decodes(const struct step_time_model *m, uint32_t n, double one_step,
                                           double one_at_calibration);
 
