@@ -186,15 +186,12 @@ int main(int argc, char **argv) {
                 case 'r': target = &reps; break;
                 case ARG_BUDGET: target = &budget; break;
                 case ARG_SLACK: target = &slack; slack_set = true; break;
-                case ARG_STALL_LIMIT: {
-                        char *end;
-                        config.decode_stall_limit = strtod(optarg, &end);
-                        if (end == optarg || *end) {
+                case ARG_STALL_LIMIT:
+                        if (bench_parse_double(optarg, &config.decode_stall_limit) < 0) {
                                 fprintf(stderr, "bench-batched: invalid number '%s' for --decode-stall-limit\n", optarg);
                                 return 2;
                         }
                         break;
-                }
                 case 'h': usage(stdout); return 0;
                 default: usage(stderr); return 2;
                 }

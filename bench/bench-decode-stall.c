@@ -366,7 +366,16 @@ static void usage(FILE *f) {
                 "  --check                       exit 1 when the 2x check (interpolated baseline) fails\n");
 }
 
-int main(int argc, char **argv) {
+/* What the command line asks for. */
+struct options {
+        const char *model_path, *json_path;
+        unsigned threads, budget, n_dec, prompt_len, warmup, unloaded_steps, max_loaded_steps, decode_tokens;
+        bool check;
+        struct engine_config config; /* the defaults with the options' changes */
+};
+
+/* -1 to go on, else the exit status (0 after --help, 2 for a bad command line). */
+static int parse_options(int argc, char **argv, struct options *o) {
         enum {
                 ARG_BUDGET = 0x100,
                 ARG_LONG_PREFILL,
@@ -397,40 +406,38 @@ int main(int argc, char **argv) {
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
-        const char *model_path = getenv("ASYNCLLM_MODEL"), *json_path = NULL;
-        unsigned threads = 2, budget = 256, n_dec = 16, prompt_len = 4096, warmup = 4, unloaded_steps = 30;
-        unsigned max_loaded_steps = 0, decode_tokens = 0, threshold = 0;
-        bool threshold_set = false, check = false;
-        struct engine_config config;
-        int c, r = 0;
+        unsigned threshold = 0;
+        bool threshold_set = false;
+        int c;
 
-        engine_config_init_default(&config);
-        if (!model_path || !*model_path)
-                model_path = DEFAULT_MODEL_PATH;
+        *o = (struct options) {
+                .model_path = getenv("ASYNCLLM_MODEL"), .threads = 2, .budget = 256, .n_dec = 16, .prompt_len = 4096,
+                .warmup = 4, .unloaded_steps = 30,
+        };
+        engine_config_init_default(&o->config);
+        if (!o->model_path || !*o->model_path)
+                o->model_path = DEFAULT_MODEL_PATH;
         while ((c = getopt_long(argc, argv, "m:t:h", options, NULL)) != -1) {
                 unsigned *target = NULL;
                 switch (c) {
-                case 'm': model_path = optarg; break;
-                case 't': target = &threads; break;
-                case ARG_BUDGET: target = &budget; break;
+                case 'm': o->model_path = optarg; break;
+                case 't': target = &o->threads; break;
+                case ARG_BUDGET: target = &o->budget; break;
                 case ARG_LONG_PREFILL: target = &threshold; threshold_set = true; break;
-                case ARG_DECODERS: target = &n_dec; break;
-                case ARG_PROMPT_LEN: target = &prompt_len; break;
-                case ARG_WARMUP: target = &warmup; break;
-                case ARG_UNLOADED_STEPS: target = &unloaded_steps; break;
-                case ARG_MAX_LOADED_STEPS: target = &max_loaded_steps; break;
-                case ARG_DECODE_TOKENS: target = &decode_tokens; break;
-                case ARG_JSON: json_path = optarg; break;
-                case ARG_CHECK: check = true; break;
-                case ARG_STALL_LIMIT: {
-                        char *end;
-                        config.decode_stall_limit = strtod(optarg, &end);
-                        if (end == optarg || *end) {
+                case ARG_DECODERS: target = &o->n_dec; break;
+                case ARG_PROMPT_LEN: target = &o->prompt_len; break;
+                case ARG_WARMUP: target = &o->warmup; break;
+                case ARG_UNLOADED_STEPS: target = &o->unloaded_steps; break;
+                case ARG_MAX_LOADED_STEPS: target = &o->max_loaded_steps; break;
+                case ARG_DECODE_TOKENS: target = &o->decode_tokens; break;
+                case ARG_JSON: o->json_path = optarg; break;
+                case ARG_CHECK: o->check = true; break;
+                case ARG_STALL_LIMIT:
+                        if (bench_parse_double(optarg, &o->config.decode_stall_limit) < 0) {
                                 fprintf(stderr, "bench-decode-stall: invalid number '%s' for --decode-stall-limit\n", optarg);
                                 return 2;
                         }
                         break;
-                }
                 case 'h': usage(stdout); return 0;
                 default: usage(stderr); return 2;
                 }
@@ -440,105 +447,134 @@ int main(int argc, char **argv) {
                         return 2;
                 }
         }
-        if (optind < argc || threads < 1 || n_dec < 1 || prompt_len < 1 || unloaded_steps < 1 || budget < n_dec + 1) {
-                if (budget < n_dec + 1)
+        if (optind < argc || o->threads < 1 || o->n_dec < 1 || o->prompt_len < 1 || o->unloaded_steps < 1 ||
+            o->budget < o->n_dec + 1) {
+                if (o->budget < o->n_dec + 1)
                         fprintf(stderr, "bench-decode-stall: --budget must be at least --decoders + 1\n");
                 usage(stderr);
                 return 2;
         }
         if (threshold_set)
-                config.long_prefill_token_threshold = threshold;
+                o->config.long_prefill_token_threshold = threshold;
+        return -1;
+}
 
-        struct error err = {};
-        struct model *model = NULL;
-        struct tokenizer *tk = NULL;
-        struct cpu_runner *runner = NULL;
-        struct async_llm *llm = NULL;
-        struct bench b = {};
-        int32_t *long_prompt = NULL;
-        struct json_object *json = NULL;
+/* One run: the options, the engine, the streams' state and each phase's measurements. */
+struct run {
+        struct options o;
+        struct model *model;
+        struct tokenizer *tk;
+        struct cpu_runner *runner;
+        struct async_llm *llm;
+        uint32_t chunk;    /* the prefill chunk the sizes assume */
+        uint32_t n_blocks; /* KV blocks */
+        struct bench b;
+        int32_t *long_prompt;
+        struct phase_stats ph[_PHASE_RECORDED];
+        struct summary host[_PHASE_RECORDED], engine[_PHASE_RECORDED];
+        bool long_aborted;
+};
 
-        if (model_load(model_path, &model, &err) < 0 || tokenizer_load(model->file, &tk, &err) < 0) {
-                fprintf(stderr, "bench-decode-stall: %s\n", err.message);
-                r = 1;
-                goto out;
-        }
-
-        /* Sizes: the decoders must outlast all phases (warmup, pre, loaded, post); every sequence
-         * fits in the KV pool at once, so nothing is ever preempted. */
-        uint32_t chunk = budget - n_dec;
-        if (config.long_prefill_token_threshold && config.long_prefill_token_threshold < chunk)
-                chunk = config.long_prefill_token_threshold;
-        if (config.decode_stall_limit > 0)
+/* Sizes the engine: the decoders must outlast all phases (warmup, pre, loaded, post); every
+ * sequence fits in the KV pool at once, so nothing is ever preempted. 0 or -1. */
+static int size_engine(struct run *run, struct error *err) {
+        struct options *o = &run->o;
+        struct engine_config *config = &o->config;
+        const struct model *model = run->model;
+        uint32_t chunk = o->budget - o->n_dec;
+        if (config->long_prefill_token_threshold && config->long_prefill_token_threshold < chunk)
+                chunk = config->long_prefill_token_threshold;
+        if (config->decode_stall_limit > 0)
                 chunk = 1; /* the guard may cut chunks to one token: size for the worst case */
-        uint32_t loaded_steps = (prompt_len + chunk - 1) / chunk;
-        if (max_loaded_steps && max_loaded_steps < loaded_steps)
-                loaded_steps = max_loaded_steps;
-        if (decode_tokens == 0)
-                decode_tokens = warmup + 1 + unloaded_steps + loaded_steps + unloaded_steps + 64;
-        uint32_t dec_len = DECODER_PROMPT_MAX + decode_tokens + 1;
-        config.max_num_batched_tokens = budget;
-        config.max_num_seqs = n_dec + 1;
-        config.max_model_len = prompt_len + 64 > dec_len ? prompt_len + 64 : dec_len;
-        if (config.max_model_len > model->hp.n_ctx_train) {
+        run->chunk = chunk;
+        uint32_t loaded_steps = (o->prompt_len + chunk - 1) / chunk;
+        if (o->max_loaded_steps && o->max_loaded_steps < loaded_steps)
+                loaded_steps = o->max_loaded_steps;
+        if (o->decode_tokens == 0)
+                o->decode_tokens = o->warmup + 1 + o->unloaded_steps + loaded_steps + o->unloaded_steps + 64;
+        uint32_t dec_len = DECODER_PROMPT_MAX + o->decode_tokens + 1;
+        config->max_num_batched_tokens = o->budget;
+        config->max_num_seqs = o->n_dec + 1;
+        config->max_model_len = o->prompt_len + 64 > dec_len ? o->prompt_len + 64 : dec_len;
+        if (config->max_model_len > model->hp.n_ctx_train) {
                 fprintf(stderr, "bench-decode-stall: %u tokens do not fit in the model's context of %u\n",
-                        config.max_model_len, model->hp.n_ctx_train);
-                r = 1;
-                goto out;
+                        config->max_model_len, model->hp.n_ctx_train);
+                return -1;
         }
         uint32_t kv_dim = model->hp.n_head_kv * model->hp.head_dim;
         uint64_t token_bytes = (uint64_t) model->hp.n_layer * kv_dim * 2 /* K and V */ * 2 /* f16 */;
-        uint64_t blocks = (uint64_t) n_dec * ((dec_len + config.block_size - 1) / config.block_size) +
-                          (config.max_model_len + config.block_size - 1) / config.block_size + 16;
-        config.kv_cache_space = blocks * config.block_size * token_bytes;
-        if (engine_config_finalize(&config, model->hp.n_ctx_train, &err) < 0) {
-                fprintf(stderr, "bench-decode-stall: %s\n", err.message);
-                r = 1;
-                goto out;
+        uint64_t blocks = (uint64_t) o->n_dec * ((dec_len + config->block_size - 1) / config->block_size) +
+                          (config->max_model_len + config->block_size - 1) / config->block_size + 16;
+        config->kv_cache_space = blocks * config->block_size * token_bytes;
+        if (engine_config_finalize(config, model->hp.n_ctx_train, err) < 0) {
+                fprintf(stderr, "bench-decode-stall: %s\n", err->message);
+                return -1;
         }
-        uint32_t n_blocks = engine_kv_blocks_for_space(&config, model->hp.n_layer, kv_dim);
+        run->n_blocks = engine_kv_blocks_for_space(config, model->hp.n_layer, kv_dim);
+        return 0;
+}
+
+/* Loads the model, sizes and starts the engine, and prints the setup. 0 or -1. */
+static int start_engine(struct run *run) {
+        const struct options *o = &run->o;
+        const struct engine_config *config = &o->config;
+        struct error err = {};
+        if (model_load(o->model_path, &run->model, &err) < 0 || tokenizer_load(run->model->file, &run->tk, &err) < 0) {
+                fprintf(stderr, "bench-decode-stall: %s\n", err.message);
+                return -1;
+        }
+        if (size_engine(run, &err) < 0)
+                return -1;
         struct cpu_runner_config rc = {
-                .n_threads = threads, .max_batch_tokens = config.max_num_batched_tokens,
-                .max_model_len = config.max_model_len, .block_size = config.block_size, .n_kv_blocks = n_blocks,
+                .n_threads = o->threads, .max_batch_tokens = config->max_num_batched_tokens,
+                .max_model_len = config->max_model_len, .block_size = config->block_size, .n_kv_blocks = run->n_blocks,
         };
-        if (cpu_runner_new(model, &rc, &runner, &err) < 0) {
+        if (cpu_runner_new(run->model, &rc, &run->runner, &err) < 0) {
                 fprintf(stderr, "bench-decode-stall: %s\n", err.message);
-                r = 1;
-                goto out;
+                return -1;
         }
-        struct backend backend = cpu_runner_backend(runner);
-        if (async_llm_new(&config, &backend, tk, n_blocks, &llm, &err) < 0) {
+        struct backend backend = cpu_runner_backend(run->runner);
+        if (async_llm_new(config, &backend, run->tk, run->n_blocks, &run->llm, &err) < 0) {
                 fprintf(stderr, "bench-decode-stall: %s\n", err.message);
-                r = 1;
-                goto out;
+                return -1;
         }
         printf("model %s, %u threads (%s kernels), budget %u, long_prefill_token_threshold %u, decode_stall_limit %g, "
                "%u decoders, prompt %u tokens\n",
-               model_path, threads, cpu_runner_kernels(runner), config.max_num_batched_tokens,
-               config.long_prefill_token_threshold, config.decode_stall_limit, n_dec, prompt_len);
+               o->model_path, o->threads, cpu_runner_kernels(run->runner), config->max_num_batched_tokens,
+               config->long_prefill_token_threshold, config->decode_stall_limit, o->n_dec, o->prompt_len);
         printf("max_model_len %u, %u KV blocks (%.0f MiB), decoder max_tokens %u, prefill chunk %u tokens\n",
-               config.max_model_len, n_blocks, (double) config.kv_cache_space / (1 << 20), decode_tokens, chunk);
+               config->max_model_len, run->n_blocks, (double) config->kv_cache_space / (1 << 20), o->decode_tokens,
+               run->chunk);
         fflush(stdout);
+        return 0;
+}
 
-        /* Phase 0: the decoders start and warm up. */
+/* Greedy, end of text ignored, delta outputs. */
+static void greedy_params(struct sampling_params *p, int32_t max_tokens) {
+        sampling_params_init_default(p);
+        p->temperature = 0;
+        p->ignore_eos = true;
+        p->output_kind = OUTPUT_DELTA;
+        p->max_tokens = max_tokens;
+}
+
+/* Phase 0: the decoders start, each on a short prompt of its own. 0 or -1. */
+static int start_decoders(struct run *run) {
+        struct bench *b = &run->b;
+        struct error err = {};
         struct sampling_params params;
-        sampling_params_init_default(&params);
-        params.temperature = 0;
-        params.ignore_eos = true;
-        params.output_kind = OUTPUT_DELTA;
-        params.max_tokens = (int32_t) decode_tokens;
+        greedy_params(&params, (int32_t) run->o.decode_tokens);
         struct rng rng;
         rng_seed(&rng, 1);
-        b.n_dec = n_dec;
-        b.dec = calloc(n_dec, sizeof(*b.dec));
-        if (!b.dec) {
+        b->n_dec = run->o.n_dec;
+        b->dec = calloc(b->n_dec, sizeof(*b->dec));
+        if (!b->dec) {
                 fprintf(stderr, "bench-decode-stall: out of memory\n");
-                r = 1;
-                goto out;
+                return -1;
         }
-        for (unsigned i = 0; i < n_dec; i++) {
-                struct decoder *d = &b.dec[i];
-                d->b = &b;
+        for (unsigned i = 0; i < b->n_dec; i++) {
+                struct decoder *d = &b->dec[i];
+                d->b = b;
                 d->n_prompt = 8 + i % (DECODER_PROMPT_MAX - 8 + 1);
                 for (uint32_t t = 0; t < d->n_prompt; t++)
                         d->prompt[t] = random_token(&rng);
@@ -546,266 +582,337 @@ int main(int argc, char **argv) {
                 struct generate_request req = {
                         .request_id = d->id, .prompt = d->prompt, .n_prompt = d->n_prompt, .params = &params,
                 };
-                if (async_llm_generate(llm, &req, on_decoder, d, &d->stream, &err) < 0) {
+                if (async_llm_generate(run->llm, &req, on_decoder, d, &d->stream, &err) < 0) {
                         fprintf(stderr, "bench-decode-stall: %s: %s\n", d->id, err.message);
-                        r = 1;
-                        goto out;
+                        return -1;
                 }
         }
+        return 0;
+}
 
-        struct phase_stats ph[_PHASE_RECORDED] = {};
+/* Starts the loaded phase: the long prompt, one first token wanted. 0 or -1. */
+static int submit_long_prompt(struct run *run) {
+        struct bench *b = &run->b;
+        struct error err = {};
+        struct sampling_params lp;
+        greedy_params(&lp, 1);
+        if (!(run->long_prompt = malloc(run->o.prompt_len * sizeof(int32_t)))) {
+                fprintf(stderr, "bench-decode-stall: out of memory\n");
+                return -1;
+        }
+        struct rng lrng;
+        rng_seed(&lrng, 2);
+        for (unsigned i = 0; i < run->o.prompt_len; i++)
+                run->long_prompt[i] = random_token(&lrng);
+        struct generate_request req = {
+                .request_id = "long-prompt", .prompt = run->long_prompt, .n_prompt = run->o.prompt_len, .params = &lp,
+        };
+        b->long_submit = monotonic_seconds();
+        if (async_llm_generate(run->llm, &req, on_long, b, &b->long_stream, &err) < 0) {
+                fprintf(stderr, "bench-decode-stall: long-prompt: %s\n", err.message);
+                return -1;
+        }
+        return 0;
+}
+
+/* What ends the run early: a stalled engine, no memory, a decoder that finished (it had to
+ * outlast every phase), a failed long prompt. 0 or -1. */
+static int check_progress(struct run *run) {
+        struct bench *b = &run->b;
+        struct error err = {};
+        if (async_llm_check_health(run->llm, STALL_TIMEOUT, &err) < 0) {
+                fprintf(stderr, "bench-decode-stall: %s\n", err.message);
+                return -1;
+        }
+        if (b->oom) {
+                fprintf(stderr, "bench-decode-stall: out of memory\n");
+                return -1;
+        }
+        for (unsigned i = 0; i < b->n_dec; i++)
+                if (b->dec[i].finished) {
+                        fprintf(stderr, "bench-decode-stall: %s ended early after %u tokens (%s); raise --decode-tokens\n",
+                                b->dec[i].id, b->dec[i].n_tokens, b->dec[i].error[0] ? b->dec[i].error : "no error");
+                        return -1;
+                }
+        if (b->long_error[0]) {
+                fprintf(stderr, "bench-decode-stall: the long prompt failed: %s\n", b->long_error);
+                return -1;
+        }
+        return 0;
+}
+
+/* The phase the run is in now; with --max-loaded-steps, aborts the long prompt when its steps
+ * are used up (the loaded phase ends with its final output, so the post phase has no prompt
+ * work left beside it). */
+static enum phase next_phase(struct run *run, const struct async_llm_stats *st) {
+        const struct options *o = &run->o;
+        struct bench *b = &run->b;
+        uint32_t least_tokens = UINT32_MAX, least_gaps = UINT32_MAX;
+        for (unsigned i = 0; i < b->n_dec; i++) {
+                if (b->dec[i].n_tokens < least_tokens)
+                        least_tokens = b->dec[i].n_tokens;
+                if (b->phase < _PHASE_RECORDED && b->dec[i].n_gaps[b->phase] < least_gaps)
+                        least_gaps = b->dec[i].n_gaps[b->phase];
+        }
+        if (b->phase == PHASE_LOADED && o->max_loaded_steps && !run->long_aborted && !b->long_finished &&
+            st->engine.stats.steps - run->ph[PHASE_LOADED].begin.steps >= o->max_loaded_steps) {
+                async_llm_abort(run->llm, "long-prompt");
+                run->long_aborted = true;
+        }
+        if (b->phase == PHASE_WARMUP && least_tokens >= o->warmup + 1)
+                return PHASE_PRE;
+        if (b->phase == PHASE_PRE && least_gaps >= o->unloaded_steps)
+                return PHASE_LOADED;
+        if (b->phase == PHASE_LOADED && b->long_finished) /* max_tokens 1: its first token */
+                return PHASE_POST;
+        if (b->phase == PHASE_POST && least_gaps >= o->unloaded_steps)
+                return PHASE_DONE;
+        return b->phase;
+}
+
+/* Closes the phase that ended at now: its figures, summarized and printed. */
+static void end_phase(struct run *run, enum phase ended, double now, const struct async_llm_stats *st) {
+        struct bench *b = &run->b;
+        struct phase_stats *p = &run->ph[ended];
+        p->end = now;
+        p->cpu_end = process_cpu_seconds();
+        p->load_end = load_average();
+        p->finish = st->engine.stats;
+        if (ended != PHASE_WARMUP) {
+                run->host[ended] = summarize(&b->gaps[ended], &b->oom);
+                run->engine[ended] = summarize(&b->engine_gaps[ended], &b->oom);
+                print_phase(phase_names[ended], p, &run->host[ended], &run->engine[ended]);
+        }
+        if (ended == PHASE_LOADED) {
+                if (b->long_first > 0)
+                        printf("long prompt: TTFT %.2f s (engine: %.2f s from arrival, %.2f s from first "
+                               "scheduled)\n",
+                               b->long_first - b->long_submit, b->long_engine_ttft, b->long_engine_prefill);
+                else
+                        printf("long prompt: aborted after %u steps (--max-loaded-steps), no first token\n",
+                               run->o.max_loaded_steps);
+                fflush(stdout);
+        }
+}
+
+/* Opens the phase that starts at now; the loaded one with the long prompt's submission. 0 or -1. */
+static int begin_phase(struct run *run, enum phase next, double now, const struct async_llm_stats *st) {
+        struct phase_stats *p = &run->ph[next];
+        p->start = now;
+        p->cpu_start = process_cpu_seconds();
+        p->load_start = load_average();
+        p->begin = st->engine.stats;
+        if (next == PHASE_PRE)
+                printf("\n");
+        if (next == PHASE_LOADED) {
+                if (submit_long_prompt(run) < 0)
+                        return -1;
+                p->start = run->b.long_submit;
+        }
+        return 0;
+}
+
+/* Runs the phases, warmup to post, taking the streams' outputs as they come. 0 or -1. */
+static int measure(struct run *run) {
+        struct bench *b = &run->b;
         struct async_llm_stats st;
-        struct pollfd pfd = { .fd = async_llm_fd(llm), .events = POLLIN };
-        ph[PHASE_WARMUP].start = monotonic_seconds();
-        ph[PHASE_WARMUP].load_start = load_average();
-        async_llm_stats(llm, &st);
-        struct summary host[_PHASE_RECORDED] = {}, engine[_PHASE_RECORDED] = {};
-        bool long_aborted = false;
-        ph[PHASE_WARMUP].begin = st.engine.stats;
+        struct pollfd pfd = { .fd = async_llm_fd(run->llm), .events = POLLIN };
+        run->ph[PHASE_WARMUP].start = monotonic_seconds();
+        run->ph[PHASE_WARMUP].load_start = load_average();
+        async_llm_stats(run->llm, &st);
+        run->ph[PHASE_WARMUP].begin = st.engine.stats;
 
-        while (b.phase != PHASE_DONE) {
+        while (b->phase != PHASE_DONE) {
                 int n = poll(&pfd, 1, 1000);
                 if (n < 0 && errno != EINTR) {
                         fprintf(stderr, "bench-decode-stall: poll: %s\n", strerror(errno));
-                        r = 1;
-                        goto out;
+                        return -1;
                 }
                 if (n > 0)
-                        async_llm_dispatch(llm);
-                if (async_llm_check_health(llm, STALL_TIMEOUT, &err) < 0) {
-                        fprintf(stderr, "bench-decode-stall: %s\n", err.message);
-                        r = 1;
-                        goto out;
-                }
-                if (b.oom) {
-                        fprintf(stderr, "bench-decode-stall: out of memory\n");
-                        r = 1;
-                        goto out;
-                }
-                for (unsigned i = 0; i < n_dec; i++)
-                        if (b.dec[i].finished) {
-                                fprintf(stderr,
-                                        "bench-decode-stall: %s ended early after %u tokens (%s); raise --decode-tokens\n",
-                                        b.dec[i].id, b.dec[i].n_tokens,
-                                        b.dec[i].error[0] ? b.dec[i].error : "no error");
-                                r = 1;
-                                goto out;
-                        }
-                if (b.long_error[0]) {
-                        fprintf(stderr, "bench-decode-stall: the long prompt failed: %s\n", b.long_error);
-                        r = 1;
-                        goto out;
-                }
-
+                        async_llm_dispatch(run->llm);
+                if (check_progress(run) < 0)
+                        return -1;
                 double now = monotonic_seconds();
-                async_llm_stats(llm, &st);
-                enum phase next = b.phase;
-                uint32_t least_tokens = UINT32_MAX, least_gaps = UINT32_MAX;
-                for (unsigned i = 0; i < n_dec; i++) {
-                        if (b.dec[i].n_tokens < least_tokens)
-                                least_tokens = b.dec[i].n_tokens;
-                        if (b.phase < _PHASE_RECORDED && b.dec[i].n_gaps[b.phase] < least_gaps)
-                                least_gaps = b.dec[i].n_gaps[b.phase];
-                }
-                /* --max-loaded-steps: abort the long prompt; the loaded phase ends with its
-                 * final output, so the post phase has no prompt work left beside it. */
-                if (b.phase == PHASE_LOADED && max_loaded_steps && !long_aborted && !b.long_finished &&
-                    st.engine.stats.steps - ph[PHASE_LOADED].begin.steps >= max_loaded_steps) {
-                        async_llm_abort(llm, "long-prompt");
-                        long_aborted = true;
-                }
-                if (b.phase == PHASE_WARMUP && least_tokens >= warmup + 1)
-                        next = PHASE_PRE;
-                else if (b.phase == PHASE_PRE && least_gaps >= unloaded_steps)
-                        next = PHASE_LOADED;
-                else if (b.phase == PHASE_LOADED && b.long_finished) /* max_tokens 1: its first token */
-                        next = PHASE_POST;
-                else if (b.phase == PHASE_POST && least_gaps >= unloaded_steps)
-                        next = PHASE_DONE;
-                if (next == b.phase)
+                async_llm_stats(run->llm, &st);
+                enum phase next = next_phase(run, &st);
+                if (next == b->phase)
                         continue;
-
-                enum phase ended = b.phase;
-                ph[ended].end = now;
-                ph[ended].cpu_end = process_cpu_seconds();
-                ph[ended].load_end = load_average();
-                ph[ended].finish = st.engine.stats;
-                b.phase = next;
-                if (ended != PHASE_WARMUP) {
-                        host[ended] = summarize(&b.gaps[ended], &b.oom);
-                        engine[ended] = summarize(&b.engine_gaps[ended], &b.oom);
-                        print_phase(phase_names[ended], &ph[ended], &host[ended], &engine[ended]);
-                }
-                if (ended == PHASE_LOADED) {
-                        if (b.long_first > 0)
-                                printf("long prompt: TTFT %.2f s (engine: %.2f s from arrival, %.2f s from first "
-                                       "scheduled)\n",
-                                       b.long_first - b.long_submit, b.long_engine_ttft, b.long_engine_prefill);
-                        else
-                                printf("long prompt: aborted after %u steps (--max-loaded-steps), no first token\n",
-                                       max_loaded_steps);
-                        fflush(stdout);
-                }
-                if (next == PHASE_DONE)
-                        break;
-                ph[next].start = now;
-                ph[next].cpu_start = process_cpu_seconds();
-                ph[next].load_start = load_average();
-                ph[next].begin = st.engine.stats;
-                if (next == PHASE_PRE)
-                        printf("\n");
-                if (next == PHASE_LOADED) {
-                        struct sampling_params lp;
-                        sampling_params_init_default(&lp);
-                        lp.temperature = 0;
-                        lp.ignore_eos = true;
-                        lp.output_kind = OUTPUT_DELTA;
-                        lp.max_tokens = 1;
-                        if (!(long_prompt = malloc(prompt_len * sizeof(int32_t)))) {
-                                fprintf(stderr, "bench-decode-stall: out of memory\n");
-                                r = 1;
-                                goto out;
-                        }
-                        struct rng lrng;
-                        rng_seed(&lrng, 2);
-                        for (unsigned i = 0; i < prompt_len; i++)
-                                long_prompt[i] = random_token(&lrng);
-                        struct generate_request req = {
-                                .request_id = "long-prompt", .prompt = long_prompt, .n_prompt = prompt_len,
-                                .params = &lp,
-                        };
-                        b.long_submit = monotonic_seconds();
-                        if (async_llm_generate(llm, &req, on_long, &b, &b.long_stream, &err) < 0) {
-                                fprintf(stderr, "bench-decode-stall: long-prompt: %s\n", err.message);
-                                r = 1;
-                                goto out;
-                        }
-                        ph[next].start = b.long_submit;
-                }
+                enum phase ended = b->phase;
+                b->phase = next;
+                end_phase(run, ended, now, &st);
+                if (next != PHASE_DONE && begin_phase(run, next, now, &st) < 0)
+                        return -1;
         }
-
-        /* ---- results ---- */
-        if (b.oom) {
+        if (b->oom) {
                 fprintf(stderr, "bench-decode-stall: out of memory\n");
-                r = 1;
-                goto out;
+                return -1;
         }
-        bool complete = b.long_first > 0;
-        double ttft = complete ? b.long_first - b.long_submit : NAN;
-        double t_pre = (ph[PHASE_PRE].start + ph[PHASE_PRE].end) / 2;
-        double t_post = (ph[PHASE_POST].start + ph[PHASE_POST].end) / 2;
-        double pre = host[PHASE_PRE].median, post = host[PHASE_POST].median;
-        double engine_pre = engine[PHASE_PRE].median, engine_post = engine[PHASE_POST].median;
-        struct samples *lg = &b.gaps[PHASE_LOADED], *le = &b.engine_gaps[PHASE_LOADED];
-        /* each loaded gap over the unloaded gap at its time (the check) */
-        struct summary interp = ratio_summary(lg, &b.times, t_pre, pre, t_post, post, &b.oom);
-        struct summary engine_interp = ratio_summary(le, &b.engine_times, t_pre, engine_pre, t_post, engine_post, &b.oom);
-        /* over the pre median alone (the former check) and over the post median alone */
-        struct summary pre_only = ratio_summary(lg, &b.times, 0, pre, 0, pre, &b.oom);
-        struct summary engine_pre_only = ratio_summary(le, &b.engine_times, 0, engine_pre, 0, engine_pre, &b.oom);
-        struct summary post_only = ratio_summary(lg, &b.times, 0, post, 0, post, &b.oom);
-        struct summary engine_post_only = ratio_summary(le, &b.engine_times, 0, engine_post, 0, engine_post, &b.oom);
-        if (b.oom) {
-                fprintf(stderr, "bench-decode-stall: out of memory\n");
-                r = 1;
-                goto out;
-        }
-        double base_start = baseline_at(ph[PHASE_LOADED].start, t_pre, pre, t_post, post);
-        double base_end = baseline_at(ph[PHASE_LOADED].end, t_pre, pre, t_post, post);
-        bool pass = interp.median <= 2.0 && interp.p90 <= 2.0;
-        bool pass_pre_only = pre_only.median <= 2.0 && pre_only.p90 <= 2.0;
+        return 0;
+}
 
-        if (b.timeline.n > 0)
+/* The loaded gaps against the unloaded ones, and the 2x check. */
+struct results {
+        bool complete; /* the long prompt gave its first token */
+        double ttft;
+        double t_pre, t_post; /* the middles of the unloaded phases */
+        double pre, post;     /* their median host gaps */
+        double base_start, base_end; /* the interpolated baseline at the loaded phase's ends */
+        /* each loaded gap over the unloaded gap at its time (the check), over the pre median
+         * alone (the former check) and over the post median alone; host and engine side */
+        struct summary interp, engine_interp, pre_only, engine_pre_only, post_only, engine_post_only;
+        bool pass, pass_pre_only;
+};
+
+/* 0 or -1 (out of memory). */
+static int compute_results(struct run *run, struct results *res) {
+        struct bench *b = &run->b;
+        const struct phase_stats *ph = run->ph;
+        res->complete = b->long_first > 0;
+        res->ttft = res->complete ? b->long_first - b->long_submit : NAN;
+        double t_pre = res->t_pre = (ph[PHASE_PRE].start + ph[PHASE_PRE].end) / 2;
+        double t_post = res->t_post = (ph[PHASE_POST].start + ph[PHASE_POST].end) / 2;
+        double pre = res->pre = run->host[PHASE_PRE].median, post = res->post = run->host[PHASE_POST].median;
+        double engine_pre = run->engine[PHASE_PRE].median, engine_post = run->engine[PHASE_POST].median;
+        struct samples *lg = &b->gaps[PHASE_LOADED], *le = &b->engine_gaps[PHASE_LOADED];
+        res->interp = ratio_summary(lg, &b->times, t_pre, pre, t_post, post, &b->oom);
+        res->engine_interp = ratio_summary(le, &b->engine_times, t_pre, engine_pre, t_post, engine_post, &b->oom);
+        res->pre_only = ratio_summary(lg, &b->times, 0, pre, 0, pre, &b->oom);
+        res->engine_pre_only = ratio_summary(le, &b->engine_times, 0, engine_pre, 0, engine_pre, &b->oom);
+        res->post_only = ratio_summary(lg, &b->times, 0, post, 0, post, &b->oom);
+        res->engine_post_only = ratio_summary(le, &b->engine_times, 0, engine_post, 0, engine_post, &b->oom);
+        if (b->oom) {
+                fprintf(stderr, "bench-decode-stall: out of memory\n");
+                return -1;
+        }
+        res->base_start = baseline_at(ph[PHASE_LOADED].start, t_pre, pre, t_post, post);
+        res->base_end = baseline_at(ph[PHASE_LOADED].end, t_pre, pre, t_post, post);
+        res->pass = res->interp.median <= 2.0 && res->interp.p90 <= 2.0;
+        res->pass_pre_only = res->pre_only.median <= 2.0 && res->pre_only.p90 <= 2.0;
+        return 0;
+}
+
+static void print_results(const struct run *run, const struct results *res) {
+        const struct samples *timeline = &run->b.timeline;
+        if (timeline->n > 0)
                 printf("decoder-0's gap in the loaded phase: first step %.1f ms, last step %.1f ms\n",
-                       b.timeline.v[0] * 1e3, b.timeline.v[b.timeline.n - 1] * 1e3);
+                       timeline->v[0] * 1e3, timeline->v[timeline->n - 1] * 1e3);
         printf("unloaded median gap: pre %.2f ms, post %.2f ms (%.2fx); interpolated: %.2f ms at the loaded phase's "
                "start, %.2f ms at its end\n",
-               pre * 1e3, post * 1e3, post / pre, base_start * 1e3, base_end * 1e3);
+               res->pre * 1e3, res->post * 1e3, res->post / res->pre, res->base_start * 1e3, res->base_end * 1e3);
         printf("loaded gap / unloaded median gap:\n");
-        print_ratios("interpolated pre..post (check)", &interp, &engine_interp);
-        print_ratios("pre only (former check)", &pre_only, &engine_pre_only);
-        print_ratios("post only", &post_only, &engine_post_only);
+        print_ratios("interpolated pre..post (check)", &res->interp, &res->engine_interp);
+        print_ratios("pre only (former check)", &res->pre_only, &res->engine_pre_only);
+        print_ratios("post only", &res->post_only, &res->engine_post_only);
         printf("decodes within 2x of the unloaded gap at the time (median and p90): %s (pre-only baseline: %s)\n",
-               pass ? "PASS" : "FAIL", pass_pre_only ? "PASS" : "FAIL");
+               res->pass ? "PASS" : "FAIL", res->pass_pre_only ? "PASS" : "FAIL");
         fflush(stdout);
+}
 
-        if (json_path) {
-                json = json_object_new_object();
-                struct json_object *cfg = json_object_new_object();
-                json_object_object_add(cfg, "model", json_object_new_string(model_path));
-                json_object_object_add(cfg, "threads", json_object_new_int64(threads));
-                json_object_object_add(cfg, "kernels", json_object_new_string(cpu_runner_kernels(runner)));
-                json_object_object_add(cfg, "max_num_batched_tokens", json_object_new_int64(config.max_num_batched_tokens));
-                json_object_object_add(cfg, "long_prefill_token_threshold",
-                                       json_object_new_int64(config.long_prefill_token_threshold));
-                json_object_object_add(cfg, "decode_stall_limit", json_object_new_double(config.decode_stall_limit));
-                json_object_object_add(cfg, "prefill_chunk", json_object_new_int64(chunk));
-                json_object_object_add(cfg, "decoders", json_object_new_int64(n_dec));
-                json_object_object_add(cfg, "decoder_max_tokens", json_object_new_int64(decode_tokens));
-                json_object_object_add(cfg, "prompt_len", json_object_new_int64(prompt_len));
-                json_object_object_add(cfg, "warmup", json_object_new_int64(warmup));
-                json_object_object_add(cfg, "unloaded_steps", json_object_new_int64(unloaded_steps));
-                json_object_object_add(cfg, "max_loaded_steps", json_object_new_int64(max_loaded_steps));
-                json_object_object_add(cfg, "max_model_len", json_object_new_int64(config.max_model_len));
-                json_object_object_add(cfg, "kv_blocks", json_object_new_int64(n_blocks));
-                json_object_object_add(json, "config", cfg);
-                json_object_object_add(json, "unloaded_pre", json_phase(&ph[PHASE_PRE], &host[PHASE_PRE],
-                                                                        &engine[PHASE_PRE]));
-                json_object_object_add(json, "loaded", json_phase(&ph[PHASE_LOADED], &host[PHASE_LOADED],
-                                                                  &engine[PHASE_LOADED]));
-                json_object_object_add(json, "unloaded_post", json_phase(&ph[PHASE_POST], &host[PHASE_POST],
-                                                                         &engine[PHASE_POST]));
-                struct json_object *lp = json_object_new_object();
-                json_object_object_add(lp, "complete", json_object_new_boolean(complete));
-                json_object_object_add(lp, "ttft_s", json_double(ttft));
-                json_object_object_add(lp, "engine_ttft_s", json_double(complete ? b.long_engine_ttft : NAN));
-                json_object_object_add(lp, "engine_prefill_s", json_double(complete ? b.long_engine_prefill : NAN));
-                json_object_object_add(json, "long_prompt", lp);
-                struct json_object *tl = json_object_new_array();
-                for (size_t i = 0; i < b.timeline.n; i++)
-                        json_object_array_add(tl, json_object_new_double(round(b.timeline.v[i] * 1e4) / 10));
-                json_object_object_add(json, "loaded_gaps_ms_decoder0", tl);
-                struct json_object *bl = json_object_new_object();
-                json_object_object_add(bl, "pre_median_ms", json_double(pre * 1e3));
-                json_object_object_add(bl, "post_median_ms", json_double(post * 1e3));
-                json_object_object_add(bl, "pre_midpoint_s", json_double(t_pre - ph[PHASE_LOADED].start));
-                json_object_object_add(bl, "post_midpoint_s", json_double(t_post - ph[PHASE_LOADED].start));
-                json_object_object_add(bl, "at_loaded_start_ms", json_double(base_start * 1e3));
-                json_object_object_add(bl, "at_loaded_end_ms", json_double(base_end * 1e3));
-                json_object_object_add(json, "unloaded_baseline", bl);
-                json_object_object_add(json, "ratio_interpolated", json_ratios(&interp, &engine_interp));
-                json_object_object_add(json, "ratio_pre_only", json_ratios(&pre_only, &engine_pre_only));
-                json_object_object_add(json, "ratio_post_only", json_ratios(&post_only, &engine_post_only));
-                json_object_object_add(json, "pass", json_object_new_boolean(pass));
-                json_object_object_add(json, "pass_pre_only", json_object_new_boolean(pass_pre_only));
-                if (json_object_to_file_ext(json_path, json, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE) < 0) {
-                        fprintf(stderr, "bench-decode-stall: cannot write %s: %s\n", json_path, json_util_get_last_err());
-                        r = 1;
-                        goto out;
-                }
-        }
-        if (check && !pass)
-                r = 1;
+static struct json_object *json_config(const struct run *run) {
+        const struct options *o = &run->o;
+        const struct engine_config *config = &o->config;
+        struct json_object *cfg = json_object_new_object();
+        json_object_object_add(cfg, "model", json_object_new_string(o->model_path));
+        json_object_object_add(cfg, "threads", json_object_new_int64(o->threads));
+        json_object_object_add(cfg, "kernels", json_object_new_string(cpu_runner_kernels(run->runner)));
+        json_object_object_add(cfg, "max_num_batched_tokens", json_object_new_int64(config->max_num_batched_tokens));
+        json_object_object_add(cfg, "long_prefill_token_threshold",
+                               json_object_new_int64(config->long_prefill_token_threshold));
+        json_object_object_add(cfg, "decode_stall_limit", json_object_new_double(config->decode_stall_limit));
+        json_object_object_add(cfg, "prefill_chunk", json_object_new_int64(run->chunk));
+        json_object_object_add(cfg, "decoders", json_object_new_int64(o->n_dec));
+        json_object_object_add(cfg, "decoder_max_tokens", json_object_new_int64(o->decode_tokens));
+        json_object_object_add(cfg, "prompt_len", json_object_new_int64(o->prompt_len));
+        json_object_object_add(cfg, "warmup", json_object_new_int64(o->warmup));
+        json_object_object_add(cfg, "unloaded_steps", json_object_new_int64(o->unloaded_steps));
+        json_object_object_add(cfg, "max_loaded_steps", json_object_new_int64(o->max_loaded_steps));
+        json_object_object_add(cfg, "max_model_len", json_object_new_int64(config->max_model_len));
+        json_object_object_add(cfg, "kv_blocks", json_object_new_int64(run->n_blocks));
+        return cfg;
+}
 
-out:
-        /* Abort what still runs and release every stream before the engine goes. */
-        if (b.dec)
-                for (unsigned i = 0; i < b.n_dec; i++)
-                        async_stream_release(b.dec[i].stream);
-        async_stream_release(b.long_stream);
-        async_llm_free(llm);
-        cpu_runner_free(runner);
-        tokenizer_free(tk);
-        model_free(model);
+static struct json_object *json_results(const struct run *run, const struct results *res) {
+        const struct bench *b = &run->b;
+        const struct phase_stats *ph = run->ph;
+        struct json_object *json = json_object_new_object();
+        json_object_object_add(json, "config", json_config(run));
+        json_object_object_add(json, "unloaded_pre", json_phase(&ph[PHASE_PRE], &run->host[PHASE_PRE],
+                                                                &run->engine[PHASE_PRE]));
+        json_object_object_add(json, "loaded", json_phase(&ph[PHASE_LOADED], &run->host[PHASE_LOADED],
+                                                          &run->engine[PHASE_LOADED]));
+        json_object_object_add(json, "unloaded_post", json_phase(&ph[PHASE_POST], &run->host[PHASE_POST],
+                                                                 &run->engine[PHASE_POST]));
+        struct json_object *lp = json_object_new_object();
+        json_object_object_add(lp, "complete", json_object_new_boolean(res->complete));
+        json_object_object_add(lp, "ttft_s", json_double(res->ttft));
+        json_object_object_add(lp, "engine_ttft_s", json_double(res->complete ? b->long_engine_ttft : NAN));
+        json_object_object_add(lp, "engine_prefill_s", json_double(res->complete ? b->long_engine_prefill : NAN));
+        json_object_object_add(json, "long_prompt", lp);
+        struct json_object *tl = json_object_new_array();
+        for (size_t i = 0; i < b->timeline.n; i++)
+                json_object_array_add(tl, json_object_new_double(round(b->timeline.v[i] * 1e4) / 10));
+        json_object_object_add(json, "loaded_gaps_ms_decoder0", tl);
+        struct json_object *bl = json_object_new_object();
+        json_object_object_add(bl, "pre_median_ms", json_double(res->pre * 1e3));
+        json_object_object_add(bl, "post_median_ms", json_double(res->post * 1e3));
+        json_object_object_add(bl, "pre_midpoint_s", json_double(res->t_pre - ph[PHASE_LOADED].start));
+        json_object_object_add(bl, "post_midpoint_s", json_double(res->t_post - ph[PHASE_LOADED].start));
+        json_object_object_add(bl, "at_loaded_start_ms", json_double(res->base_start * 1e3));
+        json_object_object_add(bl, "at_loaded_end_ms", json_double(res->base_end * 1e3));
+        json_object_object_add(json, "unloaded_baseline", bl);
+        json_object_object_add(json, "ratio_interpolated", json_ratios(&res->interp, &res->engine_interp));
+        json_object_object_add(json, "ratio_pre_only", json_ratios(&res->pre_only, &res->engine_pre_only));
+        json_object_object_add(json, "ratio_post_only", json_ratios(&res->post_only, &res->engine_post_only));
+        json_object_object_add(json, "pass", json_object_new_boolean(res->pass));
+        json_object_object_add(json, "pass_pre_only", json_object_new_boolean(res->pass_pre_only));
+        return json;
+}
+
+/* 0 or -1. */
+static int write_json(const struct run *run, const struct results *res) {
+        struct json_object *json = json_results(run, res);
+        int r = json_object_to_file_ext(run->o.json_path, json, JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_NOSLASHESCAPE);
+        if (r < 0)
+                fprintf(stderr, "bench-decode-stall: cannot write %s: %s\n", run->o.json_path, json_util_get_last_err());
         json_object_put(json);
-        free(long_prompt);
-        free(b.dec);
-        free(b.timeline.v);
-        free(b.times.v);
-        free(b.engine_times.v);
+        return r < 0 ? -1 : 0;
+}
+
+/* Aborts what still runs and releases every stream before the engine goes. */
+static void run_done(struct run *run) {
+        struct bench *b = &run->b;
+        if (b->dec)
+                for (unsigned i = 0; i < b->n_dec; i++)
+                        async_stream_release(b->dec[i].stream);
+        async_stream_release(b->long_stream);
+        async_llm_free(run->llm);
+        cpu_runner_free(run->runner);
+        tokenizer_free(run->tk);
+        model_free(run->model);
+        free(run->long_prompt);
+        free(b->dec);
+        free(b->timeline.v);
+        free(b->times.v);
+        free(b->engine_times.v);
         for (int p = 0; p < _PHASE_RECORDED; p++) {
-                free(b.gaps[p].v);
-                free(b.engine_gaps[p].v);
+                free(b->gaps[p].v);
+                free(b->engine_gaps[p].v);
         }
+}
+
+int main(int argc, char **argv) {
+        struct run run = {};
+        struct results res = {};
+        int r = parse_options(argc, argv, &run.o);
+        if (r >= 0)
+                return r;
+        r = 1;
+        if (start_engine(&run) == 0 && start_decoders(&run) == 0 && measure(&run) == 0 &&
+            compute_results(&run, &res) == 0) {
+                print_results(&run, &res);
+                if (!run.o.json_path || write_json(&run, &res) == 0)
+                        r = run.o.check && !res.pass ? 1 : 0;
+        }
+        run_done(&run);
         return r;
 }

@@ -17,6 +17,15 @@ int bench_parse_uint(const char *s, unsigned *ret) {
         return 0;
 }
 
+int bench_parse_double(const char *s, double *ret) {
+        char *end;
+        double v = strtod(s, &end);
+        if (end == s || *end)
+                return -EINVAL;
+        *ret = v;
+        return 0;
+}
+
 int bench_compare_double(const void *a, const void *b) {
         double x = *(const double *) a, y = *(const double *) b;
         return (x > y) - (x < y);

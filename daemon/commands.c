@@ -529,3 +529,11 @@ void commands_handle_line(struct connection *c, const char *line, size_t len) {
                 }
         client_message_free(&m);
 }
+
+const struct connection_protocol commands_protocol = {
+        .send_hello = commands_send_hello,
+        .handle_line = commands_handle_line,
+        .send_error = commands_send_error,
+        .send_output = commands_send_output,
+        .request_done = commands_request_done,
+};

@@ -11,6 +11,9 @@
 #include "connection.h"
 #include "request-output.h"
 
+/* The connections' protocol: these functions, for the transport to call. */
+extern const struct connection_protocol commands_protocol;
+
 void commands_handle_line(struct connection *c, const char *line, size_t len);
 
 void commands_send_hello(struct connection *c);

@@ -10,7 +10,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "commands.h"
 #include "connection.h"
 #include "log.h"
 #include "ndjson-reader.h"
@@ -166,11 +165,11 @@ void connection_pump_request(struct daemon_request *r) {
         struct connection *c = r->conn;
         struct request_output *o;
         while (!c->closed && out_queued(c) < OUT_HIGH_WATER && (o = async_stream_take(r->stream))) {
-                commands_send_output(r, o);
+                c->server->protocol->send_output(r, o);
                 bool finished = o->finished;
                 request_output_free(o);
                 if (finished) {
-                        commands_request_done(r);
+                        c->server->protocol->request_done(r);
                         return;
                 }
         }
@@ -196,15 +195,16 @@ static void update_events(struct connection *c) {
 }
 
 static void handle_lines(struct connection *c) {
+        const struct connection_protocol *protocol = c->server->protocol;
         struct ndjson_line line;
         int r;
         while (!c->closed && (r = ndjson_reader_next(c->reader, &line)) != 0) {
                 if (r == -EMSGSIZE)
-                        commands_send_error(c, NULL, PROTOCOL_LINE_TOO_LONG, "line longer than max-line-bytes; it was skipped");
+                        protocol->send_error(c, NULL, PROTOCOL_LINE_TOO_LONG, "line longer than max-line-bytes; it was skipped");
                 else if (r == -EILSEQ)
-                        commands_send_error(c, NULL, PROTOCOL_INVALID_UTF8, "line is not valid UTF-8; it was skipped");
+                        protocol->send_error(c, NULL, PROTOCOL_INVALID_UTF8, "line is not valid UTF-8; it was skipped");
                 else
-                        commands_handle_line(c, line.data, line.len);
+                        protocol->handle_line(c, line.data, line.len);
         }
 }
 
@@ -308,7 +308,7 @@ int connection_new(struct server *s, int fd, struct error *err) {
                 return r;
         log_debug("client connected: pid %d, uid %u%s", (int) c->pid, (unsigned) c->uid,
                   c->is_admin ? " (admin)" : c->may_generate ? "" : " (no permissions)");
-        commands_send_hello(c);
+        s->protocol->send_hello(c);
         return 0;
 }
 
@@ -320,7 +320,7 @@ int connection_new_stream(struct server *s, int fd, const struct connection *cre
         /* the same stream as the socket's, so the same client reads it; not closing while
          * the hello alone is queued, before the caller adds the request */
         (*ret)->closing = false;
-        commands_send_hello(*ret);
+        s->protocol->send_hello(*ret);
         (*ret)->closing = true;
         return 0;
 }
@@ -352,7 +352,7 @@ void connection_close(struct connection *c) {
         c->closed = true;
         c->refs++;
         while (c->first_request)
-                commands_request_done(c->first_request); /* releasing a running stream aborts it */
+                s->protocol->request_done(c->first_request); /* releasing a running stream aborts it */
         c->io = sd_event_source_disable_unref(c->io);
         c->stall_timer = sd_event_source_disable_unref(c->stall_timer);
         if (c->close_later) { /* it held a reference */
@@ -397,7 +397,7 @@ void connections_flush_and_close_all(struct server *s, const char *code, const c
                 next = c->next;
                 c->refs++;
                 pump_all(c);
-                commands_send_error(c, NULL, code, message);
+                s->protocol->send_error(c, NULL, code, message);
                 if (!c->closed) {
                         /* one last blocking-free attempt; what does not fit is lost with the process */
                         flush(c);

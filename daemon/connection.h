@@ -8,6 +8,7 @@
  * progress. Closing the connection aborts its requests. */
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <systemd/sd-event.h>
@@ -18,6 +19,21 @@
 
 struct server;
 struct connection;
+struct daemon_request;
+struct request_output;
+
+/* The protocol spoken over a connection (commands.c's commands_protocol, which drives the
+ * connections): the transport calls up through this table, so that it never calls into the
+ * layer above it. */
+struct connection_protocol {
+        void (*send_hello)(struct connection *c);
+        void (*handle_line)(struct connection *c, const char *line, size_t len);
+        /* id NULL for a line whose id is unknown */
+        void (*send_error)(struct connection *c, const char *id, const char *code, const char *message);
+        void (*send_output)(struct daemon_request *r, const struct request_output *o);
+        /* the request is over, or its connection is */
+        void (*request_done)(struct daemon_request *r);
+};
 
 /* One generate request of a connection. */
 struct daemon_request {

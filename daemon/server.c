@@ -13,6 +13,7 @@
 
 #include "bus.h"
 #include "clock.h"
+#include "commands.h"
 #include "connection.h"
 #include "listen-socket.h"
 #include "log.h"
@@ -197,7 +198,9 @@ static void log_decode_calibration(struct served_model *m) {
 int server_start(struct server *s, struct daemon_settings *settings, int argc, char **argv, struct error *err) {
         int r;
 
-        *s = (struct server) { .settings = settings, .argc = argc, .argv = argv, .listen_fd = -1 };
+        *s = (struct server) {
+                .settings = settings, .argc = argc, .argv = argv, .listen_fd = -1, .protocol = &commands_protocol
+        };
         id_map_init(&s->requests, offsetof(struct daemon_request, daemon_id));
         id_map_init(&s->uid_counts, offsetof(struct uid_count, key));
         daemon_metrics_init(&s->metrics);

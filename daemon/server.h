@@ -14,6 +14,7 @@
 #include "settings.h"
 
 struct connection;
+struct connection_protocol;
 
 struct server {
         sd_event *event;
@@ -34,6 +35,7 @@ struct server {
         sd_event_source *exit_source;
         uint64_t watchdog_usec;
 
+        const struct connection_protocol *protocol; /* what the connections speak: commands.c's */
         struct connection *connections; /* every open connection */
         uint32_t n_connections;
         uint64_t next_connection; /* serial number, part of the engine-side request ids */

@@ -2,7 +2,9 @@
 #pragma once
 
 /* The scheduler's building blocks, shared by its policies (scheduler.c: fcfs and priority;
- * slo-policy.c: slo). Only scheduler files include this. */
+ * slo-policy.c: slo). The queue moves live in scheduler-queues.c, apart from scheduler.c, so
+ * that the slo policy uses them without calling back into the file that dispatches to it.
+ * Only scheduler files include this. */
 
 #include "scheduler.h"
 
@@ -10,6 +12,13 @@
  * a preempted request's recomputation). */
 static inline bool request_is_decode(const struct request *r) {
         return r->n_tokens - r->num_computed_tokens == 1 && r->num_computed_tokens >= r->n_prompt;
+}
+
+/* True when a should be served before b under the priority policy. */
+static inline bool request_priority_before(const struct request *a, const struct request *b) {
+        if (a->priority != b->priority)
+                return a->priority < b->priority;
+        return a->arrival_order < b->arrival_order;
 }
 
 /* Sends running[index] back to waiting, its KV to be recomputed; tokens it was already

@@ -10,6 +10,20 @@
 
 #include "client-internal.h"
 
+/* Runs the client's loop until done(c, data). When it stops short (an error, the timeout), the
+ * request id is given up and the error that stopped the loop kept. What the loop returned. */
+static int run_until_done(asyncllm_client *c, bool (*done)(const asyncllm_client *c, void *data), void *data,
+                          const char *id) {
+        int q = client_run_until(c, done, data);
+        if (!done(c, data)) {
+                char keep[CLIENT_ERROR_MAX];
+                snprintf(keep, sizeof(keep), "%s", c->error);
+                client_give_up(c, id);
+                client_set_error(c, q, NULL, "%s", keep);
+        }
+        return q;
+}
+
 struct sync_generate {
         asyncllm_output_fn cb;
         void *userdata;
@@ -43,13 +57,7 @@ int asyncllm_client_generate(asyncllm_client *c, const asyncllm_request *r, asyn
         int q = client_submit_generate(c, r, sync_output, &s, &id);
         if (q < 0)
                 return q;
-        q = client_run_until(c, generate_done, &s);
-        if (!s.done) {
-                char keep[CLIENT_ERROR_MAX];
-                snprintf(keep, sizeof(keep), "%s", c->error);
-                client_give_up(c, id);
-                client_set_error(c, q, NULL, "%s", keep);
-        }
+        q = run_until_done(c, generate_done, &s, id);
         free(id);
         return s.done ? s.result : q;
 }
@@ -81,13 +89,7 @@ int asyncllm_client_call(asyncllm_client *c, const char *op, const char *args_js
         int q = client_submit_call(c, op, args_json, sync_reply, &s, &id);
         if (q < 0)
                 return q;
-        q = client_run_until(c, call_done, &s);
-        if (!s.done) {
-                char keep[CLIENT_ERROR_MAX];
-                snprintf(keep, sizeof(keep), "%s", c->error);
-                client_give_up(c, id);
-                client_set_error(c, q, NULL, "%s", keep);
-        }
+        q = run_until_done(c, call_done, &s, id);
         free(id);
         if (!s.done)
                 return q;

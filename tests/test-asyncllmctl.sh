@@ -329,7 +329,9 @@ echo "== health: stalled (exit 5)"
 touch "$tmp/stall"
 "$ctl" "${S[@]}" generate --max-tokens 2 "Hi" >/dev/null 2>&1 &
 job=$!
-sleep "$(scaled 2)"
+# health turns stalled once the hanging first step (3 s) outlasts the stall timeout (1 s)
+end=$((SECONDS + $(scaled 3)))
+until timeout "$(scaled 60)" "$ctl" "${S[@]}" health >/dev/null 2>&1; [[ $? -eq 5 ]] || ((SECONDS >= end)); do sleep 0.1; done
 check "health while the engine stalls" 5 "" "$ctl" "${S[@]}" health
 expect "health says stalled" grep -q '^stalled' "$tmp/out"
 rm -f "$tmp/stall"

@@ -28,6 +28,8 @@
 
 #define HELLO_V1 "{\"hello\": {\"protocol\": 1, \"server\": \"asyncllmd\", \"version\": \"0.1.0\", \"model\": \"fake-model\"}}"
 #define MAX_ACTIVE 64
+/* How long a wait may last before the test calls it a hang (20 s, stretched on slow runs). */
+#define HANG_MS ((int) (test_scaled(20) * 1000))
 
 /* ---- The fake daemon ----------------------------------------------------------------- */
 
@@ -268,7 +270,7 @@ static void *fake_serve(void *data) {
                         streaming |= fs->active[i].total >= 0;
                 streaming &= fs->n_generates >= fs->opts.start_after;
                 struct pollfd pfd = { .fd = fs->fd, .events = POLLIN };
-                int r = poll(&pfd, 1, streaming ? 0 : 20000);
+                int r = poll(&pfd, 1, streaming ? 0 : HANG_MS);
                 ck_assert_int_ge(r, 0);
                 if (r == 0 && !streaming)
                         break; /* a test that forgot us */
@@ -352,7 +354,7 @@ static asyncllm_client *connect_to(struct fake_server **ret_fs, const struct fak
         int fd;
         *ret_fs = fake_start(opts, &fd);
         ck_assert_int_eq(asyncllm_client_new(&c), 0);
-        asyncllm_client_set_timeout(c, 20 * 1000000ull); /* a hang fails instead of hanging */
+        asyncllm_client_set_timeout(c, HANG_MS * 1000ull); /* a hang fails instead of hanging */
         int q = asyncllm_client_connect_fd(c, fd);
         ck_assert_msg(q == 0, "connect: %s", asyncllm_client_error(c));
         return c;
@@ -455,7 +457,7 @@ static bool loop_until_idle(asyncllm_client *c) {
                 struct pollfd pfd = { .fd = asyncllm_client_fd(c), .events = (short) asyncllm_client_events(c) };
                 wanted_pollout |= (pfd.events & POLLOUT) != 0;
                 ck_assert_int_ge(pfd.fd, 0);
-                int r = poll(&pfd, 1, 20000);
+                int r = poll(&pfd, 1, HANG_MS);
                 ck_assert_int_gt(r, 0);
                 int q = asyncllm_client_process(c);
                 if (q < 0)
@@ -554,7 +556,7 @@ static int try_connect(const struct fake_opts *opts, asyncllm_client **ret, stru
         int fd;
         *ret_fs = fake_start(opts, &fd);
         ck_assert_int_eq(asyncllm_client_new(ret), 0);
-        asyncllm_client_set_timeout(*ret, 20 * 1000000ull);
+        asyncllm_client_set_timeout(*ret, HANG_MS * 1000ull);
         return asyncllm_client_connect_fd(*ret, fd);
 }
 
@@ -895,7 +897,7 @@ START_TEST(test_daemon_closes_mid_stream) {
         bool asked = false;
         while (q == 0) {
                 struct pollfd pfd = { .fd = asyncllm_client_fd(c), .events = (short) asyncllm_client_events(c) };
-                ck_assert_int_eq(poll(&pfd, 1, 20000), 1);
+                ck_assert_int_eq(poll(&pfd, 1, HANG_MS), 1);
                 q = asyncllm_client_process(c);
                 if (q == 0 && a.n == 2 && !asked) {
                         /* sent while the daemon is going away: it hears too */

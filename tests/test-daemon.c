@@ -29,14 +29,6 @@
 #include "clock.h"
 #include "test-helpers.h"
 
-/* How much longer than usual things may take: sanitizer builds run the model several times
- * slower (make check sets ASYNCLLM_TEST_SLOWDOWN there). */
-static double slowdown(void) {
-        const char *v = getenv("ASYNCLLM_TEST_SLOWDOWN");
-        double f = v ? atof(v) : 1.0;
-        return f >= 1.0 ? f : 1.0;
-}
-
 struct daemon {
         pid_t pid;
         char *dir;
@@ -55,9 +47,9 @@ static int notify_socket(const char *path) {
         return fd;
 }
 
-/* Reads notifications for up to timeout seconds; true once one contains want. */
-static bool wait_notify(struct daemon *d, const char *want, double timeout) {
-        double end = monotonic_seconds() + timeout;
+/* Reads notifications until end (monotonic seconds), counting the watchdog pings; true as soon
+ * as one contains want (NULL: read until end). */
+static bool read_notify_until(struct daemon *d, const char *want, double end) {
         char buf[4096];
         while (monotonic_seconds() < end) {
                 struct pollfd p = { d->notify_fd, POLLIN, 0 };
@@ -73,6 +65,12 @@ static bool wait_notify(struct daemon *d, const char *want, double timeout) {
                         return true;
         }
         return false;
+}
+
+/* Reads notifications for up to timeout seconds (stretched by test_slowdown()); true once one
+ * contains want. */
+static bool wait_notify(struct daemon *d, const char *want, double timeout) {
+        return read_notify_until(d, want, test_deadline(timeout));
 }
 
 /* Starts asyncllmd with extra arguments (NULL-terminated) and environment assignments. */
@@ -134,7 +132,7 @@ static void daemon_start_with(struct daemon *d, const char *const *extra, const 
                 _exit(127);
         }
         if (!activate)
-                ck_assert_msg(wait_notify(d, "READY=1", 60 * slowdown()), "the daemon did not send READY=1 in time");
+                ck_assert_msg(wait_notify(d, "READY=1", 60), "the daemon did not send READY=1 in time");
         /* A socket nobody reads fills up (a few datagrams), and sd_notify() then blocks the
          * daemon's loop; closed, the daemon's later STATUS= lines are refused at once. */
         if (!d->keep_notify) {
@@ -149,9 +147,10 @@ static void daemon_start(struct daemon *d, const char *const *extra) {
         daemon_start_with(d, extra, NULL, false);
 }
 
-/* Waits for the daemon to exit; returns its exit status, or -1 when it does not within timeout. */
+/* Waits for the daemon to exit; returns its exit status, or -1 when it does not within timeout
+ * seconds (stretched by test_slowdown()). */
 static int daemon_wait(struct daemon *d, double timeout) {
-        double end = monotonic_seconds() + timeout;
+        double end = test_deadline(timeout);
         int status;
         while (monotonic_seconds() < end) {
                 pid_t r = waitpid(d->pid, &status, WNOHANG);
@@ -192,7 +191,7 @@ static void client_connect(struct client *c, const char *path) {
         c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         c->len = 0;
         ck_assert_int_ge(c->fd, 0);
-        double end = monotonic_seconds() + 30;
+        double end = test_deadline(30);
         while (connect(c->fd, (struct sockaddr *) &a, sizeof(a)) < 0) {
                 ck_assert_msg(monotonic_seconds() < end, "cannot connect to %s: %s", path, strerror(errno));
                 usleep(50000);
@@ -204,9 +203,10 @@ static void client_send(struct client *c, const char *line) {
         ck_assert_int_eq(write(c->fd, line, n), (ssize_t) n);
 }
 
-/* The next line as JSON (NULL at end of stream or after timeout seconds). */
+/* The next line as JSON (NULL at end of stream or after timeout seconds, stretched by
+ * test_slowdown()). */
 static struct json_object *client_read(struct client *c, double timeout) {
-        double end = monotonic_seconds() + timeout;
+        double end = test_deadline(timeout);
         for (;;) {
                 char *nl = memchr(c->buf, '\n', c->len);
                 if (nl) {
@@ -263,7 +263,7 @@ static void client_hello(struct client *c, const char *path) {
 static struct json_object *call(struct client *c, const char *line, const char *id) {
         client_send(c, line);
         for (;;) {
-                struct json_object *o = client_read(c, 60 * slowdown());
+                struct json_object *o = client_read(c, 60);
                 ck_assert_msg(o, "no answer to %s", line);
                 const char *oid = str_at(o, "id");
                 if (oid && strcmp(oid, id) == 0) {
@@ -393,7 +393,7 @@ START_TEST(test_many_clients) {
                         client_send(&c[i], line);
                 }
         }
-        double end = monotonic_seconds() + 300 * slowdown();
+        double end = test_deadline(300);
         while (done < CLIENTS * EACH) {
                 ck_assert_msg(monotonic_seconds() < end, "only %d of %d requests finished", done, CLIENTS * EACH);
                 struct pollfd p[CLIENTS];
@@ -492,10 +492,11 @@ START_TEST(test_abuse) {
 }
 END_TEST
 
-/* True once the daemon's log holds needle (waits up to timeout seconds). */
+/* True once the daemon's log holds needle (waits up to timeout seconds, stretched by
+ * test_slowdown()). */
 static bool log_has(struct daemon *d, const char *needle, double timeout) {
         char *path = test_path_join(d->dir, "stderr.log");
-        double end = monotonic_seconds() + timeout;
+        double end = test_deadline(timeout);
         bool found = false;
         while (!found && monotonic_seconds() < end) {
                 uint8_t *buf;
@@ -572,7 +573,7 @@ static void expect_refusal(struct client *c, const char *id, const char *code, c
 /* Until requests_in_flight and connections reach these (and, with no request left, the KV
  * blocks are all free). */
 static void wait_for(struct client *watcher, long in_flight, long connections) {
-        double end = monotonic_seconds() + 60 * slowdown();
+        double end = test_deadline(60);
         while (stat_value(watcher, "result.requests_in_flight") != in_flight ||
                stat_value(watcher, "result.connections") != connections ||
                (in_flight == 0 && stat_value(watcher, "result.kv_blocks_used") != 0)) {
@@ -659,7 +660,7 @@ START_TEST(test_slow_client) {
                 client_send(&slow, line);
         }
         free(line);
-        ck_assert(log_has(&d, "read nothing for", 60 * slowdown()));
+        ck_assert(log_has(&d, "read nothing for", 60));
         /* the watcher was never held up, and nothing is left of the slow client */
         struct json_object *o = call(&watcher, "{\"op\":\"health\",\"id\":\"h\"}\n", "h");
         ck_assert_str_eq(str_at(o, "result.status"), "ok");
@@ -669,7 +670,7 @@ START_TEST(test_slow_client) {
         size_t bytes = 0;
         for (;;) {
                 struct pollfd p = { slow.fd, POLLIN, 0 };
-                ck_assert_int_eq(poll(&p, 1, 10000), 1);
+                ck_assert_int_eq(poll(&p, 1, (int) (test_scaled(10) * 1000)), 1);
                 ssize_t n = read(slow.fd, slow.buf, sizeof(slow.buf));
                 if (n <= 0)
                         break;
@@ -698,7 +699,7 @@ START_TEST(test_vanished_clients) {
         for (int i = 0; i < 8; i++)
                 close(c[i].fd);
         client_hello(&watcher, d.socket);
-        double end = monotonic_seconds() + 20;
+        double end = test_deadline(20);
         while (stat_value(&watcher, "result.requests_in_flight") != 0 || stat_value(&watcher, "result.kv_blocks_used") != 0) {
                 ck_assert_msg(monotonic_seconds() < end, "requests or KV blocks still held after their clients left");
                 usleep(100000);
@@ -733,7 +734,7 @@ START_TEST(test_sigterm_under_load) {
          * reader's end). Read one after another, client 1 lost its last lines once in CI,
          * decode having become fast enough to fill its socket within the 2 s drain. */
         bool final[4] = { false }, goodbye[4] = { false }, open[4] = { true, true, true, true };
-        double end = monotonic_seconds() + 30 * slowdown();
+        double end = test_deadline(30);
         for (int n_open = 4; n_open > 0;) {
                 ck_assert_msg(monotonic_seconds() < end, "%d clients still open 30 s after SIGTERM", n_open);
                 struct pollfd p[4];
@@ -771,7 +772,7 @@ START_TEST(test_sigterm_under_load) {
                 close(c[i].fd);
         }
         ck_assert_int_eq(daemon_wait(&d, 30), 0);
-        ck_assert_msg(monotonic_seconds() - t0 < 10 * slowdown(), "the daemon took %.1f s to stop", monotonic_seconds() - t0);
+        ck_assert_msg(monotonic_seconds() - t0 < test_scaled(10), "the daemon took %.1f s to stop", monotonic_seconds() - t0);
         daemon_stop(&d);
 }
 END_TEST
@@ -799,44 +800,65 @@ START_TEST(test_engine_death) {
 }
 END_TEST
 
-/* A hung engine: health turns red and the watchdog pings stop, then both recover. */
+/* Counts the watchdog pings over exactly seconds (an observation window, not stretched), after
+ * leaving out those already queued. */
+static int pings_during(struct daemon *d, double seconds) {
+        char buf[4096];
+        while (recv(d->notify_fd, buf, sizeof(buf), 0) > 0)
+                ;
+        int before = d->watchdog_pings;
+        read_notify_until(d, NULL, monotonic_seconds() + seconds);
+        return d->watchdog_pings - before;
+}
+
+/* The health op's status. */
+static char *health_status(struct client *c) {
+        struct json_object *o = call(c, "{\"op\":\"health\",\"id\":\"h\"}\n", "h");
+        char *status = strdup(str_at(o, "result.status"));
+        json_object_put(o);
+        ck_assert_ptr_nonnull(status);
+        return status;
+}
+
+/* A hung engine: health turns red and the watchdog pings stop, then both recover. The first
+ * step hangs for a stretched 3 s; the test waits on what it watches (the health op, the pings)
+ * instead of sleeping, and only the window with no pings (longer than the 0.5 s between two)
+ * is fixed. */
 START_TEST(test_hung_engine) {
         struct daemon d = { .keep_notify = true };
         char *stall = NULL;
-        char env_file[600];
+        char env_file[600], env_stall[64];
         const char *const extra[] = { "--health-stall-timeout", "1", NULL };
         char *dir = test_tmpdir();
         stall = test_path_join(dir, "stall");
         snprintf(env_file, sizeof(env_file), "ASYNCLLMD_FAULT_STALL_FILE=%s", stall);
-        const char *const env[] = { "ASYNCLLMD_FAULT_STALL_MS=2500", env_file, "WATCHDOG_USEC=1000000", NULL };
+        snprintf(env_stall, sizeof(env_stall), "ASYNCLLMD_FAULT_STALL_MS=%.0f", test_scaled(3) * 1000);
+        const char *const env[] = { env_stall, env_file, "WATCHDOG_USEC=1000000", NULL };
         daemon_start_with(&d, extra, env, false);
-        wait_notify(&d, NULL, 1.5);
-        ck_assert_int_ge(d.watchdog_pings, 1); /* idle: healthy, pinging */
+        ck_assert_msg(wait_notify(&d, "WATCHDOG=1", 1.5), "idle: no watchdog ping");
         struct client c;
         client_hello(&c, d.socket);
         ck_assert_int_eq(test_write_file(stall, "", 0), 0);
         client_send(&c, "{\"op\":\"generate\",\"id\":\"g\",\"prompt\":\"Hi\",\"params\":{\"max_tokens\":2,\"ignore_eos\":true}}\n");
-        usleep(1600 * 1000); /* the first step hangs for 2.5 s */
         struct client h;
         client_hello(&h, d.socket);
-        struct json_object *o = call(&h, "{\"op\":\"health\",\"id\":\"h\"}\n", "h");
-        ck_assert_str_eq(str_at(o, "result.status"), "stalled");
-        json_object_put(o);
-        char buf[256];
-        while (recv(d.notify_fd, buf, sizeof(buf), 0) > 0) /* pings sent before the stall showed */
-                ;
-        d.watchdog_pings = 0;
-        wait_notify(&d, NULL, 0.6);
-        ck_assert_int_eq(d.watchdog_pings, 0);
+        double end = test_deadline(2.5); /* the stall timeout is 1 s */
+        char *status;
+        while (strcmp(status = health_status(&h), "stalled") != 0) {
+                ck_assert_msg(monotonic_seconds() < end, "health still says %s while the first step hangs", status);
+                free(status);
+                usleep(50000);
+        }
+        free(status);
+        ck_assert_int_eq(pings_during(&d, 0.6), 0);
         unlink(stall);
         struct gen g;
         gen_run(&c, "g", &g);
         ck_assert_int_eq(g.tokens, 2);
-        o = call(&h, "{\"op\":\"health\",\"id\":\"h2\"}\n", "h2");
-        ck_assert_str_eq(str_at(o, "result.status"), "ok");
-        json_object_put(o);
-        wait_notify(&d, NULL, 1.2);
-        ck_assert_int_ge(d.watchdog_pings, 1);
+        status = health_status(&h);
+        ck_assert_str_eq(status, "ok");
+        free(status);
+        ck_assert_msg(wait_notify(&d, "WATCHDOG=1", 1.2), "the watchdog pings did not resume");
         close(c.fd);
         close(h.fd);
         daemon_stop(&d);
@@ -925,7 +947,7 @@ static void private_bus_start(struct private_bus *b) {
                 _exit(127);
         }
         char *sock = test_path_join(b->dir, "bus");
-        double end = monotonic_seconds() + 10;
+        double end = test_deadline(10);
         while (access(sock, F_OK) != 0) {
                 ck_assert_msg(monotonic_seconds() < end, "the private dbus-daemon did not start");
                 usleep(20000);
@@ -996,7 +1018,7 @@ static int on_properties_changed(sd_bus_message *m, void *userdata, sd_bus_error
 }
 
 static void wait_state(sd_bus *bus, struct state_watch *w, const char *want) {
-        double end = monotonic_seconds() + 20;
+        double end = test_deadline(20);
         while (strcmp(w->last, want) != 0) {
                 ck_assert_msg(monotonic_seconds() < end, "State never became %s (last %s)", want, w->last);
                 if (sd_bus_process(bus, NULL) == 0)
@@ -1046,7 +1068,7 @@ static int busctl_wait(pid_t pid, const char *out_path, char *out, size_t size) 
 }
 
 static void wait_in_flight(sd_bus *bus, uint32_t want) {
-        double end = monotonic_seconds() + 60 * slowdown();
+        double end = test_deadline(60);
         while (bus_stat(bus, "requests_in_flight") != want) {
                 ck_assert_msg(monotonic_seconds() < end, "requests_in_flight never became %u", want);
                 usleep(50000);
@@ -1206,7 +1228,7 @@ START_TEST(test_dbus) {
         }
         ck_assert_uint_eq(bus_stat(bus, "requests_in_flight"), 1);
         close(stream.fd);
-        double end = monotonic_seconds() + 20;
+        double end = test_deadline(20);
         while (bus_stat(bus, "requests_in_flight") != 0 || bus_stat(bus, "kv_blocks_used") != 0) {
                 ck_assert_msg(monotonic_seconds() < end, "closing the stream did not abort the request");
                 usleep(100000);
@@ -1256,7 +1278,7 @@ START_TEST(test_dbus) {
         pid_t drained = busctl_spawn(b.address, "Complete 'sa{sv}' 'Tell me a story' 2 max_tokens i 48 ignore_eos b true", out_path);
         wait_in_flight(bus, 1);
         kill(d.pid, SIGTERM);
-        ck_assert_int_eq(daemon_wait(&d, 60 * slowdown()), 0);
+        ck_assert_int_eq(daemon_wait(&d, 60), 0);
         ck_assert_msg(busctl_wait(drained, out_path, out, sizeof(out)) == 0, "busctl: %s", out);
         ck_assert_msg(strstr(out, "\"length\"") && strstr(out, "\"completion_tokens\" u 48"), "busctl printed: %s", out);
         free(out_path);
@@ -1313,7 +1335,7 @@ START_TEST(test_slo_policy) {
                         ck_assert_int_eq(stat_value(&c, "result.slo_rejected"), 0);
                 } else {
                         struct json_object *o;
-                        while ((o = client_read(&c, 60 * slowdown())) && !at(o, "error"))
+                        while ((o = client_read(&c, 60)) && !at(o, "error"))
                                 json_object_put(o);
                         ck_assert_msg(o, "no error line for the impossible SLO");
                         ck_assert_str_eq(str_at(o, "id"), "fast");
@@ -1356,7 +1378,7 @@ static bool wanted(const char *name) {
 int main(void) {
         Suite *s = suite_create("daemon");
         TCase *tc = tcase_create("real-daemon");
-        tcase_set_timeout(tc, 900 * slowdown());
+        tcase_set_timeout(tc, 900); /* stretched by CK_TIMEOUT_MULTIPLIER (Makefile.am) */
         add_test(tc, test_streaming);
         add_test(tc, test_many_clients);
         add_test(tc, test_abuse);

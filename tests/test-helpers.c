@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "test-helpers.h"
 
 #define DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -32,6 +33,20 @@ const char *test_model_path(void) {
                 ck_abort_msg("model %s is not readable (%s): run scripts/fetch-model, or set ASYNCLLM_MODEL", path,
                              strerror(errno));
         return path;
+}
+
+double test_slowdown(void) {
+        const char *v = getenv("ASYNCLLM_TEST_SLOWDOWN");
+        double f = v && *v ? strtod(v, NULL) : 1.0;
+        return f >= 1.0 ? f : 1.0;
+}
+
+double test_scaled(double seconds) {
+        return seconds * test_slowdown();
+}
+
+double test_deadline(double seconds) {
+        return monotonic_seconds() + test_scaled(seconds);
 }
 
 char *test_tmpdir(void) {

@@ -12,6 +12,20 @@
  * scripts/fetch-model when the file is missing. */
 const char *test_model_path(void);
 
+/* How many times longer than usual things may take on this run: $ASYNCLLM_TEST_SLOWDOWN (make
+ * check sets it in sanitizer builds, tests/valgrind-run under memcheck), at least 1. Every
+ * wall-clock margin of the tests goes through it, so that a slow machine stretches them all
+ * alike. */
+double test_slowdown(void);
+
+/* seconds of wall-clock margin (a deadline, a wait for something that must happen), stretched
+ * by test_slowdown(). */
+double test_scaled(double seconds);
+
+/* The monotonic time (clock.h's monotonic_seconds()) seconds of margin from now, stretched by
+ * test_slowdown(): the end of a wait for something that must happen. */
+double test_deadline(double seconds);
+
 /* A fresh private directory under $TMPDIR (or /tmp); the caller removes it with
  * test_tmpdir_remove(). */
 char *test_tmpdir(void);

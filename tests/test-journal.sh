@@ -15,6 +15,9 @@ if [[ $(id -u) -ne 0 ]] || ! unshare -m true 2>/dev/null; then
     exit 77
 fi
 
+# wall-clock margins stretch by ASYNCLLM_TEST_SLOWDOWN (sanitizer and valgrind runs)
+export slowdown=${ASYNCLLM_TEST_SLOWDOWN:-1}
+
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -38,13 +41,16 @@ for _ in $(seq 100); do [[ -S /run/systemd/journal/socket ]] && break; sleep 0.0
 JOURNAL_STREAM=$(stat -c '%d:%i' "$tmp/stderr") "$ASYNCLLMD" --socket "$tmp/sock" --log-level debug \
     --model "$ASYNCLLM_MODEL" 2>>"$tmp/stderr" &
 daemon=$!
-for _ in $(seq 600); do [[ -S $tmp/sock ]] && break; sleep 0.1; done
+for _ in $(seq $((600 * slowdown))); do [[ -S $tmp/sock ]] && break; sleep 0.1; done
 printf '%s\n' '{"op":"generate","id":"j1","prompt":"zebra-marker-7 says","params":{"max_tokens":4}}' |
-    timeout 60 socat -t 30 - "UNIX-CONNECT:$tmp/sock" >"$tmp/out"
+    timeout $((60 * slowdown)) socat -t $((30 * slowdown)) - "UNIX-CONNECT:$tmp/sock" >"$tmp/out"
 grep -q '"finished":true' "$tmp/out" || { echo "FAIL: the request did not finish"; cat "$tmp/out"; exit 1; }
 kill -TERM $daemon
 wait $daemon || { echo "FAIL: asyncllmd exited $?"; exit 1; }
-sleep 0.2
+# The socket hands datagrams over in order: once a marker sent now is written, so is every
+# line the daemon logged.
+python3 -c 'import socket; socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b"MESSAGE=end-of-test", "/run/systemd/journal/socket")'
+for _ in $(seq $((100 * slowdown))); do grep -q 'MESSAGE=end-of-test' "$tmp/journal.txt" && break; sleep 0.05; done
 
 fail=0
 expect() {
