@@ -101,6 +101,8 @@ struct setting {
         bool dmin_open;             /* dmin itself is out of range (an SLO of 0 s means nothing) */
         const char *zero;           /* what 0 means, when it means something special */
         const char *const *choices; /* SETTING_CHOICE, SETTING_NAME; NULL-terminated */
+        const char *const *planned; /* SETTING_NAME: values refused until a backend serves them */
+        const char *not_yet;        /* why planned names, or integers above max, are refused */
         const char *negated;        /* SETTING_BOOL: the flag that sets false */
         bool reloadable;            /* SIGHUP applies a new value */
         bool flag_only;             /* not a key of the file */
@@ -115,7 +117,8 @@ struct setting {
 #define GiB (MiB * 1024)
 #define TiB (GiB * 1024)
 
-static const char *const device_names[] = { "cpu", "cuda", NULL };
+static const char *const device_names[] = { "cpu", NULL };
+static const char *const planned_device_names[] = { "cuda", NULL };
 static const char *const policy_names[] = {
         [SCHEDULING_FCFS] = "fcfs", [SCHEDULING_PRIORITY] = "priority", [SCHEDULING_SLO] = "slo", NULL,
 };
@@ -134,12 +137,14 @@ static const struct setting table[N_KEYS] = {
                                 ASYNCLLM_STATE_DIR "/models/" DEFAULT_MODEL_NAME,
         },
         [KEY_DEVICE] = {
-                "device", SETTING_NAME, FIELD(device), .choices = device_names, .arg = "cpu|cuda",
-                .help = "where the model runs",
+                "device", SETTING_NAME, FIELD(device), .choices = device_names, .planned = planned_device_names,
+                .not_yet = "the CUDA backend only probes the GPU so far", .arg = "cpu",
+                .help = "where the model runs (cuda is refused until its backend serves)",
         },
         [KEY_TENSOR_PARALLEL_SIZE] = {
-                "tensor-parallel-size", SETTING_U32, FIELD(tensor_parallel_size), .min = 1, .max = 64, .arg = "N",
-                .help = "workers the weights are sharded over",
+                "tensor-parallel-size", SETTING_U32, FIELD(tensor_parallel_size), .min = 1, .max = 1,
+                .not_yet = "tensor parallelism needs a GPU backend that serves, which does not exist yet",
+                .arg = "N", .help = "workers the weights are sharded over (only 1 until a GPU backend serves)",
         },
         [KEY_THREADS] = {
                 "threads", SETTING_U32, FIELD(threads), .min = 0, .max = MAX_THREADS, .zero = "online CPUs",
@@ -348,6 +353,8 @@ static const char *describe_allowed(const struct setting *st, char *buf, size_t 
         case SETTING_I32:
                 if (st->min == 0 && st->zero)
                         snprintf(buf, size, "0 (%s) to %" PRIu64, st->zero, st->max);
+                else if (st->min == st->max)
+                        snprintf(buf, size, "%" PRIu64, st->min);
                 else
                         snprintf(buf, size, "%" PRIu64 " to %" PRIu64, st->min, st->max);
                 break;
@@ -551,6 +558,8 @@ static int parse_value(const struct setting *st, const char *who, const char *v,
                 if (r == -EINVAL)
                         return refuse_value(err, EINVAL, st, who, "'%s' is not %s", v,
                                             st->type == SETTING_SIZE ? "a size" : "an integer");
+                if (r == 0 && u > st->max && st->not_yet)
+                        return refuse_value(err, EOPNOTSUPP, st, who, "%s is not supported yet: %s", v, st->not_yet);
                 if (r < 0 || u < st->min || u > st->max)
                         return refuse_value(err, ERANGE, st, who, "%s is out of range", v);
                 ret->u = u;
@@ -589,6 +598,10 @@ static int parse_value(const struct setting *st, const char *who, const char *v,
                                         ret->s = st->choices[i];
                                 return 0;
                         }
+                for (int i = 0; st->planned && st->planned[i]; i++)
+                        if (strcmp(st->planned[i], v) == 0)
+                                return refuse_value(err, EOPNOTSUPP, st, who, "'%s' is not supported yet: %s", v,
+                                                    st->not_yet);
                 break;
         case SETTING_LOG_LEVEL:
                 if ((r = log_level_from_string(v)) < 0)
