@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +101,8 @@ struct setting {
         bool dmin_open;             /* dmin itself is out of range (an SLO of 0 s means nothing) */
         const char *zero;           /* what 0 means, when it means something special */
         const char *const *choices; /* SETTING_CHOICE, SETTING_NAME; NULL-terminated */
+        const char *const *planned; /* SETTING_NAME: values refused until a backend serves them */
+        const char *not_yet;        /* why planned names, or integers above max, are refused */
         const char *negated;        /* SETTING_BOOL: the flag that sets false */
         bool reloadable;            /* SIGHUP applies a new value */
         bool flag_only;             /* not a key of the file */
@@ -114,7 +117,8 @@ struct setting {
 #define GiB (MiB * 1024)
 #define TiB (GiB * 1024)
 
-static const char *const device_names[] = { "cpu", "cuda", NULL };
+static const char *const device_names[] = { "cpu", NULL };
+static const char *const planned_device_names[] = { "cuda", NULL };
 static const char *const policy_names[] = {
         [SCHEDULING_FCFS] = "fcfs", [SCHEDULING_PRIORITY] = "priority", [SCHEDULING_SLO] = "slo", NULL,
 };
@@ -133,12 +137,14 @@ static const struct setting table[N_KEYS] = {
                                 ASYNCLLM_STATE_DIR "/models/" DEFAULT_MODEL_NAME,
         },
         [KEY_DEVICE] = {
-                "device", SETTING_NAME, FIELD(device), .choices = device_names, .arg = "cpu|cuda",
-                .help = "where the model runs",
+                "device", SETTING_NAME, FIELD(device), .choices = device_names, .planned = planned_device_names,
+                .not_yet = "the CUDA backend only probes the GPU so far", .arg = "cpu",
+                .help = "where the model runs (cuda is refused until its backend serves)",
         },
         [KEY_TENSOR_PARALLEL_SIZE] = {
-                "tensor-parallel-size", SETTING_U32, FIELD(tensor_parallel_size), .min = 1, .max = 64, .arg = "N",
-                .help = "workers the weights are sharded over",
+                "tensor-parallel-size", SETTING_U32, FIELD(tensor_parallel_size), .min = 1, .max = 1,
+                .not_yet = "tensor parallelism needs a GPU backend that serves, which does not exist yet",
+                .arg = "N", .help = "workers the weights are sharded over (only 1 until a GPU backend serves)",
         },
         [KEY_THREADS] = {
                 "threads", SETTING_U32, FIELD(threads), .min = 0, .max = MAX_THREADS, .zero = "online CPUs",
@@ -347,6 +353,8 @@ static const char *describe_allowed(const struct setting *st, char *buf, size_t 
         case SETTING_I32:
                 if (st->min == 0 && st->zero)
                         snprintf(buf, size, "0 (%s) to %" PRIu64, st->zero, st->max);
+                else if (st->min == st->max)
+                        snprintf(buf, size, "%" PRIu64, st->min);
                 else
                         snprintf(buf, size, "%" PRIu64 " to %" PRIu64, st->min, st->max);
                 break;
@@ -513,6 +521,19 @@ static bool valid_group_name(const char *v) {
         return true;
 }
 
+/* Fails with "WHO: PROBLEM; allowed: what st takes". */
+static int refuse_value(struct error *err, int errnum, const struct setting *st, const char *who,
+                        const char *problem_fmt, ...) __attribute__((format(printf, 5, 6)));
+static int refuse_value(struct error *err, int errnum, const struct setting *st, const char *who,
+                        const char *problem_fmt, ...) {
+        char problem[ERROR_MESSAGE_MAX], allowed[320];
+        va_list ap;
+        va_start(ap, problem_fmt);
+        vsnprintf(problem, sizeof(problem), problem_fmt, ap);
+        va_end(ap);
+        return error_set(err, errnum, "%s: %s; allowed: %s", who, problem, describe_allowed(st, allowed, sizeof(allowed)));
+}
+
 /* Parses v for st. who starts the message: "--max-num-seqs" or "FILE:LINE: max-num-seqs". */
 static int parse_value(const struct setting *st, const char *who, const char *v, union setting_value *ret,
                        struct error *err) {
@@ -522,35 +543,25 @@ static int parse_value(const struct setting *st, const char *who, const char *v,
         int r;
 
         if (!*v)
-                return error_set(err, EINVAL, "%s: empty value; allowed: %s", who,
-                                 describe_allowed(st, allowed, sizeof(allowed)));
+                return refuse_value(err, EINVAL, st, who, "empty value");
         switch (st->type) {
         case SETTING_BOOL:
                 if ((r = parse_bool(v)) < 0)
-                        return error_set(err, EINVAL, "%s: '%s' is not a boolean; allowed: %s", who, v,
-                                         describe_allowed(st, allowed, sizeof(allowed)));
+                        return refuse_value(err, EINVAL, st, who, "'%s' is not a boolean", v);
                 ret->b = r;
                 return 0;
         case SETTING_U32:
         case SETTING_U64:
         case SETTING_I32:
-                r = parse_unsigned(v, &u);
-                if (r == -EINVAL)
-                        return error_set(err, EINVAL, "%s: '%s' is not an integer; allowed: %s", who, v,
-                                         describe_allowed(st, allowed, sizeof(allowed)));
-                if (r < 0 || u < st->min || u > st->max)
-                        return error_set(err, ERANGE, "%s: %s is out of range; allowed: %s", who, v,
-                                         describe_allowed(st, allowed, sizeof(allowed)));
-                ret->u = u;
-                return 0;
         case SETTING_SIZE:
-                r = parse_size(v, &u);
+                r = st->type == SETTING_SIZE ? parse_size(v, &u) : parse_unsigned(v, &u);
                 if (r == -EINVAL)
-                        return error_set(err, EINVAL, "%s: '%s' is not a size; allowed: %s", who, v,
-                                         describe_allowed(st, allowed, sizeof(allowed)));
+                        return refuse_value(err, EINVAL, st, who, "'%s' is not %s", v,
+                                            st->type == SETTING_SIZE ? "a size" : "an integer");
+                if (r == 0 && u > st->max && st->not_yet)
+                        return refuse_value(err, EOPNOTSUPP, st, who, "%s is not supported yet: %s", v, st->not_yet);
                 if (r < 0 || u < st->min || u > st->max)
-                        return error_set(err, ERANGE, "%s: %s is out of range; allowed: %s", who, v,
-                                         describe_allowed(st, allowed, sizeof(allowed)));
+                        return refuse_value(err, ERANGE, st, who, "%s is out of range", v);
                 ret->u = u;
                 return 0;
         case SETTING_SECONDS:
@@ -558,27 +569,23 @@ static int parse_value(const struct setting *st, const char *who, const char *v,
         case SETTING_FRACTION:
                 r = parse_double(v, &d);
                 if (r == -EINVAL)
-                        return error_set(err, EINVAL, "%s: '%s' is not a number; allowed: %s", who, v,
-                                         describe_allowed(st, allowed, sizeof(allowed)));
+                        return refuse_value(err, EINVAL, st, who, "'%s' is not a number", v);
                 if (r < 0 ||
                     (st->type == SETTING_SECONDS &&
                      (d < st->dmin || (st->dmin_open && d == st->dmin) || d > st->dmax)) ||
                     (st->type == SETTING_FACTOR && !(d == 0 || (d > 1 && d <= 1000))) ||
                     (st->type == SETTING_FRACTION && !(d >= 0 && d < 1)))
-                        return error_set(err, ERANGE, "%s: %s is out of range; allowed: %s", who, v,
-                                         describe_allowed(st, allowed, sizeof(allowed)));
+                        return refuse_value(err, ERANGE, st, who, "%s is out of range", v);
                 ret->d = d == 0 ? 0 : d; /* no -0 */
                 return 0;
         case SETTING_PATH:
                 if (st->max > 0 && strlen(v) > st->max)
-                        return error_set(err, ENAMETOOLONG, "%s: '%s' is %zu bytes long; allowed: %s", who, v,
-                                         strlen(v), describe_allowed(st, allowed, sizeof(allowed)));
+                        return refuse_value(err, ENAMETOOLONG, st, who, "'%s' is %zu bytes long", v, strlen(v));
                 ret->s = v;
                 return 0;
         case SETTING_GROUP:
                 if (!valid_group_name(v))
-                        return error_set(err, EINVAL, "%s: '%s' is not a group name; allowed: %s", who, v,
-                                         describe_allowed(st, allowed, sizeof(allowed)));
+                        return refuse_value(err, EINVAL, st, who, "'%s' is not a group name", v);
                 ret->s = v;
                 return 0;
         case SETTING_CHOICE:
@@ -591,16 +598,19 @@ static int parse_value(const struct setting *st, const char *who, const char *v,
                                         ret->s = st->choices[i];
                                 return 0;
                         }
-                return error_set(err, EINVAL, "%s: '%s' is not one of %s", who, v,
-                                 describe_allowed(st, allowed, sizeof(allowed)));
+                for (int i = 0; st->planned && st->planned[i]; i++)
+                        if (strcmp(st->planned[i], v) == 0)
+                                return refuse_value(err, EOPNOTSUPP, st, who, "'%s' is not supported yet: %s", v,
+                                                    st->not_yet);
+                break;
         case SETTING_LOG_LEVEL:
                 if ((r = log_level_from_string(v)) < 0)
-                        return error_set(err, EINVAL, "%s: '%s' is not one of %s", who, v,
-                                         describe_allowed(st, allowed, sizeof(allowed)));
+                        break;
                 ret->i = r;
                 return 0;
         }
-        return error_set(err, EINVAL, "%s: unknown setting type", who);
+        /* a name that is not one of the choices (the list says what is allowed) */
+        return error_set(err, EINVAL, "%s: '%s' is not one of %s", who, v, describe_allowed(st, allowed, sizeof(allowed)));
 }
 
 static int store_value(struct daemon_settings *s, const struct setting *st, const union setting_value *v) {

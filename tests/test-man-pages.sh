@@ -10,6 +10,9 @@
 #   (f) the public symbols of libasyncllm-client against man/libasyncllm-client.3
 #   (g) groff (or man) warnings for every page under man/
 #   (h) units/asyncllmd.conf against the settings, and the daemon reading it uncommented
+#   (i) the values asyncllmd.conf.5 and asyncllmd.8 document (lists, ranges, booleans, values
+#       refused until a backend serves them) against what asyncllmd accepts and refuses
+#   (j) the values asyncllmctl.1 lists for an option against what asyncllmctl takes
 #
 # make check runs it with ASYNCLLMD, ASYNCLLMCTL and ASYNCLLM_SRCDIR set. By hand, from the
 # source tree:
@@ -62,28 +65,34 @@ roff_text() {
             -e 's/\\&//g' -e 's/\\%//g' -e 's/\\ / /g' -e 's/\\e/\\/g' "$1"
 }
 
+# awk: split_args(s, args) splits a macro line's arguments as roff does (double quotes group
+# words, "" inside them is a quote) into args[1..n] and returns n.
+roff_split_args='
+        function split_args(s, args,    n, out, i, c, inq, started) {
+                n = 0; out = ""; inq = 0; started = 0
+                for (i = 1; i <= length(s); i++) {
+                        c = substr(s, i, 1)
+                        if (inq) {
+                                if (c == "\"" && substr(s, i + 1, 1) == "\"") { out = out "\""; i++ }
+                                else if (c == "\"") { inq = 0 }
+                                else out = out c
+                        } else if (c == "\"" && out == "") { inq = 1; started = 1 }
+                        else if (c == " " || c == "\t") {
+                                if (out != "" || started) { args[++n] = out; out = ""; started = 0 }
+                        } else out = out c
+                }
+                if (out != "" || started) args[++n] = out
+                return n
+        }'
+
 # The header lines of the tagged paragraphs (the line after .TP or .TQ) as plain text, with
 # the font macro (.B, .BI, .BR, ...) and its argument quotes removed and the arguments joined
 # as roff prints them (.B and .I join with spaces, the alternating ones without). With a
 # second argument, only those inside the section (.SH) of that name.
 roff_tags() {
-        roff_text "$1" | awk -v want="${2:-}" '
-                function unquote(s,    out, i, c, inq, args, n) {
-                        # splits a macro line into arguments, roff style
-                        n = 0; out = ""; inq = 0
-                        for (i = 1; i <= length(s); i++) {
-                                c = substr(s, i, 1)
-                                if (inq) {
-                                        if (c == "\"" && substr(s, i + 1, 1) == "\"") { out = out "\""; i++ }
-                                        else if (c == "\"") { inq = 0 }
-                                        else out = out c
-                                } else if (c == "\"" && out == "") { inq = 1; started = 1 }
-                                else if (c == " " || c == "\t") {
-                                        if (out != "" || started) { args[++n] = out; out = ""; started = 0 }
-                                } else out = out c
-                        }
-                        if (out != "" || started) args[++n] = out
-                        started = 0
+        roff_text "$1" | awk -v want="${2:-}" "$roff_split_args"'
+                function unquote(s,    args, n, i, res) {
+                        n = split_args(s, args)
                         res = ""
                         for (i = 1; i <= n; i++) res = res (joinsp && i > 1 ? " " : "") args[i]
                         return res
@@ -102,6 +111,43 @@ roff_tags() {
                         }
                         print line
                 }'
+}
+
+# Every tagged paragraph as one line: SECTION<TAB>SUBSECTION<TAB>TAG<TAB>TEXT (SUBSECTION "-"
+# before the section's first .SS, so that read splits the line right). The tag reads as
+# roff_tags prints it; the text is the paragraph joined into one line with its bold words
+# marked *so* (.B, the bold arguments of .BR, .RB, .BI and .IB, and \fB...\fR), so that a
+# statement about a value ("*cuda* is refused") can be told from prose. A paragraph ends at
+# the next .TP, .TQ, .SH, .SS or .PP.
+roff_paragraphs() {
+        sed -e 's/\\fB/*/g' -e 's/\\f[RP]/*/g' "$1" >"$tmp/paragraphs.roff"
+        roff_text "$tmp/paragraphs.roff" | awk "$roff_split_args"'
+                function render(line, mark,    macro, rest, args, n, i, res, bold, sep) {
+                        if (line !~ /^\.[A-Z]+([ \t]|$)/) return line
+                        macro = line; sub(/[ \t].*/, "", macro)
+                        rest = line; sub(/^\.[A-Z]+[ \t]*/, "", rest)
+                        n = split_args(rest, args)
+                        sep = (macro == ".B" || macro == ".I" || macro == ".SM") ? " " : ""
+                        res = ""
+                        for (i = 1; i <= n; i++) {
+                                bold = macro == ".B" || ((macro == ".BR" || macro == ".BI") && i % 2 == 1) ||
+                                       ((macro == ".RB" || macro == ".IB") && i % 2 == 0)
+                                res = res (i > 1 ? sep : "") (mark && bold && args[i] ~ /[^ ]/ ? "*" args[i] "*" : args[i])
+                        }
+                        return res
+                }
+                function flush() {
+                        if (have) { gsub(/\*/, "", tag); print sect "\t" (subsect == "" ? "-" : subsect) "\t" tag "\t" text }
+                        have = 0; text = ""
+                }
+                /^\.SH/ { flush(); sect = $0; sub(/^\.SH[ \t]+/, "", sect); gsub(/"/, "", sect); subsect = ""; next }
+                /^\.SS/ { flush(); subsect = $0; sub(/^\.SS[ \t]+/, "", subsect); gsub(/"/, "", subsect); next }
+                /^\.(TP|TQ)/ { flush(); tagline = 1; next }
+                /^\.(PP|LP|P)([ \t]|$)/ { flush(); next }
+                tagline { tagline = 0; tag = render($0, 0); have = 1; next }
+                /^\./ && !/^\.(B|I|BR|RB|BI|IB|IR|RI|SM)([ \t]|$)/ { next }
+                have { text = text (text == "" ? "" : " ") render($0, 1) }
+                END { flush() }'
 }
 
 # Long options in text: --name, --[no-]name (both), --name=ARG (the name).
@@ -465,6 +511,256 @@ else
         else
                 skip "ASYNCLLMD is not set: the defaults and the uncommented file are not checked against the daemon"
         fi
+fi
+
+# ---- (i) asyncllmd's documented values against what it does with them ---------------------
+
+section i "the values asyncllmd.conf.5 and asyncllmd.8 document against what asyncllmd does"
+# asyncllmd has no option that only checks its settings. It is run with a model path that does
+# not exist: the settings are parsed and checked completely before the model is opened, so a
+# value it accepts ends at the missing model (exit 1) and one it refuses at a message that
+# starts with the flag ("--device: ..."). The base settings put max-num-seqs at 1, so that every
+# documented max-num-batched-tokens meets its cross-check (at least max-num-seqs).
+#
+# What the pages say, in an option's tagged paragraph:
+# - "key = a|b|c" (asyncllmd.conf.5) and "--key a|b|c" (asyncllmd.8): the values accepted;
+#   the two pages agree, and the list the daemon gives when it refuses a bogus value ("is not
+#   one of ...") is the same. A "key = level" paragraph must name every value of that list.
+# - a bold value followed by "is refused" (or "and more are refused"): the daemon refuses it,
+#   naming the flag. A bold value followed by "is the only value accepted": accepted.
+# - "A to B", "more than A and at most B", "at least A and less than B" for a number, a size
+#   or seconds: the bounds inside are accepted, the values just beyond them refused.
+# - boolean flags ("--x, --no-x"): both, and --x=V for every spelling that the page's
+#   "boolean" type lists, are accepted; --x=maybe is refused.
+# And the other way, from daemon/settings.c: every value of a setting's "planned" list (a
+# value it knows but refuses until a backend serves it) is documented as refused on both pages.
+if [[ -z $daemon || ! -x $daemon ]]; then
+        skip "ASYNCLLMD is not set to a built asyncllmd"
+elif ! command -v perl >/dev/null; then
+        skip "perl is not installed (it computes the values beyond each range)"
+else
+        nomodel=$tmp/no-such-dir/no-such-model.gguf
+        printf '' >"$tmp/empty.conf"
+        n_values=0
+        value_failed=0
+        run_daemon() {
+                env -u NOTIFY_SOCKET -u LISTEN_FDS -u LISTEN_PID -u LISTEN_FDNAMES -u WATCHDOG_USEC \
+                        timeout 60 "$daemon" --config "$tmp/empty.conf" --model "$nomodel" \
+                        --socket "$tmp/s.sock" --bus none --max-num-seqs 1 "$@" 2>&1
+        }
+        # expect_daemon accepted|refused FLAG ARG WHY: FLAG is the option without "--"; ARG is
+        # what is passed ("--flag=value", "--no-flag"); WHY says what the page claims.
+        expect_daemon() {
+                local want=$1 flag=$2 arg=$3 why=$4 out rc got
+                out=$(run_daemon "$arg")
+                rc=$?
+                # (a low --log-level keeps the missing model's message out of the log)
+                if [[ $rc -eq 1 && ($out == *"$nomodel"* || -z $out) && $out != *"$flag:"* ]]; then
+                        got=accepted
+                elif [[ $rc -ne 0 && $out == *"--$flag:"* ]]; then
+                        got=refused
+                else
+                        got="neither accepted nor refused (exit $rc)"
+                fi
+                n_values=$((n_values + 1))
+                if [[ $got != "$want" ]]; then
+                        fail "asyncllmd $arg: $why, but it is $got: $out"
+                        value_failed=1
+                fi
+        }
+        # beyond VALUE TYPE -1|+1: the next value below or above VALUE, for a TYPE of the page
+        # (integers step by 1, sizes by a byte, numbers by 0.001)
+        beyond() {
+                perl -MMath::BigInt -MMath::BigFloat -e '
+                        my ($v, $type, $dir) = @ARGV;
+                        my %unit = ("" => 1, KiB => 1024, MiB => 1024**2, GiB => 1024**3, TiB => 1024**4);
+                        if ($type eq "integer") { print Math::BigInt->new($v) + $dir }
+                        elsif ($type eq "size") {
+                                $v =~ /^(\d+)(\w*)$/ or die "not a size: $v\n";
+                                print Math::BigInt->new($1) * $unit{$2} + $dir;
+                        } else { print Math::BigFloat->new($v) + Math::BigFloat->new("0.001") * $dir }' "$@"
+        }
+        # refused_values TEXT: the bold values a paragraph says are refused
+        refused_values() {
+                grep -oE '\*[^* ]+\* (and more )?(is|are) refused' <<<"$1" | sed -E 's/^\*([^*]+)\*.*/\1/'
+        }
+        # the list the daemon gives for a bogus value, one a line; empty when it takes any
+        daemon_choices() {
+                run_daemon "--$1=no-such-value" | sed -nE 's/.*is not one of (.*)$/\1/p' | tr ',' '\n' |
+                        sed -e 's/^ *//' -e 's/ *$//' | sort -u
+        }
+
+        roff_paragraphs "$mandir/asyncllmd.conf.5" >"$tmp/conf5.paragraphs"
+        roff_paragraphs "$mandir/asyncllmd.8" >"$tmp/daemon8.paragraphs"
+        awk -F'\t' '$1 == "DESCRIPTION" && $3 == "boolean" { print $4 }' "$tmp/conf5.paragraphs" |
+                sed 's/, in any case.*//' | grep -oE '\*[a-z0-9]+\*' | tr -d '*' >"$tmp/boolean.spellings"
+        if [[ ! -s $tmp/boolean.spellings ]]; then
+                fail "asyncllmd.conf.5 lists no boolean spellings (under Types, before \"in any case\")"
+        fi
+
+        while IFS=$'\t' read -r _ _ tag text; do
+                key=${tag%% = *}
+                type=${tag#* = }
+                [[ $tag == *" = "* ]] || continue
+                case $type in
+                path | group) ;;
+                boolean)
+                        expect_daemon accepted "$key" "--$key" "asyncllmd.8 lists --$key"
+                        expect_daemon accepted "no-$key" "--no-$key" "asyncllmd.8 lists --no-$key"
+                        while read -r b; do
+                                expect_daemon accepted "$key" "--$key=$b" "asyncllmd.conf.5 lists $b as a boolean"
+                        done <"$tmp/boolean.spellings"
+                        expect_daemon accepted "$key" "--$key=$(head -n1 "$tmp/boolean.spellings" | tr a-z A-Z)" \
+                                "asyncllmd.conf.5 takes booleans in any case"
+                        expect_daemon refused "$key" "--$key=maybe" "maybe is not a boolean"
+                        ;;
+                integer | size | seconds | fraction | number | x)
+                        plain=${text//\*/}
+                        num='([0-9]+(\.[0-9]+)?(KiB|MiB|GiB|TiB)?)'
+                        if [[ $plain =~ more\ than\ $num\ and\ at\ most\ $num ]]; then
+                                lo=${BASH_REMATCH[1]} hi=${BASH_REMATCH[4]}
+                                expect_daemon refused "$key" "--$key=$lo" "asyncllmd.conf.5 says more than $lo"
+                                expect_daemon accepted "$key" "--$key=$(beyond "$lo" "$type" 1)" "asyncllmd.conf.5 says more than $lo"
+                                expect_daemon accepted "$key" "--$key=$hi" "asyncllmd.conf.5 says at most $hi"
+                                expect_daemon refused "$key" "--$key=$(beyond "$hi" "$type" 1)" "asyncllmd.conf.5 says at most $hi"
+                        elif [[ $plain =~ at\ least\ $num\ and\ less\ than\ $num ]]; then
+                                lo=${BASH_REMATCH[1]} hi=${BASH_REMATCH[4]}
+                                expect_daemon refused "$key" "--$key=$(beyond "$lo" "$type" -1)" "asyncllmd.conf.5 says at least $lo"
+                                expect_daemon accepted "$key" "--$key=$lo" "asyncllmd.conf.5 says at least $lo"
+                                expect_daemon accepted "$key" "--$key=$(beyond "$hi" "$type" -1)" "asyncllmd.conf.5 says less than $hi"
+                                expect_daemon refused "$key" "--$key=$hi" "asyncllmd.conf.5 says less than $hi"
+                        elif [[ $plain =~ $num\ to\ $num ]]; then
+                                lo=${BASH_REMATCH[1]} hi=${BASH_REMATCH[4]}
+                                expect_daemon refused "$key" "--$key=$(beyond "$lo" "$type" -1)" "asyncllmd.conf.5 says from $lo"
+                                expect_daemon accepted "$key" "--$key=$lo" "asyncllmd.conf.5 says from $lo"
+                                expect_daemon accepted "$key" "--$key=$hi" "asyncllmd.conf.5 says up to $hi"
+                                expect_daemon refused "$key" "--$key=$(beyond "$hi" "$type" 1)" "asyncllmd.conf.5 says up to $hi"
+                        elif [[ $text =~ \*([0-9]+)\*\ is\ the\ only\ value\ accepted ]]; then
+                                only=${BASH_REMATCH[1]}
+                                expect_daemon accepted "$key" "--$key=$only" "asyncllmd.conf.5 says $only is the only value accepted"
+                                expect_daemon refused "$key" "--$key=$(beyond "$only" "$type" -1)" "asyncllmd.conf.5 says $only is the only value accepted"
+                        else
+                                fail "asyncllmd.conf.5: $key = $type gives no range (A to B, more than A and at most B, at least A and less than B, or *V* is the only value accepted)"
+                        fi
+                        ;;
+                *)
+                        # a list of values, or a name for one ("level") that the text lists
+                        daemon_choices "$key" >"$tmp/choices.program"
+                        if [[ ! -s $tmp/choices.program ]]; then
+                                fail "asyncllmd.conf.5 lists values for $key ($type), but asyncllmd names none when it refuses one"
+                        elif [[ $type =~ ^[a-z0-9-]+(\|[a-z0-9-]+)*$ && $type != level ]]; then
+                                tr '|' '\n' <<<"$type" | sort -u >"$tmp/choices.page"
+                                if ! cmp -s "$tmp/choices.page" "$tmp/choices.program"; then
+                                        fail "$key: asyncllmd.conf.5 lists $(paste -sd' ' "$tmp/choices.page"), asyncllmd takes $(paste -sd' ' "$tmp/choices.program")"
+                                fi
+                                flag8=$(awk -F'\t' -v k="--$key" '$1 == "OPTIONS" && index($3, k " ") == 1 { print substr($3, length(k) + 2) }' \
+                                        "$tmp/daemon8.paragraphs")
+                                if [[ $flag8 != "$type" ]]; then
+                                        fail "$key: asyncllmd.8 lists --$key ${flag8:-(nothing)}, asyncllmd.conf.5 $key = $type"
+                                fi
+                        else
+                                while read -r c; do
+                                        grep -qF "*$c*" <<<"$text" ||
+                                                fail "asyncllmd.conf.5: $key = $type does not name $c, which asyncllmd takes"
+                                done <"$tmp/choices.program"
+                                cp "$tmp/choices.program" "$tmp/choices.page"
+                        fi
+                        while read -r c; do
+                                expect_daemon accepted "$key" "--$key=$c" "asyncllmd.conf.5 lists $c for $key"
+                        done <"$tmp/choices.page"
+                        ;;
+                esac
+                while read -r v; do
+                        [[ -n $v ]] && expect_daemon refused "$key" "--$key=$v" "asyncllmd.conf.5 says $v is refused"
+                done < <(refused_values "$text")
+        done < <(awk -F'\t' '$1 == "OPTIONS"' "$tmp/conf5.paragraphs")
+
+        # asyncllmd.8's own refusals, and the planned values of settings.c on both pages
+        while IFS=$'\t' read -r _ _ tag text; do
+                flag=${tag%% *}
+                flag=${flag#--}
+                while read -r v; do
+                        [[ -n $v ]] && expect_daemon refused "$flag" "--$flag=$v" "asyncllmd.8 says $v is refused"
+                done < <(refused_values "$text")
+        done < <(awk -F'\t' '$1 == "OPTIONS" && $3 ~ /^--/' "$tmp/daemon8.paragraphs")
+        awk '/^static const char \*const [a-z_]+\[\] = \{.*\};/ {
+                     name = $5; sub(/\[\]$/, "", name)
+                     list = $0; sub(/.*\{/, "", list); sub(/\}.*/, "", list); gsub(/[" ]|NULL/, "", list)
+                     values[name] = list
+             }
+             /^static const struct setting table\[/ { on = 1; next }
+             on && /^};/ { on = 0 }
+             on && /^[ \t]*\[KEY_[A-Z0-9_]+\][ \t]*=[ \t]*\{/ { key = "" }
+             on {
+                     if (key == "" && match($0, /"[a-z0-9-]+"/)) key = substr($0, RSTART + 1, RLENGTH - 2)
+                     if (match($0, /\.planned[ \t]*=[ \t]*[a-z_]+/)) {
+                             name = substr($0, RSTART, RLENGTH); sub(/.*=[ \t]*/, "", name)
+                             n = split(values[name], v, ",")
+                             for (i = 1; i <= n; i++) if (v[i] != "") print key, v[i]
+                     }
+             }' "$srcdir/daemon/settings.c" >"$tmp/planned"
+        while read -r key v; do
+                awk -F'\t' -v k="$key" '$1 == "OPTIONS" && index($3, k " = ") == 1 { print $4 }' "$tmp/conf5.paragraphs" |
+                        grep -qE "\*$v\* (and more )?(is|are) refused" ||
+                        fail "asyncllmd refuses $key = $v until a backend serves it; asyncllmd.conf.5 does not say *$v* is refused"
+                awk -F'\t' -v k="--$key" '$1 == "OPTIONS" && index($3, k " ") == 1 { print $4 }' "$tmp/daemon8.paragraphs" |
+                        grep -qE "\*$v\* (and more )?(is|are) refused" ||
+                        fail "asyncllmd refuses --$key $v until a backend serves it; asyncllmd.8 does not say *$v* is refused"
+        done <"$tmp/planned"
+        [[ $value_failed -eq 0 ]] &&
+                ok "$n_values documented values and bounds of asyncllmd's options behave as the pages say (and $(wc -l <"$tmp/planned") planned value(s) of settings.c documented as refused)"
+fi
+
+# ---- (j) asyncllmctl's documented values against what it does with them -------------------
+
+section j "the values asyncllmctl.1 lists for an option against what asyncllmctl does"
+# An option whose tag lists its values ("--mode abort|wait|keep", under the command's .SS or
+# under OPTIONS for the global ones) takes each of them, and the values it names when it
+# refuses a bogus one ("--mode takes abort, wait or keep, got ...") are the same. asyncllmctl is
+# pointed at a socket and buses that do not exist: a value it takes ends at "cannot connect"
+# (exit 3), a refused one is a usage error (exit 2) that names the option.
+if [[ -z $ctl || ! -x $ctl ]]; then
+        skip "ASYNCLLMCTL is not set to a built asyncllmctl"
+else
+        roff_paragraphs "$mandir/asyncllmctl.1" >"$tmp/ctl1.paragraphs"
+        # try_ctl VALUE: asyncllmctl [COMMAND] OPTION VALUE [what the command needs], with $cmd,
+        # $opt and $extra set by the loop below
+        try_ctl() {
+                env ASYNCLLM_SOCKET="$tmp/no-such.sock" DBUS_SYSTEM_BUS_ADDRESS="unix:path=$tmp/no-such-bus" \
+                        DBUS_SESSION_BUS_ADDRESS="unix:path=$tmp/no-such-bus" \
+                        timeout 60 "$ctl" ${cmd:+"$cmd"} "$opt" "$1" "${extra[@]}" 2>&1
+        }
+        n_ctl=0
+        ctl_failed=0
+        while IFS=$'\t' read -r sect subsect tag _; do
+                opt=${tag%% *}
+                values=${tag#* }
+                cmd=
+                [[ $sect == COMMANDS ]] && cmd=$subsect
+                extra=()
+                [[ $cmd == generate ]] && extra=(x) # its prompt
+                [[ -z $cmd ]] && extra=(status)     # a global option, tried on a command
+                for v in ${values//|/ }; do
+                        out=$(try_ctl "$v")
+                        rc=$?
+                        n_ctl=$((n_ctl + 1))
+                        if [[ $rc -ne 3 || $out == *"$opt takes"* ]]; then
+                                fail "asyncllmctl ${cmd:+$cmd }$opt $v: asyncllmctl.1 lists $v, but it does not take it (exit $rc): $out"
+                                ctl_failed=1
+                        fi
+                done
+                out=$(try_ctl no-such-value)
+                rc=$?
+                program=$(sed -nE "s/.*$opt takes (.*), got .*/\\1/p" <<<"$out" | sed 's/ or /, /' | tr ',' '\n' |
+                        sed -e 's/^ *//' -e 's/ *$//' | sort -u | paste -sd' ')
+                page=$(tr '|' '\n' <<<"$values" | sort -u | paste -sd' ')
+                if [[ $rc -ne 2 || $program != "$page" ]]; then
+                        fail "asyncllmctl ${cmd:+$cmd }$opt: asyncllmctl.1 lists $page, asyncllmctl names ${program:-nothing} when it refuses a bogus value (exit $rc)"
+                        ctl_failed=1
+                fi
+        done < <(awk -F'\t' '$3 ~ /^--[a-z-]+ [a-z0-9-]+(\|[a-z0-9-]+)+$/' "$tmp/ctl1.paragraphs")
+        [[ $ctl_failed -eq 0 && $n_ctl -gt 0 ]] && ok "$n_ctl listed values of asyncllmctl's options are taken, and are all it takes"
+        [[ $n_ctl -eq 0 ]] && fail "no option of asyncllmctl.1 lists its values (--opt a|b): has the page's layout changed?"
 fi
 
 echo

@@ -154,7 +154,7 @@ START_TEST(test_flags) {
                                    "--max-model-len", "100", "--block-size=32", "--kv-cache-space", "1GiB",
                                    "--enable-prefix-caching=off", "--scheduling-policy", "priority", "--seed",
                                    "18446744073709551615", "--max-logprobs=5", "--decode-stall-limit", "1.5",
-                                   "--device=cuda", "--tensor-parallel-size", "2", "--threads", "3", "--socket",
+                                   "--device=cpu", "--tensor-parallel-size", "1", "--threads", "3", "--socket",
                                    "/tmp/x.sock", "--bus", "user", "--log-level=debug", "--shutdown-timeout", "2.5",
                                    "--health-stall-timeout=0.5", "--max-line-bytes", "64KiB",
                                    "--max-requests-per-connection", "4", "--max-requests-per-uid=5",
@@ -175,8 +175,8 @@ START_TEST(test_flags) {
         ck_assert_uint_eq(s.engine.seed, UINT64_MAX);
         ck_assert_int_eq(s.engine.max_logprobs, 5);
         ck_assert_double_eq(s.engine.decode_stall_limit, 1.5);
-        ck_assert_str_eq(s.device, "cuda");
-        ck_assert_uint_eq(s.tensor_parallel_size, 2);
+        ck_assert_str_eq(s.device, "cpu");
+        ck_assert_uint_eq(s.tensor_parallel_size, 1);
         ck_assert_uint_eq(s.threads, 3);
         ck_assert_str_eq(s.socket, "/tmp/x.sock");
         ck_assert_int_eq(s.bus, DAEMON_BUS_USER);
@@ -251,7 +251,14 @@ START_TEST(test_flag_errors) {
         expect_flag_error(ARGS("--max-model-len=-5"), "allowed: 0 (the model's context length) to 16777216");
         expect_flag_error(ARGS("--scheduling-policy", "lifo"),
                           "--scheduling-policy: 'lifo' is not one of fcfs, priority, slo");
-        expect_flag_error(ARGS("--device=tpu"), "--device: 'tpu' is not one of cpu, cuda");
+        expect_flag_error(ARGS("--device=tpu"), "--device: 'tpu' is not one of cpu");
+        /* known values that no backend serves yet are refused with the reason, not taken and ignored */
+        expect_flag_error(ARGS("--device=cuda"), "--device: 'cuda' is not supported yet: the CUDA backend only probes "
+                                                 "the GPU so far; allowed: cpu");
+        expect_flag_error(ARGS("--tensor-parallel-size=2"),
+                          "--tensor-parallel-size: 2 is not supported yet: tensor parallelism needs a GPU backend "
+                          "that serves, which does not exist yet; allowed: 1");
+        expect_flag_error(ARGS("--tensor-parallel-size=64"), "--tensor-parallel-size: 64 is not supported yet");
         expect_flag_error(ARGS("--bus=session"), "--bus: 'session' is not one of none, system, user");
         expect_flag_error(ARGS("--log-level=verbose"),
                           "--log-level: 'verbose' is not one of emerg, alert, crit, err, warning, notice, info, debug");
@@ -259,7 +266,7 @@ START_TEST(test_flag_errors) {
                           "--enable-prefix-caching: 'maybe' is not a boolean; "
                           "allowed: true, false, yes, no, on, off, 1, 0");
         expect_flag_error(ARGS("--tensor-parallel-size=0"),
-                          "--tensor-parallel-size: 0 is out of range; allowed: 1 to 64");
+                          "--tensor-parallel-size: 0 is out of range; allowed: 1");
         expect_flag_error(ARGS("--block-size=2048"), "--block-size: 2048 is out of range; allowed: 1 to 1024");
         expect_flag_error(ARGS("--decode-stall-limit=1"),
                           "--decode-stall-limit: 1 is out of range; "
@@ -446,6 +453,11 @@ START_TEST(test_file_errors) {
                           "kv-cache-space: '10 parsecs' is not a size; allowed: 1MiB to 16TiB");
         expect_file_error("scheduling-policy = lifo\n",
                           ":1: scheduling-policy: 'lifo' is not one of fcfs, priority, slo");
+        expect_file_error("\ndevice = cuda\n", "bad.conf:2: device: 'cuda' is not supported yet: the CUDA backend "
+                                                "only probes the GPU so far; allowed: cpu");
+        expect_file_error("tensor-parallel-size = 2\n",
+                          "bad.conf:1: tensor-parallel-size: 2 is not supported yet: tensor parallelism needs a GPU "
+                          "backend that serves, which does not exist yet; allowed: 1");
         expect_file_error("max-num-seqs = 4\nblock-size = 8\nmax-num-seqs = 8\n",
                           "bad.conf:3: max-num-seqs = 8: the key was already set on line 1; each key may appear once");
         expect_file_error("max-num-seqs 4\n", "bad.conf:1: 'max-num-seqs 4' is not a 'key = value' line");
@@ -881,7 +893,7 @@ START_TEST(test_dump_round_trip) {
                                 "health-stall-timeout = 0.1\n"
                                 "scheduling-policy = slo\nslo-admission = demote\ndefault-slo = 0.015\n"
                                 "default-ttft-slo = 0.3\nslo-kv-reserve = 0.125\nbus = user\nlog-level = notice\n");
-        ck_assert_int_eq(load(&a, ARGS("--config", conf, "--device=cuda", "--no-enable-prefix-caching"), NULL, true,
+        ck_assert_int_eq(load(&a, ARGS("--config", conf, "--device=cpu", "--no-enable-prefix-caching"), NULL, true,
                               &err),
                          0);
         char *dumped = test_path_join(tmpdir, "dump.conf");
