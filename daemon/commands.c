@@ -402,7 +402,7 @@ size_t commands_stats(struct server *s, struct stats_entry ret[static COMMANDS_S
         ret[n++] = (struct stats_entry) { "connections", 'u', .u = s->n_connections };
         ret[n++] = (struct stats_entry) { "requests_in_flight", 'u', .u = s->requests.n };
         ret[n++] = (struct stats_entry) {
-                "scheduling_policy", 's', .s = scheduling_policy_name(s->model.config.scheduling_policy),
+                "scheduling_policy", 's', .s = scheduling_policy_names[s->model.config.scheduling_policy],
         };
         ret[n++] = (struct stats_entry) { "slo_rejected", 't', .t = e->slo_rejected };
         ret[n++] = (struct stats_entry) { "slo_demoted", 't', .t = e->slo_demoted };
