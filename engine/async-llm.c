@@ -82,14 +82,6 @@ struct async_llm {
         uint64_t next_engine_id;
 };
 
-static void samples_free(struct sample_result *s, uint32_t n) {
-        if (!s)
-                return;
-        for (uint32_t i = 0; i < n; i++)
-                sample_result_clear(&s[i]);
-        free(s);
-}
-
 static void stream_free(struct async_stream *s) {
         struct async_llm *llm = s->llm;
         if (s->in_map)
@@ -104,7 +96,7 @@ static void stream_free(struct async_stream *s) {
                 struct async_child *c = &s->children[i];
                 detokenizer_free(c->detok);
                 free(c->tokens);
-                samples_free(c->logprobs, c->n_tokens);
+                sample_results_free(c->logprobs, c->n_tokens);
                 free(c->text);
         }
         free(s->children);
@@ -115,7 +107,7 @@ static void stream_free(struct async_stream *s) {
         free((void *) s->params.logit_bias);
         free((void *) s->params.allowed_token_ids);
         free((void *) s->params.stop_token_ids);
-        samples_free(s->prompt_logprobs, s->n_prompt);
+        sample_results_free(s->prompt_logprobs, s->n_prompt);
         free(s->request_id);
         free(s->error);
         free(s);
@@ -538,25 +530,6 @@ bool async_llm_abort(struct async_llm *llm, const char *request_id) {
         return true;
 }
 
-static int copy_samples(const struct sample_result *src, uint32_t n, struct sample_result **ret) {
-        struct sample_result *dst = calloc(n ? n : 1, sizeof(*dst));
-        if (!dst)
-                return -ENOMEM;
-        for (uint32_t i = 0; i < n; i++) {
-                dst[i] = src[i];
-                dst[i].top = NULL;
-                if (src[i].n_top) {
-                        if (!(dst[i].top = malloc(src[i].n_top * sizeof(*src[i].top)))) {
-                                samples_free(dst, i);
-                                return -ENOMEM;
-                        }
-                        memcpy(dst[i].top, src[i].top, src[i].n_top * sizeof(*src[i].top));
-                }
-        }
-        *ret = dst;
-        return 0;
-}
-
 /* A completion's output from token from_token and text byte from_text on. */
 static int fill_completion(const struct async_child *c, uint32_t from_token, size_t from_text,
                            struct completion_output *o) {
@@ -577,7 +550,7 @@ static int fill_completion(const struct async_child *c, uint32_t from_token, siz
         o->text[o->text_len] = 0;
         if (o->n_token_ids)
                 memcpy(o->token_ids, c->tokens + from_token, o->n_token_ids * sizeof(int32_t));
-        if (c->logprobs && copy_samples(c->logprobs + from_token, o->n_token_ids, &o->logprobs) < 0)
+        if (c->logprobs && sample_results_copy(c->logprobs + from_token, o->n_token_ids, &o->logprobs) < 0)
                 return -ENOMEM;
         if (c->finished && c->finish_reason == FINISH_STOP && c->stop_reason_text &&
             !(o->stop_reason_text = strdup(c->stop_reason_text)))
@@ -607,7 +580,7 @@ static struct request_output *build_output(struct async_stream *s) {
         }
         if (s->prompt_logprobs && (!delta || !s->prompt_logprobs_sent)) {
                 o->n_prompt = s->n_prompt;
-                if (copy_samples(s->prompt_logprobs, s->n_prompt, &o->prompt_logprobs) < 0)
+                if (sample_results_copy(s->prompt_logprobs, s->n_prompt, &o->prompt_logprobs) < 0)
                         goto fail;
         }
         if (s->error && !(o->error = strdup(s->error)))

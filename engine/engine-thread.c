@@ -123,14 +123,8 @@ static void command_free(struct command *c) {
 
 static void update_clear(struct engine_update *u) {
         free(u->tokens);
-        if (u->logprobs)
-                for (uint32_t i = 0; i < u->n_tokens; i++)
-                        sample_result_clear(&u->logprobs[i]);
-        free(u->logprobs);
-        if (u->prompt_logprobs)
-                for (uint32_t i = 0; i < u->n_prompt; i++)
-                        sample_result_clear(&u->prompt_logprobs[i]);
-        free(u->prompt_logprobs);
+        sample_results_free(u->logprobs, u->n_tokens);
+        sample_results_free(u->prompt_logprobs, u->n_prompt);
         free(u->message);
 }
 
@@ -361,28 +355,6 @@ static void emit_refusal(struct engine_thread *et, void *owner, enum finish_reas
         emit(et, e);
 }
 
-static int copy_samples(const struct sample_result *src, uint32_t n, struct sample_result **ret) {
-        struct sample_result *dst = calloc(n ? n : 1, sizeof(*dst));
-        if (!dst)
-                return -ENOMEM;
-        for (uint32_t i = 0; i < n; i++) {
-                dst[i] = src[i];
-                dst[i].top = NULL;
-                if (src[i].n_top) {
-                        dst[i].top = malloc(src[i].n_top * sizeof(*src[i].top));
-                        if (!dst[i].top) {
-                                for (uint32_t j = 0; j < i; j++)
-                                        sample_result_clear(&dst[j]);
-                                free(dst);
-                                return -ENOMEM;
-                        }
-                        memcpy(dst[i].top, src[i].top, src[i].n_top * sizeof(*src[i].top));
-                }
-        }
-        *ret = dst;
-        return 0;
-}
-
 static void collect_outputs(struct engine_thread *et) {
         uint32_t n;
         const struct engine_output *outs = engine_core_outputs(et->core, &n);
@@ -411,12 +383,12 @@ static void collect_outputs(struct engine_thread *et) {
                 bool failed = false;
                 if (u->n_tokens) {
                         u->tokens = copy_array(r->tokens + r->n_prompt + *reported, u->n_tokens, sizeof(int32_t), &failed);
-                        if (r->params.logprobs >= 0 && copy_samples(r->samples + *reported, u->n_tokens, &u->logprobs) < 0)
+                        if (r->params.logprobs >= 0 && sample_results_copy(r->samples + *reported, u->n_tokens, &u->logprobs) < 0)
                                 failed = true;
                 }
                 if (*reported == 0 && u->n_tokens && r->prompt_logprobs) {
                         u->n_prompt = r->n_prompt;
-                        if (copy_samples(r->prompt_logprobs, r->n_prompt, &u->prompt_logprobs) < 0)
+                        if (sample_results_copy(r->prompt_logprobs, r->n_prompt, &u->prompt_logprobs) < 0)
                                 failed = true;
                 }
                 if (outs[i].finished && r->finish_reason == FINISH_ERROR)

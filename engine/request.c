@@ -79,14 +79,8 @@ int request_new(const struct request_spec *spec, uint64_t arrival_order, int32_t
 void request_free(struct request *r) {
         if (!r)
                 return;
-        if (r->samples)
-                for (uint32_t i = 0; i < request_num_output(r); i++)
-                        sample_result_clear(&r->samples[i]);
-        free(r->samples);
-        if (r->prompt_logprobs)
-                for (uint32_t i = 0; i < r->n_prompt_logprobs; i++)
-                        sample_result_clear(&r->prompt_logprobs[i]);
-        free(r->prompt_logprobs);
+        sample_results_free(r->samples, request_num_output(r));
+        sample_results_free(r->prompt_logprobs, r->n_prompt_logprobs);
         sampler_seq_free(&r->sampler);
         kv_block_list_free(&r->blocks);
         free((void *) r->params.logit_bias);
