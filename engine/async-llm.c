@@ -621,10 +621,6 @@ bool async_stream_done(const struct async_stream *s) {
         return s->final_taken;
 }
 
-const char *async_stream_request_id(const struct async_stream *s) {
-        return s->request_id;
-}
-
 uint32_t async_stream_prompt_tokens(const struct async_stream *s) {
         return s->n_prompt;
 }
@@ -694,12 +690,4 @@ int async_llm_check_health(struct async_llm *llm, double stall_timeout, struct e
 void async_llm_stats(struct async_llm *llm, struct async_llm_stats *ret) {
         engine_thread_state(llm->engine, &ret->engine);
         ret->n_streams = llm->streams.n;
-}
-
-const struct tokenizer *async_llm_tokenizer(const struct async_llm *llm) {
-        return llm->tk;
-}
-
-const struct engine_config *async_llm_config(const struct async_llm *llm) {
-        return &llm->config;
 }

@@ -78,7 +78,6 @@ struct request_output *async_stream_take(struct async_stream *s);
 bool async_stream_has_output(const struct async_stream *s);
 /* True once the last output has been taken. */
 bool async_stream_done(const struct async_stream *s);
-const char *async_stream_request_id(const struct async_stream *s);
 /* The prompt's length in tokens (after tokenization of a text prompt). */
 uint32_t async_stream_prompt_tokens(const struct async_stream *s);
 /* The consumer is done with it: a request still running is aborted. */
@@ -109,6 +108,3 @@ struct async_llm_stats {
 };
 
 void async_llm_stats(struct async_llm *llm, struct async_llm_stats *ret);
-
-const struct tokenizer *async_llm_tokenizer(const struct async_llm *llm);
-const struct engine_config *async_llm_config(const struct async_llm *llm);
