@@ -543,8 +543,8 @@ int main(int argc, char **argv) {
                 for (uint32_t t = 0; t < d->n_prompt; t++)
                         d->prompt[t] = random_token(&rng);
                 snprintf(d->id, sizeof(d->id), "decoder-%u", i);
-                struct generate_request req = {
-                        .request_id = d->id, .prompt = d->prompt, .n_prompt = d->n_prompt, .params = &params,
+                struct request_spec req = {
+                        .id = d->id, .prompt = d->prompt, .n_prompt = d->n_prompt, .params = params,
                 };
                 if (async_llm_generate(llm, &req, on_decoder, d, &d->stream, &err) < 0) {
                         fprintf(stderr, "bench-decode-stall: %s: %s\n", d->id, err.message);
@@ -670,9 +670,9 @@ int main(int argc, char **argv) {
                         rng_seed(&lrng, 2);
                         for (unsigned i = 0; i < prompt_len; i++)
                                 long_prompt[i] = random_token(&lrng);
-                        struct generate_request req = {
-                                .request_id = "long-prompt", .prompt = long_prompt, .n_prompt = prompt_len,
-                                .params = &lp,
+                        struct request_spec req = {
+                                .id = "long-prompt", .prompt = long_prompt, .n_prompt = prompt_len,
+                                .params = lp,
                         };
                         b.long_submit = monotonic_seconds();
                         if (async_llm_generate(llm, &req, on_long, &b, &b.long_stream, &err) < 0) {

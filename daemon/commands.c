@@ -213,8 +213,8 @@ static void do_generate(struct connection *c, struct client_message *m) {
         req->logprobs = g->params.logprobs;
         req->delta = g->params.output_kind == OUTPUT_DELTA;
         req->prompt_logprobs = g->params.prompt_logprobs;
-        struct generate_request gr;
-        generate_message_to_request(g, req->daemon_id, rendered, &gr);
+        struct request_spec spec;
+        generate_message_to_spec(g, req->daemon_id, rendered, &spec);
         /* linked first: the stream may notify (and finish) from inside generate */
         req->next = c->first_request;
         if (c->first_request)
@@ -225,7 +225,7 @@ static void do_generate(struct connection *c, struct client_message *m) {
                 goto unlink;
         }
         u->n++;
-        r = async_llm_generate(s->model.llm, &gr, on_stream, req, &req->stream, &err);
+        r = async_llm_generate(s->model.llm, &spec, on_stream, req, &req->stream, &err);
         if (r < 0) {
                 u->n--;
                 goto unlink;

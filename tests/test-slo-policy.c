@@ -72,7 +72,7 @@ static void warm(struct scheduler *s) {
 /* A request with distinct tokens (no prefix-cache sharing between requests). */
 static struct request *make(struct harness *h, bool latency_sensitive, uint32_t n_prompt, double slo, double ttft_slo,
                             double arrival) {
-        static struct sampling_params params;
+        struct sampling_params params;
         struct error err;
         int32_t *prompt = malloc(n_prompt * sizeof(*prompt));
         for (uint32_t i = 0; i < n_prompt; i++)
@@ -80,10 +80,12 @@ static struct request *make(struct harness *h, bool latency_sensitive, uint32_t 
         sampling_params_init_default(&params);
         params.max_tokens = 100;
         struct request_spec spec = {
-                .id = "r", .prompt = prompt, .n_prompt = n_prompt, .params = &params,
-                .latency_sensitive = latency_sensitive, .slo = slo, .ttft_slo = ttft_slo, .arrival_time = arrival,
+                .id = "r", .prompt = prompt, .n_prompt = n_prompt, .params = params,
+                .class = { .latency_sensitive = latency_sensitive, .slo = slo, .ttft_slo = ttft_slo },
+                .arrival_time = arrival,
         };
         struct request *r;
+        ck_assert_int_eq(request_spec_own(&spec), 0);
         ck_assert_int_eq(request_new(&spec, h->next_order++, VOCAB, 1, &r, &err), 0);
         free(prompt);
         h->requests[h->n_requests++] = r;
