@@ -192,11 +192,11 @@ int engine_core_add_request(struct engine_core *ec, struct request_spec *spec, d
         uint64_t order = ec->next_arrival++;
         if ((rc = request_new(spec, order, (int32_t) ec->n_vocab, ec->config.seed + order, &r, err)) < 0)
                 return rc;
-        if (!r->slo)
-                r->slo = ec->config.default_slo;
-        if (!r->ttft_slo)
-                r->ttft_slo = ec->config.default_ttft_slo;
-        if (ec->config.scheduling_policy == SCHEDULING_SLO && r->latency_sensitive &&
+        if (!r->class.slo)
+                r->class.slo = ec->config.default_slo;
+        if (!r->class.ttft_slo)
+                r->class.ttft_slo = ec->config.default_ttft_slo;
+        if (ec->config.scheduling_policy == SCHEDULING_SLO && r->class.latency_sensitive &&
             (rc = slo_policy_admit(&ec->sched, r, monotonic_seconds(), retry_after, err)) < 0) {
                 request_free(r);
                 return rc;

@@ -97,10 +97,7 @@ int request_new(struct request_spec *spec, uint64_t arrival_order, int32_t n_voc
         r->params = spec->params;
         r->owner = spec->owner;
         r->arrival_order = arrival_order;
-        r->priority = spec->class.priority;
-        r->latency_sensitive = spec->class.latency_sensitive;
-        r->slo = spec->class.slo;
-        r->ttft_slo = spec->class.ttft_slo;
+        r->class = spec->class;
         r->n_prompt = r->n_tokens = spec->n_prompt;
         r->arrival_time = spec->arrival_time > 0 ? spec->arrival_time : monotonic_seconds();
         *spec = (struct request_spec) { 0 };

@@ -75,9 +75,9 @@ struct request {
         char *id;
         void *owner;
         uint64_t arrival_order;
-        int32_t priority;
-        bool latency_sensitive; /* false once demoted by admission control */
-        double slo, ttft_slo;   /* defaults resolved */
+        /* slo and ttft_slo with the defaults resolved; latency_sensitive false once demoted
+         * by admission control */
+        struct request_class class;
         double sort_key;        /* the slo policy's order within its class, for the current step */
         /* The slo policy's aim for a latency-sensitive request: the time its latest output
          * token was aimed at, and how many output tokens it had then (0: none aimed yet). */

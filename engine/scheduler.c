@@ -33,8 +33,8 @@ void scheduler_done(struct scheduler *s) {
 
 /* True when a should be served before b under the priority policy. */
 static bool priority_before(const struct request *a, const struct request *b) {
-        if (a->priority != b->priority)
-                return a->priority < b->priority;
+        if (a->class.priority != b->class.priority)
+                return a->class.priority < b->class.priority;
         return a->arrival_order < b->arrival_order;
 }
 
