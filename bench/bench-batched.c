@@ -295,8 +295,8 @@ int main(int argc, char **argv) {
                 for (unsigned i = 0; i < n; i++) {
                         struct seq *q = &seqs[i];
                         snprintf(q->id, sizeof(q->id), "r%d-%u", rep, i);
-                        struct generate_request req = {
-                                .request_id = q->id, .prompt = &prompts[i * p], .n_prompt = p, .params = &params,
+                        struct request_spec req = {
+                                .id = q->id, .prompt = &prompts[i * p], .n_prompt = p, .params = params,
                         };
                         if (async_llm_generate(llm, &req, on_output, q, &q->stream, &err) < 0) {
                                 fprintf(stderr, "bench-batched: %s: %s\n", q->id, err.message);

@@ -579,8 +579,8 @@ static int start_decoders(struct run *run) {
                 for (uint32_t t = 0; t < d->n_prompt; t++)
                         d->prompt[t] = random_token(&rng);
                 snprintf(d->id, sizeof(d->id), "decoder-%u", i);
-                struct generate_request req = {
-                        .request_id = d->id, .prompt = d->prompt, .n_prompt = d->n_prompt, .params = &params,
+                struct request_spec req = {
+                        .id = d->id, .prompt = d->prompt, .n_prompt = d->n_prompt, .params = params,
                 };
                 if (async_llm_generate(run->llm, &req, on_decoder, d, &d->stream, &err) < 0) {
                         fprintf(stderr, "bench-decode-stall: %s: %s\n", d->id, err.message);
@@ -604,8 +604,8 @@ static int submit_long_prompt(struct run *run) {
         rng_seed(&lrng, 2);
         for (unsigned i = 0; i < run->o.prompt_len; i++)
                 run->long_prompt[i] = random_token(&lrng);
-        struct generate_request req = {
-                .request_id = "long-prompt", .prompt = run->long_prompt, .n_prompt = run->o.prompt_len, .params = &lp,
+        struct request_spec req = {
+                .id = "long-prompt", .prompt = run->long_prompt, .n_prompt = run->o.prompt_len, .params = lp,
         };
         b->long_submit = monotonic_seconds();
         if (async_llm_generate(run->llm, &req, on_long, b, &b->long_stream, &err) < 0) {

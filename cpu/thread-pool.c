@@ -182,10 +182,6 @@ void thread_pool_run(struct thread_pool *pool, thread_pool_fn fn, void *ctx) {
                 pool->contended_runs = 0;
 }
 
-unsigned thread_pool_size(const struct thread_pool *pool) {
-        return pool->n_threads;
-}
-
 static void stop_workers(struct thread_pool *pool, unsigned started) {
         atomic_store_explicit(&pool->stopping, true, memory_order_release);
         atomic_fetch_add_explicit(&pool->run_generation, 1, memory_order_release);

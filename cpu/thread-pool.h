@@ -15,7 +15,6 @@ typedef void (*thread_pool_fn)(void *ctx, unsigned ith, unsigned nth);
 
 int thread_pool_new(unsigned n_threads, struct thread_pool **ret, struct error *err);
 void thread_pool_free(struct thread_pool *pool);
-unsigned thread_pool_size(const struct thread_pool *pool);
 
 /* Runs fn(ctx, i, n) on every thread of the pool, the caller being thread 0, and returns when
  * all have returned. Not reentrant: one run at a time. */

@@ -213,8 +213,8 @@ static void do_generate(struct connection *c, struct client_message *m) {
         req->logprobs = g->params.logprobs;
         req->delta = g->params.output_kind == OUTPUT_DELTA;
         req->prompt_logprobs = g->params.prompt_logprobs;
-        struct generate_request gr;
-        generate_message_to_request(g, req->daemon_id, rendered, &gr);
+        struct request_spec spec;
+        generate_message_to_spec(g, req->daemon_id, rendered, &spec);
         /* linked first: the stream may notify (and finish) from inside generate */
         req->next = c->first_request;
         if (c->first_request)
@@ -225,7 +225,7 @@ static void do_generate(struct connection *c, struct client_message *m) {
                 goto unlink;
         }
         u->n++;
-        r = async_llm_generate(s->model.llm, &gr, on_stream, req, &req->stream, &err);
+        r = async_llm_generate(s->model.llm, &spec, on_stream, req, &req->stream, &err);
         if (r < 0) {
                 u->n--;
                 goto unlink;
@@ -402,7 +402,7 @@ size_t commands_stats(struct server *s, struct stats_entry ret[static COMMANDS_S
         ret[n++] = (struct stats_entry) { "connections", 'u', .u = s->n_connections };
         ret[n++] = (struct stats_entry) { "requests_in_flight", 'u', .u = s->requests.n };
         ret[n++] = (struct stats_entry) {
-                "scheduling_policy", 's', .s = scheduling_policy_name(s->model.config.scheduling_policy),
+                "scheduling_policy", 's', .s = scheduling_policy_names[s->model.config.scheduling_policy],
         };
         ret[n++] = (struct stats_entry) { "slo_rejected", 't', .t = e->slo_rejected };
         ret[n++] = (struct stats_entry) { "slo_demoted", 't', .t = e->slo_demoted };

@@ -36,10 +36,6 @@ void log_set_max_level(int level) {
         max_level = level;
 }
 
-int log_get_max_level(void) {
-        return max_level;
-}
-
 int log_level_from_string(const char *s) {
         for (int i = 0; i < (int) (sizeof(level_names) / sizeof(*level_names)); i++)
                 if (strcmp(s, level_names[i]) == 0)

@@ -9,7 +9,6 @@
 
 void log_setup(void);
 void log_set_max_level(int level);
-int log_get_max_level(void);
 /* syslog's names: emerg, alert, crit, err, warning, notice, info, debug; -1 if unknown. */
 int log_level_from_string(const char *s);
 const char *log_level_to_string(int level);

@@ -580,16 +580,16 @@ static int parse_latency_sensitive(struct parser *p, const char *key, struct jso
                 return invalid_params(p, "latency_sensitive and is_latency_sensitive are the same field: give only one");
         p->has_latency_sensitive = true;
         if (json_object_is_type(v, json_type_boolean)) {
-                g->latency_sensitive = json_object_get_boolean(v);
+                g->class.latency_sensitive = json_object_get_boolean(v);
                 return 0;
         }
         if (!json_object_is_type(v, json_type_string))
                 return want(p, key, v, allowed);
         const char *s = json_object_get_string(v);
         if (strcmp(s, "true") == 0 || strcmp(s, "True") == 0)
-                g->latency_sensitive = true;
+                g->class.latency_sensitive = true;
         else if (strcmp(s, "false") == 0 || strcmp(s, "False") == 0)
-                g->latency_sensitive = false;
+                g->class.latency_sensitive = false;
         else
                 return invalid_params(p, "%s must be %s, got \"%s\"", key, allowed, quote(s, q));
         return 0;
@@ -641,13 +641,13 @@ static int generate_field(struct parser *p, const char *key, struct json_object 
         if (strcmp(key, "params") == 0)
                 return parse_params(p, v);
         if (strcmp(key, "priority") == 0)
-                return get_int32(p, key, v, &g->priority);
+                return get_int32(p, key, v, &g->class.priority);
         if (strcmp(key, "latency_sensitive") == 0 || strcmp(key, "is_latency_sensitive") == 0)
                 return parse_latency_sensitive(p, key, v);
         if (strcmp(key, "slo") == 0)
-                return parse_slo(p, key, " per output token", v, &g->slo);
+                return parse_slo(p, key, " per output token", v, &g->class.slo);
         if (strcmp(key, "ttft_slo") == 0)
-                return parse_slo(p, key, " to the first token", v, &g->ttft_slo);
+                return parse_slo(p, key, " to the first token", v, &g->class.ttft_slo);
         return -ENOENT;
 }
 
@@ -1053,16 +1053,9 @@ int protocol_negotiate(const struct client_message *hello, int32_t *ret) {
         return -EPROTONOSUPPORT;
 }
 
-void generate_message_to_request(const struct generate_message *g, const char *request_id, const char *prompt_text,
-                                 struct generate_request *ret) {
-        *ret = (struct generate_request) {
-                .request_id = request_id,
-                .params = &g->params,
-                .priority = g->priority,
-                .latency_sensitive = g->latency_sensitive,
-                .slo = g->slo,
-                .ttft_slo = g->ttft_slo,
-        };
+void generate_message_to_spec(const struct generate_message *g, const char *request_id, const char *prompt_text,
+                              struct request_spec *ret) {
+        *ret = (struct request_spec) { .id = request_id, .params = g->params, .class = g->class };
         switch (g->prompt_kind) {
         case PROMPT_TEXT:
                 ret->prompt_text = g->prompt;

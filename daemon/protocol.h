@@ -8,7 +8,7 @@
  *
  * Parsing is strict: every field is typed, unknown fields are errors, and an error names the
  * field and what it must be. Value ranges of sampling parameters are left to
- * sampling_params_validate(), which the engine runs on submission; this layer checks only
+ * request_spec_validate(), which AsyncLLM runs on submission; this layer checks only
  * what JSON typing requires (integers in int32 range, a seed in uint64 range, known enum
  * strings) and the ranges nobody else checks with a message (sleep level, slo and ttft_slo).
  *
@@ -105,12 +105,10 @@ struct generate_message {
         /* vLLM's defaults, but output_kind OUTPUT_DELTA (the socket's default). Its arrays
          * point into the storage below; unvalidated (sampling_params_validate() does that). */
         struct sampling_params params;
-        int32_t priority;       /* default 0 */
-        /* The scheduling class (the slo policy's): best-effort unless latency_sensitive.
-         * The targets are carried for best-effort requests too, where they do nothing. */
-        bool latency_sensitive;
-        double slo;             /* seconds per output token, (0, PROTOCOL_SLO_MAX]; 0 = the engine's default */
-        double ttft_slo;        /* seconds to the first token, likewise */
+        /* Priority 0 and best-effort unless given. slo and ttft_slo are in
+         * (0, PROTOCOL_SLO_MAX], or 0 for the engine's default; they are carried for
+         * best-effort requests too, where they do nothing. */
+        struct request_class class;
 
         /* Owned storage behind params; private to protocol-request.c. */
         const char **stop_storage;
@@ -190,10 +188,10 @@ void client_message_free(struct client_message *m);
 int protocol_negotiate(const struct client_message *hello, int32_t *ret);
 
 /* The request to submit for a generate message. prompt_text is what to use for a
- * PROMPT_MESSAGES prompt (the rendered chat; chat_render()), ignored otherwise. The request
+ * PROMPT_MESSAGES prompt (the rendered chat; chat_render()), ignored otherwise. The spec
  * borrows from g. */
-void generate_message_to_request(const struct generate_message *g, const char *request_id, const char *prompt_text,
-                                 struct generate_request *ret);
+void generate_message_to_spec(const struct generate_message *g, const char *request_id, const char *prompt_text,
+                              struct request_spec *ret);
 
 /* What an output line needs beyond the output itself. */
 struct output_line_options {

@@ -119,12 +119,6 @@ struct setting {
 
 static const char *const device_names[] = { "cpu", NULL };
 static const char *const planned_device_names[] = { "cuda", NULL };
-static const char *const policy_names[] = {
-        [SCHEDULING_FCFS] = "fcfs", [SCHEDULING_PRIORITY] = "priority", [SCHEDULING_SLO] = "slo", NULL,
-};
-static const char *const slo_admission_names[] = {
-        [SLO_ADMISSION_REJECT] = "reject", [SLO_ADMISSION_DEMOTE] = "demote", NULL,
-};
 static const char *const bus_names[] = {
         [DAEMON_BUS_NONE] = "none", [DAEMON_BUS_SYSTEM] = "system", [DAEMON_BUS_USER] = "user", NULL,
 };
@@ -185,7 +179,7 @@ static const struct setting table[N_KEYS] = {
                 .negated = "no-enable-prefix-caching", .arg = "BOOL", .help = "reuse the KV blocks of shared prefixes",
         },
         [KEY_SCHEDULING_POLICY] = {
-                "scheduling-policy", SETTING_CHOICE, FIELD(engine.scheduling_policy), .choices = policy_names,
+                "scheduling-policy", SETTING_CHOICE, FIELD(engine.scheduling_policy), .choices = scheduling_policy_names,
                 .arg = "fcfs|priority|slo", .help = "the order waiting requests are admitted in",
         },
         [KEY_SLO_ADMISSION] = {

@@ -53,7 +53,7 @@ struct async_stream {
         struct async_stream *touched_next; /* to notify at the end of a dispatch */
         bool touched;
 
-        struct sampling_params params; /* stop points into stop_copy */
+        struct sampling_params params; /* without the token-level arrays; stop points into stop_copy */
         char **stop_copy;
         enum output_kind kind;
         uint32_t n_prompt;
@@ -82,14 +82,6 @@ struct async_llm {
         uint64_t next_engine_id;
 };
 
-static void samples_free(struct sample_result *s, uint32_t n) {
-        if (!s)
-                return;
-        for (uint32_t i = 0; i < n; i++)
-                sample_result_clear(&s[i]);
-        free(s);
-}
-
 static void stream_free(struct async_stream *s) {
         struct async_llm *llm = s->llm;
         if (s->in_map)
@@ -104,7 +96,7 @@ static void stream_free(struct async_stream *s) {
                 struct async_child *c = &s->children[i];
                 detokenizer_free(c->detok);
                 free(c->tokens);
-                samples_free(c->logprobs, c->n_tokens);
+                sample_results_free(c->logprobs, c->n_tokens);
                 free(c->text);
         }
         free(s->children);
@@ -112,10 +104,7 @@ static void stream_free(struct async_stream *s) {
                 for (size_t i = 0; i < s->params.n_stop; i++)
                         free(s->stop_copy[i]);
         free(s->stop_copy);
-        free((void *) s->params.logit_bias);
-        free((void *) s->params.allowed_token_ids);
-        free((void *) s->params.stop_token_ids);
-        samples_free(s->prompt_logprobs, s->n_prompt);
+        sample_results_free(s->prompt_logprobs, s->n_prompt);
         free(s->request_id);
         free(s->error);
         free(s);
@@ -370,24 +359,17 @@ void async_llm_free(struct async_llm *llm) {
         free(llm);
 }
 
-static int copy_params(struct async_stream *s, const struct sampling_params *p) {
+/* The stream keeps the params the frontend reads (stop strings, logprobs, output kind);
+ * the token-level arrays are the engine requests'. */
+static int keep_params(struct async_stream *s, const struct sampling_params *p) {
         s->params = *p;
         s->params.logit_bias = NULL;
+        s->params.n_logit_bias = 0;
         s->params.allowed_token_ids = NULL;
+        s->params.n_allowed_token_ids = 0;
         s->params.stop_token_ids = NULL;
+        s->params.n_stop_token_ids = 0;
         s->params.stop = NULL;
-        if (p->n_logit_bias && !(s->params.logit_bias = malloc(p->n_logit_bias * sizeof(*p->logit_bias))))
-                return -ENOMEM;
-        if (p->n_logit_bias)
-                memcpy((void *) s->params.logit_bias, p->logit_bias, p->n_logit_bias * sizeof(*p->logit_bias));
-        if (p->n_allowed_token_ids && !(s->params.allowed_token_ids = malloc(p->n_allowed_token_ids * sizeof(int32_t))))
-                return -ENOMEM;
-        if (p->n_allowed_token_ids)
-                memcpy((void *) s->params.allowed_token_ids, p->allowed_token_ids, p->n_allowed_token_ids * sizeof(int32_t));
-        if (p->n_stop_token_ids && !(s->params.stop_token_ids = malloc(p->n_stop_token_ids * sizeof(int32_t))))
-                return -ENOMEM;
-        if (p->n_stop_token_ids)
-                memcpy((void *) s->params.stop_token_ids, p->stop_token_ids, p->n_stop_token_ids * sizeof(int32_t));
         if (p->n_stop) {
                 s->stop_copy = calloc(p->n_stop, sizeof(char *));
                 if (!s->stop_copy)
@@ -400,34 +382,21 @@ static int copy_params(struct async_stream *s, const struct sampling_params *p) 
         return 0;
 }
 
-static int validate_prompt(const struct async_llm *llm, const int32_t *prompt, uint32_t n, struct error *err) {
-        if (n == 0)
-                return error_set(err, EINVAL, "prompt is empty: give at least one token");
-        if (n >= llm->config.max_model_len)
-                return error_set(err, EINVAL, "prompt has %u tokens; it must be shorter than max_model_len (%u)", n,
-                                 llm->config.max_model_len);
-        for (uint32_t i = 0; i < n; i++)
-                if (prompt[i] < 0 || prompt[i] >= llm->n_vocab)
-                        return error_set(err, EINVAL, "prompt token id %" PRId32 " at position %u is outside the vocabulary [0, %" PRId32 ")",
-                                         prompt[i], i, llm->n_vocab);
-        return 0;
-}
-
-static int submit_children(struct async_llm *llm, struct async_stream *s, const struct generate_request *req,
-                           const int32_t *prompt, uint32_t n_prompt, struct error *err) {
+/* Each child is an engine request of its own: its spec, built from the request's, owns its
+ * arrays and moves into the engine thread. */
+static int submit_children(struct async_llm *llm, struct async_stream *s, const struct request_spec *req,
+                           struct error *err) {
         for (uint32_t i = 0; i < s->n_children; i++) {
                 struct async_child *c = &s->children[i];
-                struct sampling_params child = s->params;
-                child.n = 1;
-                if (child.has_seed) /* vLLM: child i of a seeded request uses seed + i */
-                        child.seed += i;
-                struct request_spec spec = {
-                        .id = c->engine_id, .prompt = prompt, .n_prompt = n_prompt, .params = &child,
-                        .priority = req->priority, .latency_sensitive = req->latency_sensitive, .slo = req->slo,
-                        .ttft_slo = req->ttft_slo,
-                        .arrival_time = s->metrics.arrival_time, .owner = c,
-                };
-                int r = engine_thread_add(llm->engine, &spec, err);
+                struct request_spec child = *req;
+                child.id = c->engine_id;
+                child.params.n = 1;
+                if (child.params.has_seed) /* vLLM: child i of a seeded request uses seed + i */
+                        child.params.seed += i;
+                child.arrival_time = s->metrics.arrival_time;
+                child.owner = c;
+                int r = request_spec_own(&child) < 0 ? error_set(err, ENOMEM, "out of memory")
+                                                     : engine_thread_add(llm->engine, &child, err);
                 if (r < 0) {
                         /* the children already queued end through the engine as usual */
                         for (uint32_t j = i; j < s->n_children; j++) {
@@ -440,79 +409,77 @@ static int submit_children(struct async_llm *llm, struct async_stream *s, const 
         return 0;
 }
 
-int async_llm_generate(struct async_llm *llm, const struct generate_request *req, async_stream_notify notify,
+int async_llm_generate(struct async_llm *llm, const struct request_spec *req, async_stream_notify notify,
                        void *userdata, struct async_stream **ret, struct error *err) {
         struct engine_thread_state state;
+        struct request_spec spec = *req;
         int32_t *tokenized = NULL;
-        const int32_t *prompt = req->prompt;
-        uint32_t n_prompt = req->n_prompt;
         int r;
 
-        if (!req->request_id || !*req->request_id)
-                return error_set(err, EINVAL, "request_id must be a non-empty string");
-        if (id_map_get(&llm->streams, req->request_id))
-                return error_set(err, EEXIST, "request id '%s' is already in flight", req->request_id);
-        engine_thread_state(llm->engine, &state);
-        if (state.dead)
-                return error_set(err, ESHUTDOWN, "%s", state.dead_message);
-        if ((r = sampling_params_validate(req->params, llm->n_vocab, llm->config.max_logprobs, err)) < 0)
-                return r;
-        if (!prompt && req->prompt_text) {
+        if (!spec.prompt && spec.prompt_text) {
                 size_t n;
-                if ((r = tokenizer_encode(llm->tk, req->prompt_text, strlen(req->prompt_text), true, &tokenized, &n, err)) < 0)
+                if ((r = tokenizer_encode(llm->tk, spec.prompt_text, strlen(spec.prompt_text), true, &tokenized, &n, err)) < 0)
                         return r;
-                prompt = tokenized;
-                n_prompt = n > UINT32_MAX ? UINT32_MAX : (uint32_t) n;
+                spec.prompt = tokenized;
+                spec.n_prompt = n > UINT32_MAX ? UINT32_MAX : (uint32_t) n;
         }
-        if ((r = validate_prompt(llm, prompt, prompt ? n_prompt : 0, err)) < 0) {
-                free(tokenized);
-                return r;
+        if ((r = request_spec_validate(&spec, &llm->config, llm->n_vocab, err)) < 0)
+                goto out;
+        if (id_map_get(&llm->streams, spec.id)) {
+                r = error_set(err, EEXIST, "request id '%s' is already in flight", spec.id);
+                goto out;
+        }
+        engine_thread_state(llm->engine, &state);
+        if (state.dead) {
+                r = error_set(err, ESHUTDOWN, "%s", state.dead_message);
+                goto out;
         }
 
         struct async_stream *s = calloc(1, sizeof(*s));
         if (!s) {
-                free(tokenized);
-                return error_set(err, ENOMEM, "out of memory");
+                r = error_set(err, ENOMEM, "out of memory");
+                goto out;
         }
         s->llm = llm;
         s->notify = notify;
         s->userdata = userdata;
-        s->kind = req->params->output_kind;
-        s->n_prompt = n_prompt;
+        s->kind = spec.params.output_kind;
+        s->n_prompt = spec.n_prompt;
         s->metrics.arrival_time = monotonic_seconds();
-        s->n_children = req->params->n;
+        s->n_children = spec.params.n;
         s->refs = 1 + s->n_children;
         s->next = llm->all;
         if (llm->all)
                 llm->all->prev = s;
         llm->all = s;
-        s->request_id = strdup(req->request_id);
+        s->request_id = strdup(spec.id);
         s->children = calloc(s->n_children, sizeof(*s->children));
-        r = !s->request_id || !s->children ? -ENOMEM : copy_params(s, req->params);
+        r = !s->request_id || !s->children ? -ENOMEM : keep_params(s, &spec.params);
         for (uint32_t i = 0; r >= 0 && i < s->n_children; i++) {
                 struct async_child *c = &s->children[i];
                 c->stream = s;
                 c->index = i;
                 c->stop_reason_token = -1;
-                c->cumulative_logprob = req->params->logprobs >= 0 ? 0.0 : NAN;
+                c->cumulative_logprob = spec.params.logprobs >= 0 ? 0.0 : NAN;
                 snprintf(c->engine_id, sizeof(c->engine_id), "%" PRIu64, llm->next_engine_id++);
-                r = detokenizer_new(llm->tk, req->params->skip_special_tokens, &c->detok, err);
+                r = detokenizer_new(llm->tk, spec.params.skip_special_tokens, &c->detok, err);
         }
         if (r < 0 || (r = id_map_put(&llm->streams, s)) < 0) {
                 s->refs = 1;
                 stream_free(s);
-                free(tokenized);
-                return error_set(err, -r, "out of memory");
+                r = error_set(err, -r, "out of memory");
+                goto out;
         }
         s->in_map = true;
-        r = submit_children(llm, s, req, prompt, n_prompt, err);
-        free(tokenized);
+        r = submit_children(llm, s, &spec, err);
         if (r < 0) {
                 async_stream_release(s);
-                return r;
+                goto out;
         }
         *ret = s;
-        return 0;
+out:
+        free(tokenized);
+        return r;
 }
 
 static void abort_stream(struct async_stream *s) {
@@ -538,25 +505,6 @@ bool async_llm_abort(struct async_llm *llm, const char *request_id) {
         return true;
 }
 
-static int copy_samples(const struct sample_result *src, uint32_t n, struct sample_result **ret) {
-        struct sample_result *dst = calloc(n ? n : 1, sizeof(*dst));
-        if (!dst)
-                return -ENOMEM;
-        for (uint32_t i = 0; i < n; i++) {
-                dst[i] = src[i];
-                dst[i].top = NULL;
-                if (src[i].n_top) {
-                        if (!(dst[i].top = malloc(src[i].n_top * sizeof(*src[i].top)))) {
-                                samples_free(dst, i);
-                                return -ENOMEM;
-                        }
-                        memcpy(dst[i].top, src[i].top, src[i].n_top * sizeof(*src[i].top));
-                }
-        }
-        *ret = dst;
-        return 0;
-}
-
 /* A completion's output from token from_token and text byte from_text on. */
 static int fill_completion(const struct async_child *c, uint32_t from_token, size_t from_text,
                            struct completion_output *o) {
@@ -577,7 +525,7 @@ static int fill_completion(const struct async_child *c, uint32_t from_token, siz
         o->text[o->text_len] = 0;
         if (o->n_token_ids)
                 memcpy(o->token_ids, c->tokens + from_token, o->n_token_ids * sizeof(int32_t));
-        if (c->logprobs && copy_samples(c->logprobs + from_token, o->n_token_ids, &o->logprobs) < 0)
+        if (c->logprobs && sample_results_copy(c->logprobs + from_token, o->n_token_ids, &o->logprobs) < 0)
                 return -ENOMEM;
         if (c->finished && c->finish_reason == FINISH_STOP && c->stop_reason_text &&
             !(o->stop_reason_text = strdup(c->stop_reason_text)))
@@ -607,7 +555,7 @@ static struct request_output *build_output(struct async_stream *s) {
         }
         if (s->prompt_logprobs && (!delta || !s->prompt_logprobs_sent)) {
                 o->n_prompt = s->n_prompt;
-                if (copy_samples(s->prompt_logprobs, s->n_prompt, &o->prompt_logprobs) < 0)
+                if (sample_results_copy(s->prompt_logprobs, s->n_prompt, &o->prompt_logprobs) < 0)
                         goto fail;
         }
         if (s->error && !(o->error = strdup(s->error)))
@@ -646,10 +594,6 @@ bool async_stream_has_output(const struct async_stream *s) {
 
 bool async_stream_done(const struct async_stream *s) {
         return s->final_taken;
-}
-
-const char *async_stream_request_id(const struct async_stream *s) {
-        return s->request_id;
 }
 
 uint32_t async_stream_prompt_tokens(const struct async_stream *s) {
@@ -721,12 +665,4 @@ int async_llm_check_health(struct async_llm *llm, double stall_timeout, struct e
 void async_llm_stats(struct async_llm *llm, struct async_llm_stats *ret) {
         engine_thread_state(llm->engine, &ret->engine);
         ret->n_streams = llm->streams.n;
-}
-
-const struct tokenizer *async_llm_tokenizer(const struct async_llm *llm) {
-        return llm->tk;
-}
-
-const struct engine_config *async_llm_config(const struct async_llm *llm) {
-        return &llm->config;
 }

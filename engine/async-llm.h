@@ -39,18 +39,6 @@ typedef void (*async_stream_notify)(struct async_stream *s, void *userdata);
 /* Control commands answer through this; see engine_reply_fn. */
 typedef engine_reply_fn async_llm_reply_fn;
 
-struct generate_request {
-        const char *request_id;  /* unique among the requests in flight */
-        const int32_t *prompt;   /* (n_prompt) token ids, or NULL to tokenize prompt_text */
-        uint32_t n_prompt;
-        const char *prompt_text; /* special tokens written in it are parsed */
-        const struct sampling_params *params;
-        int32_t priority;
-        bool latency_sensitive;
-        double slo;              /* seconds per output token; 0 = the engine's default */
-        double ttft_slo;         /* seconds to the first token; 0 = the engine's default */
-};
-
 /* config must be finalized (engine_config_finalize); tk and backend outlive the engine. */
 int async_llm_new(const struct engine_config *config, const struct backend *backend, const struct tokenizer *tk,
                   uint32_t n_kv_blocks, struct async_llm **ret, struct error *err);
@@ -61,10 +49,12 @@ int async_llm_fd(const struct async_llm *llm);
 /* Applies what the engine reported: updates streams, notifies them, runs control replies. */
 void async_llm_dispatch(struct async_llm *llm);
 
-/* Validates and submits a request. A bad one fails here alone, with a message naming the
- * parameter and its allowed range (-EINVAL); -EEXIST for an id in flight; -ESHUTDOWN once
- * the engine is dead. On success *ret is the stream, which the caller releases. */
-int async_llm_generate(struct async_llm *llm, const struct generate_request *req, async_stream_notify notify,
+/* Validates and submits a request. req borrows its arrays (copied here); its id is unique
+ * among the requests in flight; arrival_time and owner are set here. A bad request fails
+ * here alone, with a message naming the parameter and its allowed range (-EINVAL);
+ * -EEXIST for an id in flight; -ESHUTDOWN once the engine is dead. On success *ret is the
+ * stream, which the caller releases. */
+int async_llm_generate(struct async_llm *llm, const struct request_spec *req, async_stream_notify notify,
                        void *userdata, struct async_stream **ret, struct error *err);
 
 /* Ends the request: its final output says "abort" (each completion not already finished),
@@ -78,7 +68,6 @@ struct request_output *async_stream_take(struct async_stream *s);
 bool async_stream_has_output(const struct async_stream *s);
 /* True once the last output has been taken. */
 bool async_stream_done(const struct async_stream *s);
-const char *async_stream_request_id(const struct async_stream *s);
 /* The prompt's length in tokens (after tokenization of a text prompt). */
 uint32_t async_stream_prompt_tokens(const struct async_stream *s);
 /* The consumer is done with it: a request still running is aborted. */
@@ -109,6 +98,3 @@ struct async_llm_stats {
 };
 
 void async_llm_stats(struct async_llm *llm, struct async_llm_stats *ret);
-
-const struct tokenizer *async_llm_tokenizer(const struct async_llm *llm);
-const struct engine_config *async_llm_config(const struct async_llm *llm);

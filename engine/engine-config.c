@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
-#include <string.h>
 
 #include "engine-config.h"
 #include "sampling-params.h"
@@ -66,32 +65,10 @@ int engine_config_finalize(struct engine_config *c, uint32_t model_context_len, 
         return 0;
 }
 
-const char *scheduling_policy_name(enum scheduling_policy p) {
-        return p == SCHEDULING_PRIORITY ? "priority" : p == SCHEDULING_SLO ? "slo" : "fcfs";
-}
+const char *const scheduling_policy_names[] = {
+        [SCHEDULING_FCFS] = "fcfs", [SCHEDULING_PRIORITY] = "priority", [SCHEDULING_SLO] = "slo", NULL,
+};
 
-int scheduling_policy_from_string(const char *s, enum scheduling_policy *ret) {
-        if (strcmp(s, "fcfs") == 0)
-                *ret = SCHEDULING_FCFS;
-        else if (strcmp(s, "priority") == 0)
-                *ret = SCHEDULING_PRIORITY;
-        else if (strcmp(s, "slo") == 0)
-                *ret = SCHEDULING_SLO;
-        else
-                return -EINVAL;
-        return 0;
-}
-
-const char *slo_admission_name(enum slo_admission a) {
-        return a == SLO_ADMISSION_DEMOTE ? "demote" : "reject";
-}
-
-int slo_admission_from_string(const char *s, enum slo_admission *ret) {
-        if (strcmp(s, "reject") == 0)
-                *ret = SLO_ADMISSION_REJECT;
-        else if (strcmp(s, "demote") == 0)
-                *ret = SLO_ADMISSION_DEMOTE;
-        else
-                return -EINVAL;
-        return 0;
-}
+const char *const slo_admission_names[] = {
+        [SLO_ADMISSION_REJECT] = "reject", [SLO_ADMISSION_DEMOTE] = "demote", NULL,
+};

@@ -52,7 +52,6 @@ void engine_config_init_default(struct engine_config *c);
 /* Resolves max_model_len against the model's context length and checks every value. */
 int engine_config_finalize(struct engine_config *c, uint32_t model_context_len, struct error *err);
 
-const char *scheduling_policy_name(enum scheduling_policy p);
-int scheduling_policy_from_string(const char *s, enum scheduling_policy *ret);
-const char *slo_admission_name(enum slo_admission a);
-int slo_admission_from_string(const char *s, enum slo_admission *ret);
+/* Each value's name, as the settings and the stats spell it; NULL-terminated. */
+extern const char *const scheduling_policy_names[];
+extern const char *const slo_admission_names[];

@@ -177,47 +177,26 @@ static int finish(struct engine_core *ec, struct request *r, enum finish_reason 
         return rc;
 }
 
-static int validate(const struct engine_core *ec, const struct request_spec *spec, struct error *err) {
-        if (!spec->id || !*spec->id)
-                return error_set(err, EINVAL, "request id must be a non-empty string");
-        if (spec->n_prompt == 0)
-                return error_set(err, EINVAL, "prompt is empty: give at least one token");
-        if (spec->params && spec->params->n != 1)
-                return error_set(err, EINVAL, "n must be 1 for one engine request (the frontend fans n > 1 out), got %u",
-                                 spec->params->n);
-        if (spec->n_prompt >= ec->config.max_model_len)
-                return error_set(err, EINVAL, "prompt has %u tokens; it must be shorter than max_model_len (%u)",
-                                 spec->n_prompt, ec->config.max_model_len);
-        if (!(spec->slo >= 0 && spec->slo <= 3600))
-                return error_set(err, EINVAL, "slo must be in (0, 3600] seconds per output token (0 = the default), got %g",
-                                 spec->slo);
-        if (!(spec->ttft_slo >= 0 && spec->ttft_slo <= 3600))
-                return error_set(err, EINVAL, "ttft_slo must be in (0, 3600] seconds (0 = the default), got %g", spec->ttft_slo);
-        for (uint32_t i = 0; i < spec->n_prompt; i++)
-                if (spec->prompt[i] < 0 || (uint32_t) spec->prompt[i] >= ec->n_vocab)
-                        return error_set(err, EINVAL, "prompt token id %d at position %u is outside the vocabulary [0, %u)",
-                                         spec->prompt[i], i, ec->n_vocab);
-        return sampling_params_validate(spec->params, (int32_t) ec->n_vocab, ec->config.max_logprobs, err);
-}
-
-int engine_core_add_request(struct engine_core *ec, const struct request_spec *spec, double *retry_after,
+int engine_core_add_request(struct engine_core *ec, struct request_spec *spec, double *retry_after,
                             struct error *err) {
         struct request *r;
-        int rc;
+        int rc = 0;
         if (ec->dead)
-                return error_set(err, ESHUTDOWN, "the engine is dead");
-        if ((rc = validate(ec, spec, err)) < 0)
+                rc = error_set(err, ESHUTDOWN, "the engine is dead");
+        else if (id_map_get(&ec->requests, spec->id))
+                rc = error_set(err, EEXIST, "request id '%s' is already in flight", spec->id);
+        if (rc < 0) {
+                request_spec_done(spec);
                 return rc;
-        if (id_map_get(&ec->requests, spec->id))
-                return error_set(err, EEXIST, "request id '%s' is already in flight", spec->id);
+        }
         uint64_t order = ec->next_arrival++;
         if ((rc = request_new(spec, order, (int32_t) ec->n_vocab, ec->config.seed + order, &r, err)) < 0)
                 return rc;
-        if (!r->slo)
-                r->slo = ec->config.default_slo;
-        if (!r->ttft_slo)
-                r->ttft_slo = ec->config.default_ttft_slo;
-        if (ec->config.scheduling_policy == SCHEDULING_SLO && r->latency_sensitive &&
+        if (!r->class.slo)
+                r->class.slo = ec->config.default_slo;
+        if (!r->class.ttft_slo)
+                r->class.ttft_slo = ec->config.default_ttft_slo;
+        if (ec->config.scheduling_policy == SCHEDULING_SLO && r->class.latency_sensitive &&
             (rc = slo_policy_admit(&ec->sched, r, monotonic_seconds(), retry_after, err)) < 0) {
                 request_free(r);
                 return rc;

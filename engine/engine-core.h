@@ -55,11 +55,12 @@ void engine_core_free(struct engine_core *ec);
 
 void engine_core_set_hook(struct engine_core *ec, engine_core_hook hook, void *userdata);
 
-/* Validates and queues a request; a bad one fails alone with a message naming the
- * parameter. -EEXIST for an id in flight, -EINVAL, -ENOMEM, -ESHUTDOWN once dead; -EAGAIN
- * when the slo policy refuses a latency-sensitive request whose SLO it cannot meet now,
- * with *retry_after (may be NULL) set to the seconds after which a retry may succeed. */
-int engine_core_add_request(struct engine_core *ec, const struct request_spec *spec, double *retry_after,
+/* Queues a request. The spec has passed request_spec_validate() and owns its arrays
+ * (request_spec_own()); it is taken over, even on failure (*spec is left empty). -EEXIST
+ * for an id in flight, -ENOMEM, -ESHUTDOWN once dead; -EAGAIN when the slo policy refuses
+ * a latency-sensitive request whose SLO it cannot meet now, with *retry_after (may be NULL)
+ * set to the seconds after which a retry may succeed. */
+int engine_core_add_request(struct engine_core *ec, struct request_spec *spec, double *retry_after,
                             struct error *err);
 
 /* Finishes the request with "abort" and frees its blocks now. Unknown or finished ids are

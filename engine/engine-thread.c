@@ -27,13 +27,8 @@ enum command_type {
 struct command {
         enum command_type type;
         struct command *next;
-        char *id; /* add, abort */
-        /* add: the spec and the copies its pointers name */
-        struct request_spec spec;
-        struct sampling_params params;
-        int32_t *prompt;
-        struct logit_bias *logit_bias;
-        int32_t *allowed_token_ids, *stop_token_ids;
+        char *id;                 /* abort */
+        struct request_spec spec; /* add: owned, moved on into the engine's request */
         /* control */
         enum pause_mode mode;
         bool flag;      /* pause: clear_cache; reset: preempt */
@@ -112,10 +107,7 @@ static void command_free(struct command *c) {
         if (!c)
                 return;
         free(c->id);
-        free(c->prompt);
-        free(c->logit_bias);
-        free(c->allowed_token_ids);
-        free(c->stop_token_ids);
+        request_spec_done(&c->spec);
         free(c->method);
         json_object_put(c->args);
         free(c);
@@ -123,14 +115,8 @@ static void command_free(struct command *c) {
 
 static void update_clear(struct engine_update *u) {
         free(u->tokens);
-        if (u->logprobs)
-                for (uint32_t i = 0; i < u->n_tokens; i++)
-                        sample_result_clear(&u->logprobs[i]);
-        free(u->logprobs);
-        if (u->prompt_logprobs)
-                for (uint32_t i = 0; i < u->n_prompt; i++)
-                        sample_result_clear(&u->prompt_logprobs[i]);
-        free(u->prompt_logprobs);
+        sample_results_free(u->logprobs, u->n_tokens);
+        sample_results_free(u->prompt_logprobs, u->n_prompt);
         free(u->message);
 }
 
@@ -162,44 +148,15 @@ static int submit(struct engine_thread *et, struct command *c) {
         return 0;
 }
 
-static void *copy_array(const void *src, size_t n, size_t size, bool *failed) {
-        if (n == 0 || !src)
-                return NULL;
-        void *p = malloc(n * size);
-        if (!p)
-                *failed = true;
-        else
-                memcpy(p, src, n * size);
-        return p;
-}
-
-int engine_thread_add(struct engine_thread *et, const struct request_spec *spec, struct error *err) {
+int engine_thread_add(struct engine_thread *et, struct request_spec *spec, struct error *err) {
         struct command *c = calloc(1, sizeof(*c));
-        bool failed = false;
-        if (!c)
-                return error_set(err, ENOMEM, "out of memory");
-        c->type = COMMAND_ADD;
-        c->spec = *spec;
-        c->params = *spec->params;
-        c->id = strdup(spec->id ? spec->id : "");
-        c->prompt = copy_array(spec->prompt, spec->n_prompt, sizeof(int32_t), &failed);
-        c->logit_bias = copy_array(spec->params->logit_bias, spec->params->n_logit_bias, sizeof(struct logit_bias), &failed);
-        c->allowed_token_ids = copy_array(spec->params->allowed_token_ids, spec->params->n_allowed_token_ids,
-                                          sizeof(int32_t), &failed);
-        c->stop_token_ids = copy_array(spec->params->stop_token_ids, spec->params->n_stop_token_ids, sizeof(int32_t),
-                                       &failed);
-        if (failed || !c->id) {
-                command_free(c);
+        if (!c) {
+                request_spec_done(spec);
                 return error_set(err, ENOMEM, "out of memory");
         }
-        c->params.logit_bias = c->logit_bias;
-        c->params.allowed_token_ids = c->allowed_token_ids;
-        c->params.stop_token_ids = c->stop_token_ids;
-        c->params.stop = NULL; /* stop strings stay with the frontend */
-        c->params.n_stop = 0;
-        c->spec.id = c->id;
-        c->spec.prompt = c->prompt;
-        c->spec.params = &c->params;
+        c->type = COMMAND_ADD;
+        c->spec = *spec;
+        *spec = (struct request_spec) { 0 };
         return submit(et, c);
 }
 
@@ -361,28 +318,6 @@ static void emit_refusal(struct engine_thread *et, void *owner, enum finish_reas
         emit(et, e);
 }
 
-static int copy_samples(const struct sample_result *src, uint32_t n, struct sample_result **ret) {
-        struct sample_result *dst = calloc(n ? n : 1, sizeof(*dst));
-        if (!dst)
-                return -ENOMEM;
-        for (uint32_t i = 0; i < n; i++) {
-                dst[i] = src[i];
-                dst[i].top = NULL;
-                if (src[i].n_top) {
-                        dst[i].top = malloc(src[i].n_top * sizeof(*src[i].top));
-                        if (!dst[i].top) {
-                                for (uint32_t j = 0; j < i; j++)
-                                        sample_result_clear(&dst[j]);
-                                free(dst);
-                                return -ENOMEM;
-                        }
-                        memcpy(dst[i].top, src[i].top, src[i].n_top * sizeof(*src[i].top));
-                }
-        }
-        *ret = dst;
-        return 0;
-}
-
 static void collect_outputs(struct engine_thread *et) {
         uint32_t n;
         const struct engine_output *outs = engine_core_outputs(et->core, &n);
@@ -410,13 +345,16 @@ static void collect_outputs(struct engine_thread *et) {
                 };
                 bool failed = false;
                 if (u->n_tokens) {
-                        u->tokens = copy_array(r->tokens + r->n_prompt + *reported, u->n_tokens, sizeof(int32_t), &failed);
-                        if (r->params.logprobs >= 0 && copy_samples(r->samples + *reported, u->n_tokens, &u->logprobs) < 0)
+                        if ((u->tokens = malloc(u->n_tokens * sizeof(int32_t))))
+                                memcpy(u->tokens, r->tokens + r->n_prompt + *reported, u->n_tokens * sizeof(int32_t));
+                        else
+                                failed = true;
+                        if (r->params.logprobs >= 0 && sample_results_copy(r->samples + *reported, u->n_tokens, &u->logprobs) < 0)
                                 failed = true;
                 }
                 if (*reported == 0 && u->n_tokens && r->prompt_logprobs) {
                         u->n_prompt = r->n_prompt;
-                        if (copy_samples(r->prompt_logprobs, r->n_prompt, &u->prompt_logprobs) < 0)
+                        if (sample_results_copy(r->prompt_logprobs, r->n_prompt, &u->prompt_logprobs) < 0)
                                 failed = true;
                 }
                 if (outs[i].finished && r->finish_reason == FINISH_ERROR)
@@ -439,9 +377,10 @@ static void collect_outputs(struct engine_thread *et) {
 static void add_to_core(struct engine_thread *et, struct command *c) {
         struct error err = { 0 };
         double retry_after = 0;
+        void *owner = c->spec.owner;
         int r = engine_core_add_request(et->core, &c->spec, &retry_after, &err);
         if (r < 0)
-                emit_refusal(et, c->spec.owner, FINISH_ERROR, r, r == -ESHUTDOWN ? et->dead_message : err.message,
+                emit_refusal(et, owner, FINISH_ERROR, r, r == -ESHUTDOWN ? et->dead_message : err.message,
                              retry_after);
         command_free(c);
 }
@@ -460,7 +399,7 @@ static void release_deferred(struct engine_thread *et) {
 
 static bool abort_deferred(struct engine_thread *et, const char *id) {
         for (struct command **p = &et->deferred; *p; p = &(*p)->next)
-                if (strcmp((*p)->id, id) == 0) {
+                if (strcmp((*p)->spec.id, id) == 0) {
                         struct command *c = *p;
                         *p = c->next;
                         if (!*p)

@@ -82,9 +82,11 @@ int engine_thread_fd(const struct engine_thread *et);
 void engine_thread_dispatch(struct engine_thread *et, engine_update_fn on_update, void (*before_reply)(void *userdata),
                             void *userdata);
 
-/* Queues a request (copied). Its outcome, even a refusal, arrives as updates, the last one
- * finished: exactly one finished update per request added. -ENOMEM. */
-int engine_thread_add(struct engine_thread *et, const struct request_spec *spec, struct error *err);
+/* Queues a request: the spec, validated and owned (request_spec_own()), is moved into the
+ * command and taken over even on failure (*spec is left empty). Its outcome, even a
+ * refusal, arrives as updates, the last one finished: exactly one finished update per
+ * request added. -ENOMEM. */
+int engine_thread_add(struct engine_thread *et, struct request_spec *spec, struct error *err);
 /* Queues an abort; applied before the outputs of a step in progress are recorded. */
 int engine_thread_abort(struct engine_thread *et, const char *id);
 

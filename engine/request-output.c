@@ -3,14 +3,6 @@
 
 #include "request-output.h"
 
-static void samples_free(struct sample_result *s, uint32_t n) {
-        if (!s)
-                return;
-        for (uint32_t i = 0; i < n; i++)
-                sample_result_clear(&s[i]);
-        free(s);
-}
-
 void request_output_free(struct request_output *o) {
         if (!o)
                 return;
@@ -18,11 +10,11 @@ void request_output_free(struct request_output *o) {
                 struct completion_output *c = &o->outputs[i];
                 free(c->text);
                 free(c->token_ids);
-                samples_free(c->logprobs, c->n_token_ids);
+                sample_results_free(c->logprobs, c->n_token_ids);
                 free(c->stop_reason_text);
         }
         free(o->outputs);
-        samples_free(o->prompt_logprobs, o->n_prompt);
+        sample_results_free(o->prompt_logprobs, o->n_prompt);
         free(o->request_id);
         free(o->error);
         free(o);

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,54 +19,107 @@ const char *finish_reason_name(enum finish_reason r) {
         return NULL;
 }
 
-static void *copy_array(const void *src, size_t n, size_t size) {
-        if (n == 0)
+int request_spec_validate(const struct request_spec *spec, const struct engine_config *config, int32_t n_vocab,
+                          struct error *err) {
+        int r;
+        if (!spec->id || !*spec->id)
+                return error_set(err, EINVAL, "request_id must be a non-empty string");
+        if ((r = sampling_params_validate(&spec->params, n_vocab, config->max_logprobs, err)) < 0)
+                return r;
+        if (!(spec->class.slo >= 0 && spec->class.slo <= 3600))
+                return error_set(err, EINVAL, "slo must be in (0, 3600] seconds per output token (0 = the default), got %g",
+                                 spec->class.slo);
+        if (!(spec->class.ttft_slo >= 0 && spec->class.ttft_slo <= 3600))
+                return error_set(err, EINVAL, "ttft_slo must be in (0, 3600] seconds (0 = the default), got %g",
+                                 spec->class.ttft_slo);
+        if (!spec->prompt || spec->n_prompt == 0)
+                return error_set(err, EINVAL, "prompt is empty: give at least one token");
+        if (spec->n_prompt >= config->max_model_len)
+                return error_set(err, EINVAL, "prompt has %u tokens; it must be shorter than max_model_len (%u)",
+                                 spec->n_prompt, config->max_model_len);
+        for (uint32_t i = 0; i < spec->n_prompt; i++)
+                if (spec->prompt[i] < 0 || spec->prompt[i] >= n_vocab)
+                        return error_set(err, EINVAL, "prompt token id %" PRId32 " at position %u is outside the vocabulary [0, %" PRId32 ")",
+                                         spec->prompt[i], i, n_vocab);
+        return 0;
+}
+
+/* A copy of n items of size bytes; NULL for none, and on failure (*failed set). */
+static void *copy_array(const void *src, size_t n, size_t size, bool *failed) {
+        if (n == 0 || !src)
                 return NULL;
         void *p = malloc(n * size);
-        if (p)
+        if (!p)
+                *failed = true;
+        else
                 memcpy(p, src, n * size);
         return p;
 }
 
-int request_new(const struct request_spec *spec, uint64_t arrival_order, int32_t n_vocab, uint64_t fallback_seed,
+int request_spec_own(struct request_spec *spec) {
+        struct sampling_params *p = &spec->params;
+        bool failed = false;
+        if (spec->id && !(spec->id = strdup(spec->id)))
+                failed = true;
+        spec->prompt = copy_array(spec->prompt, spec->n_prompt, sizeof(*spec->prompt), &failed);
+        spec->prompt_text = NULL;
+        p->logit_bias = copy_array(p->logit_bias, p->n_logit_bias, sizeof(*p->logit_bias), &failed);
+        p->allowed_token_ids = copy_array(p->allowed_token_ids, p->n_allowed_token_ids, sizeof(int32_t), &failed);
+        p->stop_token_ids = copy_array(p->stop_token_ids, p->n_stop_token_ids, sizeof(int32_t), &failed);
+        p->stop = NULL;
+        p->n_stop = 0;
+        if (failed) {
+                request_spec_done(spec);
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+void request_spec_done(struct request_spec *spec) {
+        free((void *) spec->id);
+        free((void *) spec->prompt);
+        free((void *) spec->params.logit_bias);
+        free((void *) spec->params.allowed_token_ids);
+        free((void *) spec->params.stop_token_ids);
+        *spec = (struct request_spec) { 0 };
+}
+
+int request_new(struct request_spec *spec, uint64_t arrival_order, int32_t n_vocab, uint64_t fallback_seed,
                 struct request **ret, struct error *err) {
-        const struct sampling_params *p = spec->params;
         struct request *r = calloc(1, sizeof(*r));
-        if (!r)
+        if (!r) {
+                request_spec_done(spec);
                 return error_set(err, ENOMEM, "out of memory");
-        r->id = strdup(spec->id);
+        }
+        /* moved: the request frees them from now on */
+        r->id = (char *) spec->id;
+        r->tokens = (int32_t *) spec->prompt;
+        r->params = spec->params;
         r->owner = spec->owner;
         r->arrival_order = arrival_order;
-        r->priority = spec->priority;
-        r->latency_sensitive = spec->latency_sensitive;
-        r->slo = spec->slo;
-        r->ttft_slo = spec->ttft_slo;
-        r->params = *p;
-        r->params.logit_bias = copy_array(p->logit_bias, p->n_logit_bias, sizeof(*p->logit_bias));
-        r->params.allowed_token_ids = copy_array(p->allowed_token_ids, p->n_allowed_token_ids, sizeof(int32_t));
-        r->params.stop_token_ids = copy_array(p->stop_token_ids, p->n_stop_token_ids, sizeof(int32_t));
+        r->class = spec->class;
         r->n_prompt = r->n_tokens = spec->n_prompt;
-        r->cap = spec->n_prompt + 16;
-        r->tokens = malloc(r->cap * sizeof(int32_t));
+        r->arrival_time = spec->arrival_time > 0 ? spec->arrival_time : monotonic_seconds();
+        *spec = (struct request_spec) { 0 };
+
+        const struct sampling_params *p = &r->params;
+        r->cap = r->n_prompt + 16;
+        int32_t *tokens = realloc(r->tokens, r->cap * sizeof(int32_t));
+        if (tokens)
+                r->tokens = tokens;
         r->samples = calloc(16, sizeof(*r->samples));
-        r->params.stop = NULL; /* stop strings are the frontend's */
-        r->params.n_stop = 0;
         if (p->prompt_logprobs >= 0) {
-                r->prompt_logprobs = calloc(spec->n_prompt, sizeof(*r->prompt_logprobs));
+                r->prompt_logprobs = calloc(r->n_prompt, sizeof(*r->prompt_logprobs));
                 if (r->prompt_logprobs) {
                         r->prompt_logprobs[0] = (struct sample_result) { .token = -1, .logprob = NAN };
                         r->n_prompt_logprobs = 1;
                 }
         }
         r->stop_token = -1;
-        r->arrival_time = spec->arrival_time > 0 ? spec->arrival_time : monotonic_seconds();
-        if (!r->id || !r->tokens || !r->samples || (p->n_logit_bias && !r->params.logit_bias) ||
-            (p->n_allowed_token_ids && !r->params.allowed_token_ids) ||
-            (p->n_stop_token_ids && !r->params.stop_token_ids) || (p->prompt_logprobs >= 0 && !r->prompt_logprobs)) {
+        if (!tokens || !r->samples || (p->prompt_logprobs >= 0 && !r->prompt_logprobs)) {
                 request_free(r);
                 return error_set(err, ENOMEM, "out of memory");
         }
-        memcpy(r->tokens, spec->prompt, spec->n_prompt * sizeof(int32_t));
         int rc = sampler_seq_init(&r->sampler, &r->params, r->tokens, r->n_prompt, n_vocab, fallback_seed);
         if (rc < 0) {
                 r->sampler = (struct sampler_seq) { 0 };
@@ -79,14 +133,8 @@ int request_new(const struct request_spec *spec, uint64_t arrival_order, int32_t
 void request_free(struct request *r) {
         if (!r)
                 return;
-        if (r->samples)
-                for (uint32_t i = 0; i < request_num_output(r); i++)
-                        sample_result_clear(&r->samples[i]);
-        free(r->samples);
-        if (r->prompt_logprobs)
-                for (uint32_t i = 0; i < r->n_prompt_logprobs; i++)
-                        sample_result_clear(&r->prompt_logprobs[i]);
-        free(r->prompt_logprobs);
+        sample_results_free(r->samples, request_num_output(r));
+        sample_results_free(r->prompt_logprobs, r->n_prompt_logprobs);
         sampler_seq_free(&r->sampler);
         kv_block_list_free(&r->blocks);
         free((void *) r->params.logit_bias);

@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine-config.h"
+#include "error.h"
 #include "kv-blocks.h"
 #include "sampler.h"
 #include "sampling-params.h"
@@ -28,30 +30,54 @@ enum finish_reason {
 
 const char *finish_reason_name(enum finish_reason r);
 
-/* What a caller gives to add a request. Arrays are copied. */
-struct request_spec {
-        const char *id;
-        const int32_t *prompt;
-        uint32_t n_prompt;
-        const struct sampling_params *params;
+/* How the scheduling policies treat a request. */
+struct request_class {
         int32_t priority;       /* lower is served first under the priority policy */
-        /* Scheduling class, used by the slo policy: latency-sensitive requests get their
-         * tokens by deadlines (slo seconds per output token after the first, ttft_slo
-         * seconds to the first; 0 = the engine's default); best-effort ones get the rest. */
+        /* The slo policy's: latency-sensitive requests get their tokens by deadlines (slo
+         * seconds per output token after the first, ttft_slo seconds to the first; 0 = the
+         * engine's default); best-effort ones get the rest. */
         bool latency_sensitive;
         double slo;
         double ttft_slo;
-        double arrival_time;    /* CLOCK_MONOTONIC seconds; 0 = now */
-        void *owner;            /* the caller's, handed back with every output */
 };
+
+/* A request as it is submitted: the one description that travels from the host to the
+ * engine's request. The host's spec borrows its arrays and goes to async_llm_generate(),
+ * which validates it (request_spec_validate()) and makes each engine request's spec own
+ * its arrays (request_spec_own()); that spec is then moved, never copied, into the engine
+ * thread's command and on into the engine's request, and whoever holds it last frees it
+ * (request_spec_done()). */
+struct request_spec {
+        const char *id;
+        const int32_t *prompt;   /* (n_prompt) token ids, or NULL to tokenize prompt_text */
+        uint32_t n_prompt;
+        const char *prompt_text; /* for async_llm_generate() alone; special tokens written in it are parsed */
+        struct sampling_params params;
+        struct request_class class;
+        double arrival_time;     /* CLOCK_MONOTONIC seconds; 0 = now */
+        void *owner;             /* the caller's, handed back with every output */
+};
+
+/* Checks the request's own fields against the engine's limits: a non-empty id, a prompt of
+ * token ids in [0, n_vocab) shorter than max_model_len, the class's slo and ttft_slo, and
+ * the sampling params. -EINVAL with a message that names the field and its allowed range. */
+int request_spec_validate(const struct request_spec *spec, const struct engine_config *config, int32_t n_vocab,
+                          struct error *err);
+
+/* Replaces what the spec borrows (id, prompt, and the params' logit_bias, allowed_token_ids
+ * and stop_token_ids) with copies of its own. Stop strings and prompt_text are the
+ * frontend's: the owned spec has none. -ENOMEM, with nothing left to free. */
+int request_spec_own(struct request_spec *spec);
+/* Frees what an owned spec holds and empties it; safe on an emptied one. */
+void request_spec_done(struct request_spec *spec);
 
 struct request {
         char *id;
         void *owner;
         uint64_t arrival_order;
-        int32_t priority;
-        bool latency_sensitive; /* false once demoted by admission control */
-        double slo, ttft_slo;   /* defaults resolved */
+        /* slo and ttft_slo with the defaults resolved; latency_sensitive false once demoted
+         * by admission control */
+        struct request_class class;
         double sort_key;        /* the slo policy's order within its class, for the current step */
         /* The slo policy's aim for a latency-sensitive request: the time its latest output
          * token was aimed at, and how many output tokens it had then (0: none aimed yet). */
@@ -90,7 +116,8 @@ struct request {
         double last_token_time;
 };
 
-int request_new(const struct request_spec *spec, uint64_t arrival_order, int32_t n_vocab, uint64_t fallback_seed,
+/* Takes the owned spec over, even on failure: *spec is left empty. */
+int request_new(struct request_spec *spec, uint64_t arrival_order, int32_t n_vocab, uint64_t fallback_seed,
                 struct request **ret, struct error *err);
 void request_free(struct request *r);
 

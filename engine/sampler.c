@@ -252,6 +252,33 @@ void sample_result_clear(struct sample_result *r) {
         *r = (struct sample_result) { .token = -1, .logprob = NAN };
 }
 
+void sample_results_free(struct sample_result *s, uint32_t n) {
+        if (!s)
+                return;
+        for (uint32_t i = 0; i < n; i++)
+                sample_result_clear(&s[i]);
+        free(s);
+}
+
+int sample_results_copy(const struct sample_result *src, uint32_t n, struct sample_result **ret) {
+        struct sample_result *dst = calloc(n ? n : 1, sizeof(*dst));
+        if (!dst)
+                return -ENOMEM;
+        for (uint32_t i = 0; i < n; i++) {
+                dst[i] = src[i];
+                dst[i].top = NULL;
+                if (src[i].n_top) {
+                        if (!(dst[i].top = malloc(src[i].n_top * sizeof(*src[i].top)))) {
+                                sample_results_free(dst, i);
+                                return -ENOMEM;
+                        }
+                        memcpy(dst[i].top, src[i].top, src[i].n_top * sizeof(*src[i].top));
+                }
+        }
+        *ret = dst;
+        return 0;
+}
+
 /* ---- per-sequence state ----------------------------------------------------------------- */
 
 static int reserve_scratch(struct sampler_seq *s, bool mask, bool raw, bool hist) {

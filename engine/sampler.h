@@ -41,6 +41,11 @@ struct sample_result {
 
 /* Frees what the result owns and empties it; safe on an emptied or zeroed result. */
 void sample_result_clear(struct sample_result *r);
+/* Clears n results and frees their array; safe on NULL. */
+void sample_results_free(struct sample_result *s, uint32_t n);
+/* A new array (never of size 0) holding a copy of n results, their top entries included.
+ * -ENOMEM. */
+int sample_results_copy(const struct sample_result *src, uint32_t n, struct sample_result **ret);
 
 struct token_count {
         int32_t token; /* -1: empty slot */

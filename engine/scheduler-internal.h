@@ -16,8 +16,8 @@ static inline bool request_is_decode(const struct request *r) {
 
 /* True when a should be served before b under the priority policy. */
 static inline bool request_priority_before(const struct request *a, const struct request *b) {
-        if (a->priority != b->priority)
-                return a->priority < b->priority;
+        if (a->class.priority != b->class.priority)
+                return a->class.priority < b->class.priority;
         return a->arrival_order < b->arrival_order;
 }
 
@@ -39,7 +39,7 @@ void scheduler_admit(struct scheduler *s, uint32_t index, uint32_t n);
 /* Adds a chunk of n tokens of r to a step's shape. */
 static inline void step_shape_add_chunk(struct step_shape *shape, const struct request *r, uint32_t n) {
         uint64_t reads = step_shape_context(r->num_computed_tokens, n);
-        shape->n_best_effort += !r->latency_sensitive;
+        shape->n_best_effort += !r->class.latency_sensitive;
         if (request_is_decode(r)) {
                 shape->n_decode++;
                 shape->decode_context += reads;

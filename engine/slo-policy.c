@@ -44,7 +44,7 @@
 #define TTFT_PACE 0.9
 
 static double best_effort_key(const struct request *r, double now) {
-        return r->priority - (now - r->arrival_time) / AGING_SECONDS;
+        return r->class.priority - (now - r->arrival_time) / AGING_SECONDS;
 }
 
 static int compare_sort_key(const void *a, const void *b) {
@@ -72,8 +72,8 @@ struct step_plan {
 static double next_deadline(const struct step_plan *p, const struct request *r) {
         uint32_t n_out = request_num_output(r);
         if (n_out == 0 || !r->first_token_time)
-                return r->arrival_time + r->ttft_slo * TTFT_PACE;
-        double deadline = r->first_token_time + n_out * r->slo * SLO_PACE;
+                return r->arrival_time + r->class.ttft_slo * TTFT_PACE;
+        double deadline = r->first_token_time + n_out * r->class.slo * SLO_PACE;
         if (isfinite(p->aim) && r->aimed_n_out == n_out && r->aimed_token_time + p->aim < deadline)
                 return r->aimed_token_time + p->aim;
         return deadline;
@@ -91,7 +91,7 @@ static double step_aim(const struct step_plan *p) {
         if (!p->timed || s->config->slo_aim_factor == 0)
                 return INFINITY;
         for (uint32_t i = 0; i < s->n_running; i++)
-                if (s->running[i]->latency_sensitive && request_is_decode(s->running[i]))
+                if (s->running[i]->class.latency_sensitive && request_is_decode(s->running[i]))
                         step_shape_add_chunk(&alone, s->running[i], 1);
         if (alone.n_decode == 0)
                 return INFINITY;
@@ -115,7 +115,7 @@ static void advance_aims(struct step_plan *p) {
         for (uint32_t i = 0; i < s->n_running + s->n_waiting; i++) {
                 struct request *r = i < s->n_running ? s->running[i] : s->waiting[i - s->n_running];
                 uint32_t n_out = request_num_output(r);
-                if (!r->latency_sensitive || n_out == 0 || !r->first_token_time)
+                if (!r->class.latency_sensitive || n_out == 0 || !r->first_token_time)
                         continue;
                 if (r->aimed_n_out == 0) {
                         r->aimed_token_time = r->first_token_time;
@@ -151,7 +151,7 @@ static struct request *best_effort_victim(const struct scheduler *s, const struc
         struct request *victim = NULL;
         for (uint32_t i = 0; i < s->n_running; i++) {
                 struct request *r = s->running[i];
-                if (r == keep || r->latency_sensitive || in_plan(s, r) ||
+                if (r == keep || r->class.latency_sensitive || in_plan(s, r) ||
                     (younger_than && r->arrival_order < younger_than->arrival_order))
                         continue;
                 if (!victim || r->arrival_order > victim->arrival_order)
@@ -166,7 +166,7 @@ static struct request *latency_sensitive_victim(const struct step_plan *p) {
         struct request *victim = NULL;
         for (uint32_t i = 0; i < s->n_running; i++) {
                 struct request *r = s->running[i];
-                if (r->latency_sensitive && (!victim || next_deadline(p, r) > next_deadline(p, victim)))
+                if (r->class.latency_sensitive && (!victim || next_deadline(p, r) > next_deadline(p, victim)))
                         victim = r;
         }
         return victim;
@@ -277,10 +277,10 @@ static int plan_prompt(struct step_plan *p, struct request *r, enum chunk_rule r
                 return rc;
         uint32_t cap = prompt_cap(p, r);
         uint32_t n = rule == CHUNK_FIT ? fitting_chunk(p, r, cap) : cap;
-        if (rule == CHUNK_FIT && !r->latency_sensitive && p->latency_sensitive_planned && n < cap &&
+        if (rule == CHUNK_FIT && !r->class.latency_sensitive && p->latency_sensitive_planned && n < cap &&
             n < MIN_BEST_EFFORT_CHUNK)
                 n = 0;
-        if (rule == CHUNK_FIT && r->latency_sensitive && p->timed) {
+        if (rule == CHUNK_FIT && r->class.latency_sensitive && p->timed) {
                 /* its own first token is due too: at least its share of the prompt per step
                  * from now to that deadline, even if the step runs past the decodes' slack */
                 struct step_shape with = p->shape;
@@ -296,13 +296,13 @@ static int plan_prompt(struct step_plan *p, struct request *r, enum chunk_rule r
                 n = s->config->block_size;
         if (n > 0 && waiting && s->n_running >= s->config->max_num_seqs) {
                 /* a latency-sensitive arrival takes a best-effort request's seat */
-                struct request *victim = r->latency_sensitive ? best_effort_victim(s, NULL, NULL) : NULL;
+                struct request *victim = r->class.latency_sensitive ? best_effort_victim(s, NULL, NULL) : NULL;
                 if (victim)
                         preempt_request(p, victim);
                 else
                         n = 0;
         }
-        if (n == 0 || !(r->latency_sensitive ? grow_latency_sensitive(p, r, n) : grow_best_effort(p, r, n, !waiting))) {
+        if (n == 0 || !(r->class.latency_sensitive ? grow_latency_sensitive(p, r, n) : grow_best_effort(p, r, n, !waiting))) {
                 if (waiting && r->state == REQUEST_WAITING)
                         unadmit(s, r);
                 return 0;
@@ -327,13 +327,13 @@ static uint32_t collect(const struct step_plan *p, bool latency_sensitive, enum 
         uint32_t n = 0;
         for (uint32_t i = 0; i < s->n_running; i++) {
                 struct request *r = s->running[i];
-                if (r->latency_sensitive == latency_sensitive && request_is_decode(r) == (pick == PICK_DECODES) &&
+                if (r->class.latency_sensitive == latency_sensitive && request_is_decode(r) == (pick == PICK_DECODES) &&
                     !in_plan(s, r))
                         s->candidates[n++] = r;
         }
         if (pick == PICK_PROMPTS)
                 for (uint32_t i = 0; i < s->n_waiting; i++)
-                        if (s->waiting[i]->latency_sensitive == latency_sensitive)
+                        if (s->waiting[i]->class.latency_sensitive == latency_sensitive)
                                 s->candidates[n++] = s->waiting[i];
         for (uint32_t i = 0; i < n; i++)
                 s->candidates[i]->sort_key = latency_sensitive ? next_deadline(p, s->candidates[i])
@@ -455,7 +455,7 @@ int slo_policy_schedule(struct scheduler *s, double now) {
         s->n_plan = 0;
         for (uint32_t i = 0; i < s->n_running + s->n_waiting; i++) {
                 const struct request *r = i < s->n_running ? s->running[i] : s->waiting[i - s->n_running];
-                if (r->latency_sensitive)
+                if (r->class.latency_sensitive)
                         p.latency_sensitive_present = true;
                 else
                         best_effort_present = true;
@@ -603,29 +603,29 @@ int slo_policy_admit(struct scheduler *s, struct request *r, double now, double 
         if (!step_time_model_ready(&s->model))
                 return 0; /* nothing to judge by yet */
         double margin = step_time_model_margin(&s->model);
-        double deadline = r->arrival_time + r->ttft_slo;
+        double deadline = r->arrival_time + r->class.ttft_slo;
 
         /* every latency-sensitive request decoding at once, this one included */
         struct step_shape all = { .n_decode = 1, .decode_context = r->n_tokens + 1 };
         struct step_shape decoding = { 0 };
-        double tightest = r->slo, soonest_end = INFINITY;
+        double tightest = r->class.slo, soonest_end = INFINITY;
         uint32_t prompt_ahead = r->n_tokens, n_latency_sensitive = 1;
         for (uint32_t i = 0; i < s->n_running + s->n_waiting; i++) {
                 const struct request *q = i < s->n_running ? s->running[i] : s->waiting[i - s->n_running];
-                if (!q->latency_sensitive)
+                if (!q->class.latency_sensitive)
                         continue;
                 n_latency_sensitive++;
                 all.n_decode++;
                 all.decode_context += q->n_tokens + 1;
-                if (q->slo < tightest)
-                        tightest = q->slo;
+                if (q->class.slo < tightest)
+                        tightest = q->class.slo;
                 if (q->state == REQUEST_RUNNING && request_is_decode(q)) {
                         decoding.n_decode++;
                         decoding.decode_context += q->n_tokens;
-                        double end = output_left(s, q) * q->slo;
+                        double end = output_left(s, q) * q->class.slo;
                         if (end < soonest_end)
                                 soonest_end = end;
-                } else if (q->arrival_time + q->ttft_slo <= deadline)
+                } else if (q->arrival_time + q->class.ttft_slo <= deadline)
                         prompt_ahead += q->n_tokens - q->num_computed_tokens;
         }
         /* Judged at the pace the steps are planned at, so that an admitted request's deadlines
@@ -649,12 +649,12 @@ int slo_policy_admit(struct scheduler *s, struct request *r, double now, double 
         }
 
         if (s->config->slo_admission == SLO_ADMISSION_DEMOTE) {
-                r->latency_sensitive = false;
+                r->class.latency_sensitive = false;
                 s->slo_demoted++;
                 return 0;
         }
         s->slo_rejected++;
-        double retry = isfinite(soonest_end) ? soonest_end : r->ttft_slo;
+        double retry = isfinite(soonest_end) ? soonest_end : r->class.ttft_slo;
         retry = retry < 0.1 ? 0.1 : retry > 60 ? 60 : retry;
         if (retry_after)
                 *retry_after = retry;
@@ -674,5 +674,5 @@ int slo_policy_admit(struct scheduler *s, struct request *r, double now, double 
                          "overloaded: the first token would come after about %.2f s more, above the %.2f s left of "
                          "ttft_slo %.2f s (%u prompt tokens to compute first); retry in %.1f s, raise ttft_slo or send "
                          "it best-effort",
-                         ttft, deadline - now, r->ttft_slo, prompt_ahead, retry);
+                         ttft, deadline - now, r->class.ttft_slo, prompt_ahead, retry);
 }

@@ -76,7 +76,7 @@ static struct pending *pending_add(asyncllm_client *c, enum pending_kind kind, c
                 return NULL;
         }
         p->kind = kind;
-        if (client_id_table_put(&c->by_id, p) < 0) {
+        if (id_map_put(&c->by_id, p) < 0) {
                 free(p->id);
                 free(p);
                 return NULL;
@@ -93,7 +93,7 @@ static struct pending *pending_add(asyncllm_client *c, enum pending_kind kind, c
 
 /* Takes p out of the table and the list; the caller frees it with pending_free(). */
 static void pending_detach(asyncllm_client *c, struct pending *p) {
-        client_id_table_remove(&c->by_id, p);
+        id_map_remove(&c->by_id, p);
         if (p->prev)
                 p->prev->next = p->next;
         else
@@ -124,7 +124,7 @@ static void free_all_pending(asyncllm_client *c) {
 static void make_id(asyncllm_client *c, char buf[static 32]) {
         do
                 snprintf(buf, 32, "c%" PRIu64, ++c->next_id);
-        while (client_id_table_get(&c->by_id, buf));
+        while (id_map_get(&c->by_id, buf));
 }
 
 /* ---- Sending ------------------------------------------------------------------------- */
@@ -239,7 +239,7 @@ static int submit(asyncllm_client *c, enum pending_kind kind, serialize_fn seria
         if ((q = check_ready(c)) < 0)
                 return q;
         if (id) {
-                if (client_id_table_get(&c->by_id, id))
+                if (id_map_get(&c->by_id, id))
                         return client_set_error(c, -EEXIST, NULL, "a request with id \"%s\" is in flight already", id);
         } else {
                 make_id(c, buf);
@@ -433,7 +433,7 @@ static int on_message(asyncllm_client *c, struct json_object *msg, const char *l
                         return die(c, client_errno_from_code(code), code, "%s", message);
                 return 0;
         }
-        if (!(p = client_id_table_get(&c->by_id, json_object_get_string(idv))))
+        if (!(p = id_map_get(&c->by_id, json_object_get_string(idv))))
                 return 0; /* for a request given up and gone */
 
         if (error_member(msg, &code, &message)) {
@@ -620,7 +620,7 @@ int client_run_until(asyncllm_client *c, bool (*done)(const asyncllm_client *c, 
 
 /* After a blocking call stopped waiting early: its callback data is on the stack. */
 void client_give_up(asyncllm_client *c, const char *id) {
-        struct pending *p = client_id_table_get(&c->by_id, id);
+        struct pending *p = id_map_get(&c->by_id, id);
         if (p) {
                 abandon(c, p);
                 if (c->state == CLIENT_READY)
@@ -636,7 +636,7 @@ int asyncllm_client_new(asyncllm_client **ret) {
                 return -ENOMEM;
         c->fd = -1;
         c->max_line = CLIENT_DEFAULT_MAX_LINE;
-        client_id_table_init(&c->by_id, offsetof(struct pending, id));
+        id_map_init(&c->by_id, offsetof(struct pending, id));
         *ret = c;
         return 0;
 }
@@ -644,7 +644,7 @@ int asyncllm_client_new(asyncllm_client **ret) {
 /* Back to a client never connected, keeping the settings. */
 static void disconnect(asyncllm_client *c) {
         free_all_pending(c);
-        client_id_table_done(&c->by_id);
+        id_map_done(&c->by_id);
         if (c->fd >= 0)
                 close(c->fd);
         c->fd = -1;
@@ -876,7 +876,7 @@ int asyncllm_client_attach_generate(asyncllm_client *c, const char *request_id, 
                 return client_set_error(c, -EINVAL, NULL, "not a request id");
         if (c->state == CLIENT_DEAD)
                 return check_ready(c);
-        if (client_id_table_get(&c->by_id, request_id))
+        if (id_map_get(&c->by_id, request_id))
                 return client_set_error(c, -EEXIST, NULL, "a request with id \"%s\" is in flight already", request_id);
         if (!(p = pending_add(c, PENDING_GENERATE, request_id)))
                 return client_set_error(c, -ENOMEM, NULL, "out of memory");

@@ -12,7 +12,7 @@
 #include <json-c/json.h>
 
 #include "asyncllm-client.h"
-#include "client-id-table.h"
+#include "id-map.h"
 
 /* An id: 1 to this many bytes. */
 #define CLIENT_ID_MAX 256
@@ -64,7 +64,7 @@ struct asyncllm_client {
         size_t max_send_line;   /* the daemon's line limit from its hello; 0 = not said */
         bool write_closed;      /* the daemon stopped reading (EPIPE): nothing more goes out */
 
-        struct client_id_table by_id;
+        struct id_map by_id;
         struct pending *first, *last;
         size_t n_pending;       /* not abandoned */
         uint64_t next_id;

@@ -75,7 +75,7 @@ static void check_error(const struct protocol_error *e) {
 
 static void touch_generate(const struct generate_message *g) {
         const struct sampling_params *p = &g->params;
-        uint64_t sum = g->n_prompt_token_ids + g->n_messages + (uint64_t) g->priority;
+        uint64_t sum = g->n_prompt_token_ids + g->n_messages + (uint64_t) g->class.priority;
         struct error err;
 
         if (g->prompt)

@@ -215,8 +215,8 @@ static struct collector *collectors_new(size_t n) {
 
 static int submit(struct async_llm *llm, struct collector *c, const char *id, const int32_t *prompt, uint32_t n_prompt,
                   const struct sampling_params *p, int32_t priority) {
-        struct generate_request req = {
-                .request_id = id, .prompt = prompt, .n_prompt = n_prompt, .params = p, .priority = priority,
+        struct request_spec req = {
+                .id = id, .prompt = prompt, .n_prompt = n_prompt, .params = *p, .class.priority = priority,
         };
         struct error err = { 0 };
         c->kind = p->output_kind;
@@ -1132,7 +1132,7 @@ START_TEST(test_engine_death) {
         ck_assert_int_eq(async_llm_check_health(e.llm, 10, &err), -ESHUTDOWN);
         ck_assert_msg(strstr(err.message, "engine_dead"), "%s", err.message);
         struct async_stream *s;
-        struct generate_request req = { .request_id = "late", .prompt = prompt, .n_prompt = 16, .params = &p };
+        struct request_spec req = { .id = "late", .prompt = prompt, .n_prompt = 16, .params = p };
         ck_assert_int_eq(async_llm_generate(e.llm, &req, NULL, NULL, &s, &err), -ESHUTDOWN);
         for (uint32_t i = 0; i < N; i++)
                 collector_free(&c[i]);
@@ -1141,7 +1141,7 @@ START_TEST(test_engine_death) {
 }
 END_TEST
 
-static void expect_invalid(struct async_llm *llm, const struct generate_request *req, int code, const char *needle) {
+static void expect_invalid(struct async_llm *llm, const struct request_spec *req, int code, const char *needle) {
         struct async_stream *s = NULL;
         struct error err = { 0 };
         int r = async_llm_generate(llm, req, NULL, NULL, &s, &err);
@@ -1155,7 +1155,7 @@ START_TEST(test_validation) {
         int32_t prompt[1100];
         make_prompt(1200, 1100, prompt);
         struct sampling_params p;
-        struct generate_request req = { .request_id = "v", .prompt = prompt, .n_prompt = 8, .params = &p };
+        struct request_spec req = { .id = "v", .prompt = prompt, .n_prompt = 8 };
         const char *empty_stop[] = { "" };
         struct logit_bias bad_bias = { 60000, 1.0f };
         static const char *const needles[] = {
@@ -1164,22 +1164,22 @@ START_TEST(test_validation) {
         };
         static const int32_t foreign[] = { 5, 49152, 7 };
         for (size_t i = 0; i < sizeof(needles) / sizeof(*needles); i++) {
-                struct generate_request r = req;
-                sampling_params_init_default(&p);
+                struct request_spec r = req;
+                sampling_params_init_default(&r.params);
                 switch (i) {
                 case 0: r.n_prompt = 0; break;
                 case 1: r.n_prompt = 1024; break;
                 case 2: r.prompt = foreign; r.n_prompt = 3; break;
-                case 3: p.max_tokens = 0; break;
-                case 4: p.min_tokens = 20; p.max_tokens = 10; break;
-                case 5: p.temperature = -0.5; break;
-                case 6: p.top_p = 0; break;
-                case 7: p.top_p = 1.5; break;
-                case 8: p.logprobs = 21; break;
-                case 9: p.n = 0; break;
-                case 10: p.stop = empty_stop; p.n_stop = 1; break;
-                case 11: p.logit_bias = &bad_bias; p.n_logit_bias = 1; break;
-                case 12: p.output_kind = (enum output_kind) 7; break;
+                case 3: r.params.max_tokens = 0; break;
+                case 4: r.params.min_tokens = 20; r.params.max_tokens = 10; break;
+                case 5: r.params.temperature = -0.5; break;
+                case 6: r.params.top_p = 0; break;
+                case 7: r.params.top_p = 1.5; break;
+                case 8: r.params.logprobs = 21; break;
+                case 9: r.params.n = 0; break;
+                case 10: r.params.stop = empty_stop; r.params.n_stop = 1; break;
+                case 11: r.params.logit_bias = &bad_bias; r.params.n_logit_bias = 1; break;
+                case 12: r.params.output_kind = (enum output_kind) 7; break;
                 }
                 expect_invalid(e.llm, &r, -EINVAL, needles[i]);
         }
@@ -1187,9 +1187,10 @@ START_TEST(test_validation) {
         struct collector *c = collectors_new(1);
         greedy_params(&p, 300, OUTPUT_DELTA);
         submit(e.llm, c, "dup", prompt, 8, &p, 0);
-        req.request_id = "dup";
+        req.params = p;
+        req.id = "dup";
         expect_invalid(e.llm, &req, -EEXIST, "dup");
-        req.request_id = "";
+        req.id = "";
         expect_invalid(e.llm, &req, -EINVAL, "request_id");
         collector_free(c);
         wait_engine_empty(e.llm);

@@ -167,13 +167,23 @@ static void make_prompt(int32_t *p, uint32_t n, uint32_t salt) {
                 p[i] = (int32_t) (3 + (i * 37 + salt * 101 + (i * i) % 13) % 290);
 }
 
+/* Adds a request as AsyncLLM does: the spec, which borrows its arrays, becomes one that
+ * owns copies of them, and that one is handed over. */
+static int add_spec(struct engine_core *ec, const struct request_spec *spec, struct error *err) {
+        struct request_spec owned = *spec;
+        ck_assert_int_eq(request_spec_own(&owned), 0);
+        return engine_core_add_request(ec, &owned, NULL, err);
+}
+
 static void add(struct engine_core *ec, uint32_t index, const int32_t *prompt, uint32_t n_prompt,
                 const struct sampling_params *p, int32_t priority) {
         char id[32];
         struct error err;
         snprintf(id, sizeof(id), "r%u", index);
-        struct request_spec spec = { .id = id, .prompt = prompt, .n_prompt = n_prompt, .params = p, .priority = priority };
-        ck_assert_msg(engine_core_add_request(ec, &spec, NULL, &err) == 0, "%s", err.message);
+        struct request_spec spec = {
+                .id = id, .prompt = prompt, .n_prompt = n_prompt, .params = *p, .class.priority = priority,
+        };
+        ck_assert_msg(add_spec(ec, &spec, &err) == 0, "%s", err.message);
 }
 
 static struct sampling_params greedy_params(int32_t max_tokens) {
@@ -301,8 +311,8 @@ START_TEST(test_random_aborts_leave_nothing) {
                         make_prompt(prompt, n, added);
                         struct sampling_params p = greedy_params(1 + (int32_t) (roll % 20));
                         snprintf(id, sizeof(id), "a%u", added++);
-                        struct request_spec spec = { .id = id, .prompt = prompt, .n_prompt = n, .params = &p, .priority = 0 };
-                        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, NULL, &err), 0);
+                        struct request_spec spec = { .id = id, .prompt = prompt, .n_prompt = n, .params = p };
+                        ck_assert_int_eq(add_spec(h.ec, &spec, &err), 0);
                 }
                 /* abort a recent id: waiting, mid-prefill, decoding, finished or not yet added */
                 if (roll % 2 == 0) {
@@ -431,36 +441,45 @@ START_TEST(test_validation) {
         harness_new(&h, &c, 64, 0);
         int32_t prompt[MAX_MODEL_LEN];
         make_prompt(prompt, MAX_MODEL_LEN, 0);
-        struct sampling_params p = greedy_params(4);
         struct error err;
-        struct request_spec spec = { .id = "v", .prompt = prompt, .n_prompt = 0, .params = &p, .priority = 0 };
-        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, NULL, &err), -EINVAL);
+        int32_t n_vocab = (int32_t) model->hp.n_vocab;
+        struct request_spec spec = { .id = "v", .prompt = prompt, .n_prompt = 0, .params = greedy_params(4) };
+        ck_assert_int_eq(request_spec_validate(&spec, &c, n_vocab, &err), -EINVAL);
         ck_assert_ptr_nonnull(strstr(err.message, "prompt is empty"));
         spec.n_prompt = MAX_MODEL_LEN;
-        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, NULL, &err), -EINVAL);
+        ck_assert_int_eq(request_spec_validate(&spec, &c, n_vocab, &err), -EINVAL);
         ck_assert_ptr_nonnull(strstr(err.message, "max_model_len"));
         spec.n_prompt = 5;
         prompt[2] = 300;
-        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, NULL, &err), -EINVAL);
+        ck_assert_int_eq(request_spec_validate(&spec, &c, n_vocab, &err), -EINVAL);
         ck_assert_ptr_nonnull(strstr(err.message, "vocabulary"));
         prompt[2] = 7;
-        p.top_p = 2;
-        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, NULL, &err), -EINVAL);
+        spec.params.top_p = 2;
+        ck_assert_int_eq(request_spec_validate(&spec, &c, n_vocab, &err), -EINVAL);
         ck_assert_ptr_nonnull(strstr(err.message, "top_p"));
-        p.top_p = 1;
-        p.max_tokens = 0;
-        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, NULL, &err), -EINVAL);
+        spec.params.top_p = 1;
+        spec.params.max_tokens = 0;
+        ck_assert_int_eq(request_spec_validate(&spec, &c, n_vocab, &err), -EINVAL);
         ck_assert_ptr_nonnull(strstr(err.message, "max_tokens"));
-        p.max_tokens = 4;
-        p.logprobs = 21;
-        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, NULL, &err), -EINVAL);
+        spec.params.max_tokens = 4;
+        spec.params.logprobs = 21;
+        ck_assert_int_eq(request_spec_validate(&spec, &c, n_vocab, &err), -EINVAL);
         ck_assert_ptr_nonnull(strstr(err.message, "logprobs"));
-        p.logprobs = 0;
-        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, NULL, &err), 0);
-        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, NULL, &err), -EEXIST);
+        spec.params.logprobs = 0;
+        spec.class.slo = 3601;
+        ck_assert_int_eq(request_spec_validate(&spec, &c, n_vocab, &err), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err.message, "slo must be"));
+        spec.class.slo = 0;
+        spec.class.ttft_slo = -1;
+        ck_assert_int_eq(request_spec_validate(&spec, &c, n_vocab, &err), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err.message, "ttft_slo must be"));
+        spec.class.ttft_slo = 0;
+        ck_assert_int_eq(request_spec_validate(&spec, &c, n_vocab, &err), 0);
+        ck_assert_int_eq(add_spec(h.ec, &spec, &err), 0);
+        ck_assert_int_eq(add_spec(h.ec, &spec, &err), -EEXIST);
         ck_assert_ptr_nonnull(strstr(err.message, "already in flight"));
         spec.id = "";
-        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, NULL, &err), -EINVAL);
+        ck_assert_int_eq(request_spec_validate(&spec, &c, n_vocab, &err), -EINVAL);
         harness_free(&h); /* frees the unfinished request too */
 }
 END_TEST
@@ -494,8 +513,8 @@ START_TEST(test_engine_death) {
         }
         engine_core_clear_outputs(h.ec);
         struct sampling_params p = greedy_params(3);
-        struct request_spec spec = { .id = "late", .prompt = prompt, .n_prompt = 4, .params = &p, .priority = 0 };
-        ck_assert_int_eq(engine_core_add_request(h.ec, &spec, NULL, &err), -ESHUTDOWN);
+        struct request_spec spec = { .id = "late", .prompt = prompt, .n_prompt = 4, .params = p };
+        ck_assert_int_eq(add_spec(h.ec, &spec, &err), -ESHUTDOWN);
         ck_assert_int_eq(engine_core_step(h.ec, &err), -ESHUTDOWN);
         struct engine_stats st;
         engine_core_stats(h.ec, &st);
@@ -600,9 +619,9 @@ START_TEST(test_slo_admits_behind_best_effort_from_the_start) {
                 uint32_t n;
                 engine_core_outputs(h.ec, &n);
         }
-        struct request_spec spec = { .id = "ls", .prompt = prompt[8], .n_prompt = 40, .params = &p,
-                                     .latency_sensitive = true, .slo = slo, .ttft_slo = 1.0 };
-        ck_assert_msg(engine_core_add_request(h.ec, &spec, NULL, &err) == 0, "%s", err.message);
+        struct request_spec spec = { .id = "ls", .prompt = prompt[8], .n_prompt = 40, .params = p,
+                                     .class = { .latency_sensitive = true, .slo = slo, .ttft_slo = 1.0 } };
+        ck_assert_msg(add_spec(h.ec, &spec, &err) == 0, "%s", err.message);
         harness_free(&h);
 }
 END_TEST

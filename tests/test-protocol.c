@@ -64,23 +64,23 @@ START_TEST(test_generate_prompt_defaults) {
         d.output_kind = OUTPUT_DELTA;
         ck_assert_mem_eq(&g->params, &d, sizeof(d));
         ck_assert_int_eq(g->params.max_tokens, 16);
-        ck_assert_int_eq(g->priority, 0);
-        ck_assert(!g->latency_sensitive); /* best-effort */
-        ck_assert_double_eq(g->slo, 0);    /* the engine's defaults */
-        ck_assert_double_eq(g->ttft_slo, 0);
+        ck_assert_int_eq(g->class.priority, 0);
+        ck_assert(!g->class.latency_sensitive); /* best-effort */
+        ck_assert_double_eq(g->class.slo, 0);    /* the engine's defaults */
+        ck_assert_double_eq(g->class.ttft_slo, 0);
 
         struct error err;
         ck_assert_int_eq(sampling_params_validate(&g->params, 1000, -1, &err), 0);
 
-        struct generate_request req;
-        generate_message_to_request(g, "7/c1", NULL, &req);
-        ck_assert_str_eq(req.request_id, "7/c1");
+        struct request_spec req;
+        generate_message_to_spec(g, "7/c1", NULL, &req);
+        ck_assert_str_eq(req.id, "7/c1");
         ck_assert_ptr_eq(req.prompt_text, g->prompt);
         ck_assert_ptr_null(req.prompt);
-        ck_assert_ptr_eq(req.params, &g->params);
-        ck_assert(!req.latency_sensitive);
-        ck_assert_double_eq(req.slo, 0);
-        ck_assert_double_eq(req.ttft_slo, 0);
+        ck_assert_mem_eq(&req.params, &g->params, sizeof(req.params));
+        ck_assert(!req.class.latency_sensitive);
+        ck_assert_double_eq(req.class.slo, 0);
+        ck_assert_double_eq(req.class.ttft_slo, 0);
         client_message_free(&m);
         ck_assert_ptr_null(m.root);
 }
@@ -103,10 +103,10 @@ START_TEST(test_generate_all_params) {
         ck_assert_int_eq(g->prompt_kind, PROMPT_TOKEN_IDS);
         ck_assert_uint_eq(g->n_prompt_token_ids, 3);
         ck_assert_int_eq(g->prompt_token_ids[2], 2147483647);
-        ck_assert_int_eq(g->priority, -3);
-        ck_assert(g->latency_sensitive);
-        ck_assert_double_eq(g->slo, 2.0);
-        ck_assert_double_eq(g->ttft_slo, 0.5);
+        ck_assert_int_eq(g->class.priority, -3);
+        ck_assert(g->class.latency_sensitive);
+        ck_assert_double_eq(g->class.slo, 2.0);
+        ck_assert_double_eq(g->class.ttft_slo, 0.5);
         ck_assert_uint_eq(p->n, 3);
         ck_assert_double_eq(p->temperature, 0);
         ck_assert_double_eq(p->top_p, 0.9);
@@ -140,15 +140,15 @@ START_TEST(test_generate_all_params) {
         ck_assert(!p->skip_special_tokens);
         ck_assert_int_eq(p->output_kind, OUTPUT_FINAL_ONLY);
 
-        struct generate_request req;
-        generate_message_to_request(g, "x", "ignored", &req);
+        struct request_spec req;
+        generate_message_to_spec(g, "x", "ignored", &req);
         ck_assert_ptr_eq(req.prompt, g->prompt_token_ids);
         ck_assert_uint_eq(req.n_prompt, 3);
         ck_assert_ptr_null(req.prompt_text);
-        ck_assert_int_eq(req.priority, -3);
-        ck_assert(req.latency_sensitive);
-        ck_assert_double_eq(req.slo, 2.0);
-        ck_assert_double_eq(req.ttft_slo, 0.5);
+        ck_assert_int_eq(req.class.priority, -3);
+        ck_assert(req.class.latency_sensitive);
+        ck_assert_double_eq(req.class.slo, 2.0);
+        ck_assert_double_eq(req.class.ttft_slo, 0.5);
         client_message_free(&m);
 }
 END_TEST
@@ -209,43 +209,43 @@ START_TEST(test_generate_scheduling_class) {
                 { "\"is_latency_sensitive\": \"false\"", false },
         };
         struct client_message m;
-        struct generate_request req;
+        struct request_spec req;
         char line[256];
 
         for (size_t i = 0; i < sizeof(spellings) / sizeof(*spellings); i++) {
                 snprintf(line, sizeof(line), "{\"op\": \"generate\", \"id\": \"l\", \"prompt\": \"x\", %s}",
                          spellings[i].field);
                 parse_ok(line, &m);
-                ck_assert_msg(m.generate.latency_sensitive == spellings[i].latency_sensitive, "%s", line);
-                generate_message_to_request(&m.generate, "l", NULL, &req);
-                ck_assert(req.latency_sensitive == spellings[i].latency_sensitive);
+                ck_assert_msg(m.generate.class.latency_sensitive == spellings[i].latency_sensitive, "%s", line);
+                generate_message_to_spec(&m.generate, "l", NULL, &req);
+                ck_assert(req.class.latency_sensitive == spellings[i].latency_sensitive);
                 client_message_free(&m);
         }
 
         /* the bounds: more than 0, at most 3600; integers are numbers */
         parse_ok("{\"op\": \"generate\", \"id\": \"b\", \"prompt\": \"x\", \"latency_sensitive\": true,"
                  " \"slo\": 3600, \"ttft_slo\": 1e-9}", &m);
-        ck_assert_double_eq(m.generate.slo, 3600);
-        ck_assert_double_eq(m.generate.ttft_slo, 1e-9);
-        generate_message_to_request(&m.generate, "b", NULL, &req);
-        ck_assert_double_eq(req.slo, 3600);
-        ck_assert_double_eq(req.ttft_slo, 1e-9);
+        ck_assert_double_eq(m.generate.class.slo, 3600);
+        ck_assert_double_eq(m.generate.class.ttft_slo, 1e-9);
+        generate_message_to_spec(&m.generate, "b", NULL, &req);
+        ck_assert_double_eq(req.class.slo, 3600);
+        ck_assert_double_eq(req.class.ttft_slo, 1e-9);
         client_message_free(&m);
 
         /* ttft_slo alone leaves slo to the engine's default */
         parse_ok("{\"op\": \"generate\", \"id\": \"t\", \"prompt\": \"x\", \"is_latency_sensitive\": \"True\","
                  " \"ttft_slo\": 3600.0}", &m);
-        ck_assert(m.generate.latency_sensitive);
-        ck_assert_double_eq(m.generate.slo, 0);
-        ck_assert_double_eq(m.generate.ttft_slo, 3600);
+        ck_assert(m.generate.class.latency_sensitive);
+        ck_assert_double_eq(m.generate.class.slo, 0);
+        ck_assert_double_eq(m.generate.class.ttft_slo, 3600);
         client_message_free(&m);
 
         /* best-effort requests may carry SLOs: accepted and passed on, the engine ignores them */
         parse_ok("{\"op\": \"generate\", \"id\": \"e\", \"prompt\": \"x\", \"slo\": 0.25, \"ttft_slo\": 2}", &m);
-        generate_message_to_request(&m.generate, "e", NULL, &req);
-        ck_assert(!req.latency_sensitive);
-        ck_assert_double_eq(req.slo, 0.25);
-        ck_assert_double_eq(req.ttft_slo, 2);
+        generate_message_to_spec(&m.generate, "e", NULL, &req);
+        ck_assert(!req.class.latency_sensitive);
+        ck_assert_double_eq(req.class.slo, 0.25);
+        ck_assert_double_eq(req.class.ttft_slo, 2);
         client_message_free(&m);
 }
 END_TEST
@@ -261,8 +261,8 @@ START_TEST(test_generate_messages) {
         ck_assert_str_eq(g->messages[0].content, "Be brief.");
         ck_assert_str_eq(g->messages[1].role, "user");
         ck_assert_str_eq(g->messages[1].content, "Capital of France?");
-        struct generate_request req;
-        generate_message_to_request(g, "x", "<rendered>", &req);
+        struct request_spec req;
+        generate_message_to_spec(g, "x", "<rendered>", &req);
         ck_assert_str_eq(req.prompt_text, "<rendered>");
         client_message_free(&m);
 }

@@ -72,7 +72,7 @@ static void warm(struct scheduler *s) {
 /* A request with distinct tokens (no prefix-cache sharing between requests). */
 static struct request *make(struct harness *h, bool latency_sensitive, uint32_t n_prompt, double slo, double ttft_slo,
                             double arrival) {
-        static struct sampling_params params;
+        struct sampling_params params;
         struct error err;
         int32_t *prompt = malloc(n_prompt * sizeof(*prompt));
         for (uint32_t i = 0; i < n_prompt; i++)
@@ -80,10 +80,12 @@ static struct request *make(struct harness *h, bool latency_sensitive, uint32_t 
         sampling_params_init_default(&params);
         params.max_tokens = 100;
         struct request_spec spec = {
-                .id = "r", .prompt = prompt, .n_prompt = n_prompt, .params = &params,
-                .latency_sensitive = latency_sensitive, .slo = slo, .ttft_slo = ttft_slo, .arrival_time = arrival,
+                .id = "r", .prompt = prompt, .n_prompt = n_prompt, .params = params,
+                .class = { .latency_sensitive = latency_sensitive, .slo = slo, .ttft_slo = ttft_slo },
+                .arrival_time = arrival,
         };
         struct request *r;
+        ck_assert_int_eq(request_spec_own(&spec), 0);
         ck_assert_int_eq(request_new(&spec, h->next_order++, VOCAB, 1, &r, &err), 0);
         free(prompt);
         h->requests[h->n_requests++] = r;
@@ -416,7 +418,7 @@ END_TEST
 /* When the test's copy of the policy's deadline rule says r's next token is due. */
 static double due(const struct request *r) {
         uint32_t n_out = request_num_output(r);
-        return n_out == 0 ? r->arrival_time + r->ttft_slo : r->first_token_time + n_out * r->slo;
+        return n_out == 0 ? r->arrival_time + r->class.ttft_slo : r->first_token_time + n_out * r->class.slo;
 }
 
 /* Runs the plan of one step that takes its true cost from now; checks that every
@@ -425,7 +427,7 @@ static double run_step_on_time(struct harness *h, double now) {
         double end = now + true_cost(&h->s.plan_shape);
         for (uint32_t i = 0; i < h->s.n_plan; i++) {
                 const struct request *r = h->s.plan[i].req;
-                if (r->latency_sensitive && r->num_computed_tokens + h->s.plan[i].n_tokens == r->n_tokens)
+                if (r->class.latency_sensitive && r->num_computed_tokens + h->s.plan[i].n_tokens == r->n_tokens)
                         ck_assert_msg(end <= due(r) + 1e-6, "a token due at %.4f came at %.4f", due(r), end);
         }
         run_plan(h, end);
@@ -687,7 +689,7 @@ START_TEST(test_admission) {
         /* nothing to judge by yet: everything is taken */
         struct request *r = make(&h, true, 32, 0.001, 0.001, now);
         ck_assert_int_eq(slo_policy_admit(&h.s, r, now, &retry, &err), 0);
-        ck_assert(r->latency_sensitive);
+        ck_assert(r->class.latency_sensitive);
 
         warm(&h.s);
         /* one decode step costs 12 ms (x the margin): an slo of 5 ms cannot be met */
@@ -718,7 +720,7 @@ START_TEST(test_admission) {
         /* the same with a ttft_slo it can meet, and a feasible slo */
         r = make(&h, true, 4000, 0.050, 5.0, now);
         ck_assert_int_eq(slo_policy_admit(&h.s, r, now, &retry, &err), 0);
-        ck_assert(r->latency_sensitive);
+        ck_assert(r->class.latency_sensitive);
 
         /* every latency-sensitive request decoding at once must fit in the tightest slo:
          * 10 running at 30 ms each make 10 + 11 x 2 = 32 ms per step: an eleventh with slo 30
@@ -733,7 +735,7 @@ START_TEST(test_admission) {
         /* demotion instead of refusal */
         h.config.slo_admission = SLO_ADMISSION_DEMOTE;
         ck_assert_int_eq(slo_policy_admit(&h.s, r, now, &retry, &err), 0);
-        ck_assert(!r->latency_sensitive);
+        ck_assert(!r->class.latency_sensitive);
         ck_assert_uint_eq(h.s.slo_demoted, 1);
         ck_assert_uint_eq(h.s.slo_rejected, 4);
         teardown(&h);
