@@ -19,8 +19,8 @@ command -v nm >/dev/null || { echo "SKIP: nm is not installed"; exit 77; }
 
 # The source file an object was built from: automake names it after the source, prefixed by
 # the target ("libasyncllm_engine_la-scheduler.o") when the target has flags of its own;
-# libtool puts the PIC twin in .libs/. An object whose source is gone (a stale one left in
-# the build tree) is skipped.
+# libtool puts the PIC twin in .libs/. An object whose source is gone, or is newer than it (a
+# stale one left in the build tree under a name the build no longer uses), is skipped.
 source_of() {
         local folder=$1 object=$2 name candidate ext
         name=${object##*/}
@@ -43,6 +43,7 @@ symbols() {
                 for object in "$builddir/$folder"/*.o "$builddir/$folder"/.libs/*.o; do
                         [[ -f $object ]] || continue
                         source=$(source_of "$folder" "$object") || continue
+                        [[ $object -ot $srcdir/$source ]] && continue
                         nm -P "$object" | awk -v file="$source" '
                                 $2 == "U" { print "U", file, $1; next }
                                 $2 ~ /^[A-TV-Z]$/ { print "D", file, $1 }'
