@@ -36,7 +36,7 @@
 #include "async-llm.h"
 #include "bench-util.h"
 #include "clock.h"
-#include "cpu-runner.h"
+#include "backend-open.h"
 #include "model.h"
 #include "rng.h"
 #include "tokenizer.h"
@@ -452,7 +452,7 @@ int main(int argc, char **argv) {
         struct error err = {};
         struct model *model = NULL;
         struct tokenizer *tk = NULL;
-        struct cpu_runner *runner = NULL;
+        struct backend backend = { 0 };
         struct async_llm *llm = NULL;
         struct bench b = {};
         int32_t *long_prompt = NULL;
@@ -486,27 +486,20 @@ int main(int argc, char **argv) {
                 r = 1;
                 goto out;
         }
-        uint32_t kv_dim = model->hp.n_head_kv * model->hp.head_dim;
-        uint64_t token_bytes = (uint64_t) model->hp.n_layer * kv_dim * 2 /* K and V */ * 2 /* f16 */;
-        uint64_t blocks = (uint64_t) n_dec * ((dec_len + config.block_size - 1) / config.block_size) +
-                          (config.max_model_len + config.block_size - 1) / config.block_size + 16;
-        config.kv_cache_space = blocks * config.block_size * token_bytes;
+        uint32_t n_blocks = n_dec * ((dec_len + config.block_size - 1) / config.block_size) +
+                            (config.max_model_len + config.block_size - 1) / config.block_size + 16;
         if (engine_config_finalize(&config, model->hp.n_ctx_train, &err) < 0) {
                 fprintf(stderr, "bench-decode-stall: %s\n", err.message);
                 r = 1;
                 goto out;
         }
-        uint32_t n_blocks = engine_kv_blocks_for_space(&config, model->hp.n_layer, kv_dim);
-        struct cpu_runner_config rc = {
-                .n_threads = threads, .max_batch_tokens = config.max_num_batched_tokens,
-                .max_model_len = config.max_model_len, .block_size = config.block_size, .n_kv_blocks = n_blocks,
-        };
-        if (cpu_runner_new(model, &rc, &runner, &err) < 0) {
+        struct backend_options backend_config = backend_options_for_engine(&config, threads);
+        backend_config.n_kv_blocks = n_blocks;
+        if (backend_open("cpu", &backend_config, model, &backend, &err) < 0) {
                 fprintf(stderr, "bench-decode-stall: %s\n", err.message);
                 r = 1;
                 goto out;
         }
-        struct backend backend = cpu_runner_backend(runner);
         if (async_llm_new(&config, &backend, tk, n_blocks, &llm, &err) < 0) {
                 fprintf(stderr, "bench-decode-stall: %s\n", err.message);
                 r = 1;
@@ -514,10 +507,11 @@ int main(int argc, char **argv) {
         }
         printf("model %s, %u threads (%s kernels), budget %u, long_prefill_token_threshold %u, decode_stall_limit %g, "
                "%u decoders, prompt %u tokens\n",
-               model_path, threads, cpu_runner_kernels(runner), config.max_num_batched_tokens,
+               model_path, threads, backend.kernels, config.max_num_batched_tokens,
                config.long_prefill_token_threshold, config.decode_stall_limit, n_dec, prompt_len);
         printf("max_model_len %u, %u KV blocks (%.0f MiB), decoder max_tokens %u, prefill chunk %u tokens\n",
-               config.max_model_len, n_blocks, (double) config.kv_cache_space / (1 << 20), decode_tokens, chunk);
+               config.max_model_len, n_blocks, (double) n_blocks * backend.kv.block_bytes / (1 << 20), decode_tokens,
+               chunk);
         fflush(stdout);
 
         /* Phase 0: the decoders start and warm up. */
@@ -734,7 +728,7 @@ int main(int argc, char **argv) {
                 struct json_object *cfg = json_object_new_object();
                 json_object_object_add(cfg, "model", json_object_new_string(model_path));
                 json_object_object_add(cfg, "threads", json_object_new_int64(threads));
-                json_object_object_add(cfg, "kernels", json_object_new_string(cpu_runner_kernels(runner)));
+                json_object_object_add(cfg, "kernels", json_object_new_string(backend.kernels));
                 json_object_object_add(cfg, "max_num_batched_tokens", json_object_new_int64(config.max_num_batched_tokens));
                 json_object_object_add(cfg, "long_prefill_token_threshold",
                                        json_object_new_int64(config.long_prefill_token_threshold));
@@ -794,7 +788,7 @@ out:
                         async_stream_release(b.dec[i].stream);
         async_stream_release(b.long_stream);
         async_llm_free(llm);
-        cpu_runner_free(runner);
+        backend_free(&backend);
         tokenizer_free(tk);
         model_free(model);
         json_object_put(json);

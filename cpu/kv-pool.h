@@ -42,3 +42,8 @@ uint64_t kv_pool_bytes(const struct kv_pool *pool);
 static inline uint64_t kv_pool_block(const struct kv_pool *pool, uint32_t layer, uint32_t block) {
         return ((uint64_t) layer * pool->n_blocks + block) * pool->block_size * pool->kv_dim;
 }
+
+/* Bytes of one block's keys and values over n_layer layers: what a block costs. */
+static inline uint64_t kv_pool_block_bytes(uint32_t n_layer, uint32_t block_size, uint32_t kv_dim) {
+        return (uint64_t) block_size * n_layer * kv_dim * 2 /* K and V */ * sizeof(f16_bits);
+}
