@@ -37,7 +37,7 @@
 #include "async-llm.h"
 #include "bench-util.h"
 #include "clock.h"
-#include "cpu-runner.h"
+#include "backend-open.h"
 #include "model.h"
 #include "rng.h"
 #include "tokenizer.h"
@@ -222,7 +222,7 @@ int main(int argc, char **argv) {
         struct error err = {};
         struct model *model = NULL;
         struct tokenizer *tk = NULL;
-        struct cpu_runner *runner = NULL;
+        struct backend backend = { 0 };
         struct async_llm *llm = NULL;
         struct seq *seqs = NULL;
         int32_t *prompts = NULL;
@@ -240,25 +240,18 @@ int main(int argc, char **argv) {
                         config.max_model_len, model->hp.n_ctx_train);
                 goto out;
         }
-        uint32_t kv_dim = model->hp.n_head_kv * model->hp.head_dim;
-        uint64_t token_bytes = (uint64_t) model->hp.n_layer * kv_dim * 2 /* K and V */ * 2 /* f16 */;
         /* every sequence fits at once, so nothing is preempted */
-        uint64_t blocks = (uint64_t) n_seq * ((config.max_model_len + config.block_size - 1) / config.block_size) + 16;
-        config.kv_cache_space = blocks * config.block_size * token_bytes;
+        uint32_t n_blocks = n_seq * ((config.max_model_len + config.block_size - 1) / config.block_size) + 16;
         if (engine_config_finalize(&config, model->hp.n_ctx_train, &err) < 0) {
                 fprintf(stderr, "bench-batched: %s\n", err.message);
                 goto out;
         }
-        uint32_t n_blocks = engine_kv_blocks_for_space(&config, model->hp.n_layer, kv_dim);
-        struct cpu_runner_config rc = {
-                .n_threads = threads, .max_batch_tokens = config.max_num_batched_tokens,
-                .max_model_len = config.max_model_len, .block_size = config.block_size, .n_kv_blocks = n_blocks,
-        };
-        if (cpu_runner_new(model, &rc, &runner, &err) < 0) {
+        struct backend_options backend_config = backend_options_for_engine(&config, threads);
+        backend_config.n_kv_blocks = n_blocks;
+        if (backend_open("cpu", &backend_config, model, &backend, &err) < 0) {
                 fprintf(stderr, "bench-batched: %s\n", err.message);
                 goto out;
         }
-        struct backend backend = cpu_runner_backend(runner);
         if (async_llm_new(&config, &backend, tk, n_blocks, &llm, &err) < 0) {
                 fprintf(stderr, "bench-batched: %s\n", err.message);
                 goto out;
@@ -347,8 +340,7 @@ int main(int argc, char **argv) {
 
         printf("{\"test\": \"batched\", \"B\": %u, \"pp\": %u, \"tg\": %u, \"threads\": %u, \"kernels\": \"%s\", "
                "\"weights\": \"%s\", \"max_num_batched_tokens\": %u, \"decode_stall_limit\": %g",
-               n_seq, n_prompt, n_gen, threads, cpu_runner_kernels(runner),
-               cpu_runner_weights_cached(runner) ? "cached" : "streamed", config.max_num_batched_tokens,
+               n_seq, n_prompt, n_gen, threads, backend.kernels, backend.weights, config.max_num_batched_tokens,
                config.decode_stall_limit);
         static const char *const names[] = { "s_pp", "s_tg" };
         for (unsigned k = 0; k < 2; k++) {
@@ -370,7 +362,7 @@ out:
                 for (unsigned i = 0; i < n_seq; i++)
                         async_stream_release(seqs[i].stream);
         async_llm_free(llm);
-        cpu_runner_free(runner);
+        backend_free(&backend);
         tokenizer_free(tk);
         model_free(model);
         free(v);

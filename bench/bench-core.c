@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Single-sequence throughput of the CPU runner, measured the way llama-bench measures it:
+/* Single-sequence throughput of the CPU backend, measured the way llama-bench measures it:
  * pp = one batched pass over a prompt of random tokens, tg = tokens decoded one at a time
  * from an empty context. Prints one JSON object per line per test, with every repetition. */
 #include "config.h"
@@ -11,8 +11,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend-open.h"
 #include "bench-util.h"
-#include "cpu-runner.h"
 #include "model.h"
 #include "clock.h"
 #include "sequence.h"
@@ -25,12 +25,12 @@ static double sorted_quantile(const double *sorted, unsigned n, double q) {
 /* One JSON line; token_seconds (n_token_times of them, or NULL): every token's own time,
  * whose spread is the machine's: the same step, repeated, is what a step-time model can at
  * best predict. */
-static void report(const char *test, unsigned n_tokens, unsigned threads, const struct cpu_runner *runner, double *rates,
+static void report(const char *test, unsigned n_tokens, unsigned threads, const struct backend *backend, double *rates,
                    unsigned reps, double *token_seconds, unsigned n_token_times) {
         qsort(rates, reps, sizeof(double), bench_compare_double);
         printf("{\"test\": \"%s%u\", \"threads\": %u, \"kernels\": \"%s\", \"weights\": \"%s\", \"median_tps\": %.2f, "
                "\"min_tps\": %.2f, \"max_tps\": %.2f, \"reps\": [",
-               test, n_tokens, threads, cpu_runner_kernels(runner), cpu_runner_weights_cached(runner) ? "cached" : "streamed",
+               test, n_tokens, threads, backend->kernels, backend->weights,
                rates[reps / 2], rates[0], rates[reps - 1]);
         for (unsigned i = 0; i < reps; i++)
                 printf("%s%.2f", i ? ", " : "", rates[i]);
@@ -86,18 +86,19 @@ int main(int argc, char **argv) {
 
         struct error err;
         struct model *model;
-        struct cpu_runner *runner;
+        struct backend backend;
         struct sequence *seq;
         if (model_load(model_path, &model, &err) < 0) {
                 fprintf(stderr, "bench-core: %s\n", err.message);
                 return 1;
         }
         unsigned max_len = n_prompt > n_gen ? n_prompt : n_gen;
-        struct cpu_runner_config config = {
+        struct backend_options backend_config = {
                 .n_threads = threads, .max_batch_tokens = n_prompt, .max_model_len = max_len,
                 .block_size = 16, .n_kv_blocks = (max_len + 15) / 16,
         };
-        if (cpu_runner_new(model, &config, &runner, &err) < 0 || sequence_new(runner, &config, &seq, &err) < 0) {
+        if (backend_open("cpu", &backend_config, model, &backend, &err) < 0 ||
+            sequence_new(&backend, &backend_config, model->hp.n_vocab, &seq, &err) < 0) {
                 fprintf(stderr, "bench-core: %s\n", err.message);
                 return 1;
         }
@@ -122,7 +123,7 @@ int main(int argc, char **argv) {
                 sequence_feed(seq, tokens, n_prompt, false, logits, &err);
                 rates[r] = n_prompt / (monotonic_seconds() - t0);
         }
-        report("pp", n_prompt, threads, runner, rates, reps, NULL, 0);
+        report("pp", n_prompt, threads, &backend, rates, reps, NULL, 0);
         for (unsigned r = 0; r < reps; r++) {
                 sequence_reset(seq);
                 double t0 = monotonic_seconds();
@@ -133,14 +134,14 @@ int main(int argc, char **argv) {
                 }
                 rates[r] = n_gen / (monotonic_seconds() - t0);
         }
-        report("tg", n_gen, threads, runner, rates, reps, token_seconds, n_gen * reps);
+        report("tg", n_gen, threads, &backend, rates, reps, token_seconds, n_gen * reps);
 
         free(token_seconds);
         free(rates);
         free(logits);
         free(tokens);
         sequence_free(seq);
-        cpu_runner_free(runner);
+        backend_free(&backend);
         model_free(model);
         return 0;
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Do decodes stall when a long prompt arrives? `decoders` greedy streams decode through the
- * real AsyncLLM on the CPU runner; their inter-token gaps are measured first alone
+ * real AsyncLLM on the CPU backend; their inter-token gaps are measured first alone
  * (unloaded "pre"), then while one prompt of prompt_len tokens is prefilled in chunks beside
  * them (loaded: from its submission until its first token, which finishes it), then alone
  * again (unloaded "post", as many gaps as "pre").
@@ -36,7 +36,7 @@
 #include "async-llm.h"
 #include "bench-util.h"
 #include "clock.h"
-#include "cpu-runner.h"
+#include "backend-open.h"
 #include "model.h"
 #include "rng.h"
 #include "tokenizer.h"
@@ -464,7 +464,7 @@ struct run {
         struct options o;
         struct model *model;
         struct tokenizer *tk;
-        struct cpu_runner *runner;
+        struct backend backend;
         struct async_llm *llm;
         uint32_t chunk;    /* the prefill chunk the sizes assume */
         uint32_t n_blocks; /* KV blocks */
@@ -501,16 +501,12 @@ static int size_engine(struct run *run, struct error *err) {
                         config->max_model_len, model->hp.n_ctx_train);
                 return -1;
         }
-        uint32_t kv_dim = model->hp.n_head_kv * model->hp.head_dim;
-        uint64_t token_bytes = (uint64_t) model->hp.n_layer * kv_dim * 2 /* K and V */ * 2 /* f16 */;
-        uint64_t blocks = (uint64_t) o->n_dec * ((dec_len + config->block_size - 1) / config->block_size) +
-                          (config->max_model_len + config->block_size - 1) / config->block_size + 16;
-        config->kv_cache_space = blocks * config->block_size * token_bytes;
+        run->n_blocks = o->n_dec * ((dec_len + config->block_size - 1) / config->block_size) +
+                        (config->max_model_len + config->block_size - 1) / config->block_size + 16;
         if (engine_config_finalize(config, model->hp.n_ctx_train, err) < 0) {
                 fprintf(stderr, "bench-decode-stall: %s\n", err->message);
                 return -1;
         }
-        run->n_blocks = engine_kv_blocks_for_space(config, model->hp.n_layer, kv_dim);
         return 0;
 }
 
@@ -525,25 +521,22 @@ static int start_engine(struct run *run) {
         }
         if (size_engine(run, &err) < 0)
                 return -1;
-        struct cpu_runner_config rc = {
-                .n_threads = o->threads, .max_batch_tokens = config->max_num_batched_tokens,
-                .max_model_len = config->max_model_len, .block_size = config->block_size, .n_kv_blocks = run->n_blocks,
-        };
-        if (cpu_runner_new(run->model, &rc, &run->runner, &err) < 0) {
+        struct backend_options backend_config = backend_options_for_engine(config, o->threads);
+        backend_config.n_kv_blocks = run->n_blocks;
+        if (backend_open("cpu", &backend_config, run->model, &run->backend, &err) < 0) {
                 fprintf(stderr, "bench-decode-stall: %s\n", err.message);
                 return -1;
         }
-        struct backend backend = cpu_runner_backend(run->runner);
-        if (async_llm_new(config, &backend, run->tk, run->n_blocks, &run->llm, &err) < 0) {
+        if (async_llm_new(config, &run->backend, run->tk, run->n_blocks, &run->llm, &err) < 0) {
                 fprintf(stderr, "bench-decode-stall: %s\n", err.message);
                 return -1;
         }
         printf("model %s, %u threads (%s kernels), budget %u, long_prefill_token_threshold %u, decode_stall_limit %g, "
                "%u decoders, prompt %u tokens\n",
-               o->model_path, o->threads, cpu_runner_kernels(run->runner), config->max_num_batched_tokens,
+               o->model_path, o->threads, run->backend.kernels, config->max_num_batched_tokens,
                config->long_prefill_token_threshold, config->decode_stall_limit, o->n_dec, o->prompt_len);
         printf("max_model_len %u, %u KV blocks (%.0f MiB), decoder max_tokens %u, prefill chunk %u tokens\n",
-               config->max_model_len, run->n_blocks, (double) config->kv_cache_space / (1 << 20), o->decode_tokens,
+               config->max_model_len, run->n_blocks, (double) run->n_blocks * run->backend.kv.block_bytes / (1 << 20), o->decode_tokens,
                run->chunk);
         fflush(stdout);
         return 0;
@@ -814,7 +807,7 @@ static struct json_object *json_config(const struct run *run) {
         struct json_object *cfg = json_object_new_object();
         json_object_object_add(cfg, "model", json_object_new_string(o->model_path));
         json_object_object_add(cfg, "threads", json_object_new_int64(o->threads));
-        json_object_object_add(cfg, "kernels", json_object_new_string(cpu_runner_kernels(run->runner)));
+        json_object_object_add(cfg, "kernels", json_object_new_string(run->backend.kernels));
         json_object_object_add(cfg, "max_num_batched_tokens", json_object_new_int64(config->max_num_batched_tokens));
         json_object_object_add(cfg, "long_prefill_token_threshold",
                                json_object_new_int64(config->long_prefill_token_threshold));
@@ -886,7 +879,7 @@ static void run_done(struct run *run) {
                         async_stream_release(b->dec[i].stream);
         async_stream_release(b->long_stream);
         async_llm_free(run->llm);
-        cpu_runner_free(run->runner);
+        backend_free(&run->backend);
         tokenizer_free(run->tk);
         model_free(run->model);
         free(run->long_prompt);

@@ -63,9 +63,6 @@ int cpu_runner_restore_memory(struct cpu_runner *runner, unsigned what, struct e
  * releasing the weights gives back); scratch_bytes the per-step buffers, which stay. */
 void cpu_runner_memory_usage(const struct cpu_runner *runner, struct backend_memory_usage *ret);
 
-/* The runner as the engine's backend (one worker). */
-struct backend cpu_runner_backend(struct cpu_runner *runner);
-
 /* The kernel set chosen for this CPU. */
 const char *cpu_runner_kernels(const struct cpu_runner *runner);
 

@@ -38,7 +38,12 @@ int kv_pool_restore(struct kv_pool *pool, struct error *err);
 uint64_t kv_pool_bytes(const struct kv_pool *pool);
 
 /* The first element of a block of a layer. Inside a block the runner keeps each head's
- * rows together (head, slot, head_dim): cpu-runner.c, kv_row(). */
+ * rows together (head, slot, head_dim): attention.c, kv_row(). */
 static inline uint64_t kv_pool_block(const struct kv_pool *pool, uint32_t layer, uint32_t block) {
         return ((uint64_t) layer * pool->n_blocks + block) * pool->block_size * pool->kv_dim;
+}
+
+/* Bytes of one block's keys and values over n_layer layers: what a block costs. */
+static inline uint64_t kv_pool_block_bytes(uint32_t n_layer, uint32_t block_size, uint32_t kv_dim) {
+        return (uint64_t) block_size * n_layer * kv_dim * 2 /* K and V */ * sizeof(f16_bits);
 }

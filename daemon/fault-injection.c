@@ -27,7 +27,7 @@ static long env_number(const char *name) {
         return *end || n < 0 ? 0 : n;
 }
 
-static int faulty_forward(void *impl, const struct batch *b, float *logits, struct error *err) {
+static int faulty_forward(void *impl, const struct batch *b, float **logits, struct error *err) {
         struct fault_injection *f = impl;
         long step = atomic_fetch_add(&f->steps, 1) + 1;
         if (f->fail_step && step == f->fail_step)
@@ -71,8 +71,9 @@ int fault_injection_wrap(const struct backend *inner, struct fault_injection **r
         f->fail_step = fail;
         f->stall_ms = stall;
         *ret = (struct backend) {
-                .impl = f, .forward = faulty_forward, .release_memory = faulty_release, .restore_memory = faulty_restore,
-                .n_workers = inner->n_workers, .memory_usage = faulty_usage,
+                .name = inner->name, .impl = f, .forward = faulty_forward, .release_memory = faulty_release,
+                .restore_memory = faulty_restore, .n_workers = inner->n_workers, .memory_usage = faulty_usage,
+                .kv = inner->kv, .kernels = inner->kernels, .weights = inner->weights,
         };
         *ret_state = f;
         return 0;

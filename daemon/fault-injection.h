@@ -13,6 +13,7 @@
 
 struct fault_injection;
 
-/* Wraps inner when a hook is set; *ret is then the backend to use, else *ret = *inner. */
+/* Wraps inner when a hook is set; *ret is then the backend to use, else *ret = *inner. The
+ * wrapper does not own inner: its free is NULL. */
 int fault_injection_wrap(const struct backend *inner, struct fault_injection **ret_state, struct backend *ret);
 void fault_injection_free(struct fault_injection *f);

@@ -5,28 +5,27 @@
  * device backend and the asynchronous engine, set up and torn down together. */
 
 #include "async-llm.h"
+#include "backend.h"
 #include "engine-config.h"
 #include "error.h"
 #include "fault-injection.h"
 #include "model.h"
 #include "tokenizer.h"
 
-struct cpu_runner;
-
 struct served_model {
         struct model *model;
         struct tokenizer *tk;
-        struct cpu_runner *runner;
+        struct backend device;  /* the backend as opened, owned here */
         struct fault_injection *faults;
-        struct backend backend;
+        struct backend backend; /* what the engine drives: device, or a fault injector around it */
         struct async_llm *llm;
         struct engine_config config; /* finalized against the model */
-        uint32_t n_kv_blocks;
         char *name; /* the file's base name without .gguf */
 };
 
 /* Loads path and starts the engine with config (finalized here: max_model_len resolves
- * against the model's context). device: "cpu" (the only backend that serves today). */
+ * against the model's context). device: a name backend_open() knows ("cpu" is the only one that
+ * serves today). */
 int served_model_load(const char *path, const char *device, unsigned threads, const struct engine_config *config,
                       struct served_model *ret, struct error *err);
 void served_model_unload(struct served_model *m);

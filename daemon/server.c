@@ -211,7 +211,7 @@ int server_start(struct server *s, struct daemon_settings *settings, int argc, c
                 return r;
         log_info("serving %s (%s): %u layers, context %u, max_model_len %u, %u KV blocks of %u tokens, %u threads",
                  s->model.name, settings->model, s->model.model->hp.n_layer, s->model.model->hp.n_ctx_train,
-                 s->model.config.max_model_len, s->model.n_kv_blocks, s->model.config.block_size, settings->threads);
+                 s->model.config.max_model_len, s->model.backend.kv.n_blocks, s->model.config.block_size, settings->threads);
         log_decode_calibration(&s->model);
         s->realtime_offset = realtime_seconds() - monotonic_seconds();
 

@@ -2,9 +2,9 @@
 #pragma once
 
 /* What the engine needs from a device: run one batch to logits, give memory back while the
- * engine sleeps and take it again on wake-up, and say how much it holds. The CPU runner
- * implements it today; the CUDA backend will implement the same table. The engine never
- * includes a device header. */
+ * engine sleeps and take it again on wake-up, say how much it holds and how its KV pool is
+ * laid out. backends/backend-open.h opens one by device name; the engine never includes a
+ * device header. */
 
 #include <stdint.h>
 
@@ -20,15 +20,26 @@ enum backend_memory {
 struct backend_memory_usage {
         uint64_t weights_bytes;  /* weights mapped or allocated now (0 while released) */
         uint64_t kv_cache_bytes; /* KV pool allocated now (0 while released) */
-        uint64_t scratch_bytes;  /* per-step buffers */
+        uint64_t scratch_bytes;  /* per-step buffers, the logits rows included */
         unsigned released;       /* enum backend_memory bits currently released */
 };
 
+/* The KV pool as the backend laid it out; the engine's block tables index its blocks. */
+struct backend_kv_geometry {
+        uint32_t block_size;  /* tokens per block */
+        uint32_t n_blocks;    /* blocks in the pool: as many as the memory it was given holds */
+        uint64_t block_bytes; /* one block's keys and values, every layer */
+};
+
 struct backend {
+        const char *name; /* the device it runs on, as it was opened: "cpu" */
         void *impl;
-        /* Runs batch; writes n_vocab logits per output token. A failure is an engine error.
-         * Never called while weights or the KV cache are released. */
-        int (*forward)(void *impl, const struct batch *batch, float *logits, struct error *err);
+        /* Runs batch. On success *logits points at n_vocab logits for each of its output
+         * tokens, in order: rows the backend keeps where it likes (a device backend, in host
+         * memory it can copy to), valid until the next call of forward, release_memory or
+         * free. The engine may change them in place (the sampler does). A failure is an
+         * engine error. Never called while weights or the KV cache are released. */
+        int (*forward)(void *impl, const struct batch *batch, float **logits, struct error *err);
         /* Frees the memory named by what (enum backend_memory bits); releasing what is
          * already released is a no-op. */
         int (*release_memory)(void *impl, unsigned what, struct error *err);
@@ -39,4 +50,19 @@ struct backend {
         unsigned n_workers;
         /* What worker (0 .. n_workers - 1) holds now. */
         void (*memory_usage)(void *impl, unsigned worker, struct backend_memory_usage *ret);
+        struct backend_kv_geometry kv;
+        /* How it runs, for logs and benchmark reports: the kernel set ("avx512vnni") and
+         * where the weights are read from each step ("cached", "streamed"). */
+        const char *kernels;
+        const char *weights;
+        /* Frees impl and everything it holds; NULL in a table that does not own its impl (a
+         * wrapper around another backend). */
+        void (*free)(void *impl);
 };
+
+/* Frees what b owns and clears it; a cleared backend is left as it is. */
+static inline void backend_free(struct backend *b) {
+        if (b->free)
+                b->free(b->impl);
+        *b = (struct backend) { 0 };
+}

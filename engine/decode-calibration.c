@@ -23,16 +23,16 @@ struct calibration_batch {
         int32_t tables[MAX_DECODES][CALIBRATION_CONTEXT + 1];
 };
 
-static int timed_step(const struct backend *backend, const struct batch *b, float *logits, double *seconds,
-                      struct error *err) {
+static int timed_step(const struct backend *backend, const struct batch *b, double *seconds, struct error *err) {
+        float *logits;
         double started = monotonic_seconds();
-        int r = backend->forward(backend->impl, b, logits, err);
+        int r = backend->forward(backend->impl, b, &logits, err);
         *seconds = monotonic_seconds() - started;
         return r;
 }
 
 static int run_decodes(const struct backend *backend, struct calibration_batch *cb, uint32_t n, uint32_t context,
-                       uint32_t n_vocab, float *logits, double *seconds, struct error *err) {
+                       uint32_t n_vocab, double *seconds, struct error *err) {
         for (uint32_t i = 0; i < n; i++) {
                 cb->tokens[i] = (int32_t) ((context + i) % n_vocab);
                 cb->positions[i] = (int32_t) context;
@@ -41,11 +41,11 @@ static int run_decodes(const struct backend *backend, struct calibration_batch *
         }
         struct batch b = { .n_tokens = n, .tokens = cb->tokens, .positions = cb->positions, .seq_ids = cb->seq_ids,
                            .n_seqs = n, .seqs = cb->seqs, .n_outputs = n, .output_tokens = cb->outputs };
-        return timed_step(backend, &b, logits, seconds, err);
+        return timed_step(backend, &b, seconds, err);
 }
 
 int decode_calibration_run(const struct backend *backend, struct kv_blocks *kv, uint32_t max_decodes,
-                           uint32_t max_tokens, uint32_t max_model_len, uint32_t n_vocab, float *logits,
+                           uint32_t max_tokens, uint32_t max_model_len, uint32_t n_vocab,
                            struct decode_calibration *ret, struct error *err) {
         uint32_t block = kv_blocks_block_size(kv);
         uint32_t context = CALIBRATION_CONTEXT < max_tokens ? CALIBRATION_CONTEXT : max_tokens;
@@ -83,16 +83,16 @@ int decode_calibration_run(const struct backend *backend, struct kv_blocks *kv, 
                 struct batch b = { .n_tokens = context, .tokens = cb->tokens, .positions = cb->positions,
                                    .seq_ids = cb->seq_ids, .n_seqs = 1, .seqs = cb->seqs, .n_outputs = 1,
                                    .output_tokens = cb->outputs };
-                if ((r = timed_step(backend, &b, logits, &seconds, err)) < 0)
+                if ((r = timed_step(backend, &b, &seconds, err)) < 0)
                         goto done;
         }
         /* the first decode step touches what the prompt did not (its scratch, the logits) */
-        if ((r = run_decodes(backend, cb, n, context, n_vocab, logits, &seconds, err)) < 0)
+        if ((r = run_decodes(backend, cb, n, context, n_vocab, &seconds, err)) < 0)
                 goto done;
         double times[MAX_DECODES][CALIBRATION_ROUNDS];
         for (uint32_t round = 0; round < CALIBRATION_ROUNDS; round++)
                 for (uint32_t k = 1; k <= n; k++)
-                        if ((r = run_decodes(backend, cb, k, context, n_vocab, logits, &times[k - 1][round], err)) < 0)
+                        if ((r = run_decodes(backend, cb, k, context, n_vocab, &times[k - 1][round], err)) < 0)
                                 goto done;
         for (uint32_t k = 0; k < n; k++)
                 ret->seconds[k] = quantile_sorting(times[k], CALIBRATION_ROUNDS, 0.5);

@@ -17,8 +17,7 @@
  * most STEP_MODEL_CALIBRATED_DECODES, and at most max_tokens) that all read its keys and
  * values, each writing its own token's into a block of its own; three rounds, the median
  * of each count (ret->n is 0 when the cache or the token budget left no room). Takes its
- * blocks from kv and gives them back. logits holds max_decodes rows of n_vocab. Fails only
- * when the backend does. */
+ * blocks from kv and gives them back. Fails only when the backend does. */
 int decode_calibration_run(const struct backend *backend, struct kv_blocks *kv, uint32_t max_decodes,
-                           uint32_t max_tokens, uint32_t max_model_len, uint32_t n_vocab, float *logits,
+                           uint32_t max_tokens, uint32_t max_model_len, uint32_t n_vocab,
                            struct decode_calibration *ret, struct error *err);

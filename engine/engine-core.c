@@ -34,8 +34,7 @@ struct engine_core {
          * next prompt token (prompt_logprobs), and the first such position */
         uint32_t *prompt_rows_first, *prompt_rows_count, *prompt_rows_pos;
         struct scheduled_chunk *plan_copy; /* (max_num_seqs) the step's plan, kept across the hook */
-        float *logits;                /* (logits_rows, n_vocab) */
-        uint32_t logits_rows;         /* max_num_seqs, grown to max_num_batched_tokens for prompt logprobs */
+        float *logits;                /* the step's rows of n_vocab, the backend's (backend.h) */
 
         struct engine_output *outputs;
         uint32_t n_outputs, cap_outputs;
@@ -45,17 +44,11 @@ struct engine_core {
         struct step_trace *step_trace; /* NULL unless ASYNCLLM_STEP_TRACE names a file */
 };
 
-uint32_t engine_kv_blocks_for_space(const struct engine_config *config, uint32_t n_layer, uint32_t kv_dim) {
-        uint64_t block_bytes = (uint64_t) config->block_size * n_layer * kv_dim * 2 /* K and V */ * 2 /* f16 */;
-        uint64_t n = config->kv_cache_space / block_bytes;
-        return n > INT32_MAX / 2 ? INT32_MAX / 2 : (uint32_t) n;
-}
-
 /* Times steps of short decodes alone for the slo policy's admission (decode-calibration.h). */
 static int calibrate_decodes(struct engine_core *ec, struct error *err) {
         struct decode_calibration calibration;
         int r = decode_calibration_run(&ec->backend, ec->kv, ec->config.max_num_seqs, ec->config.max_num_batched_tokens,
-                                       ec->config.max_model_len, ec->n_vocab, ec->logits, &calibration, err);
+                                       ec->config.max_model_len, ec->n_vocab, &calibration, err);
         if (r < 0)
                 return r;
         step_time_model_set_calibration(&ec->sched.model, &calibration);
@@ -95,11 +88,9 @@ int engine_core_new(const struct engine_config *config, const struct backend *ba
         ec->prompt_rows_count = calloc(S, sizeof(uint32_t));
         ec->prompt_rows_pos = calloc(S, sizeof(uint32_t));
         ec->plan_copy = calloc(S, sizeof(*ec->plan_copy));
-        ec->logits = calloc(S * n_vocab, sizeof(float));
-        ec->logits_rows = (uint32_t) S;
         if (!ec->batch_tokens || !ec->batch_positions || !ec->batch_seq_ids || !ec->batch_outputs || !ec->batch_seqs ||
             !ec->logits_row || !ec->prompt_rows_first || !ec->prompt_rows_count || !ec->prompt_rows_pos ||
-            !ec->plan_copy || !ec->logits) {
+            !ec->plan_copy) {
                 engine_core_free(ec);
                 return error_set(err, ENOMEM, "out of memory for the step buffers");
         }
@@ -139,7 +130,6 @@ void engine_core_free(struct engine_core *ec) {
         free(ec->prompt_rows_count);
         free(ec->prompt_rows_pos);
         free(ec->plan_copy);
-        free(ec->logits);
         free(ec->outputs);
         step_trace_close(ec->step_trace);
         free(ec);
@@ -276,19 +266,6 @@ static void build_batch(struct engine_core *ec, struct batch *b) {
         };
 }
 
-/* Room for n logits rows; more than max_num_seqs only for prompt logprobs. */
-static int reserve_logits(struct engine_core *ec, uint32_t n) {
-        if (n <= ec->logits_rows)
-                return 0;
-        n = ec->config.max_num_batched_tokens;
-        float *l = realloc(ec->logits, (size_t) n * ec->n_vocab * sizeof(float));
-        if (!l)
-                return -ENOMEM;
-        ec->logits = l;
-        ec->logits_rows = n;
-        return 0;
-}
-
 /* vLLM's order: length first, then EOS (unless ignored), then stop token ids; EOS and stop
  * ids count only once min_tokens are out. */
 static enum finish_reason check_stop(const struct engine_core *ec, struct request *r) {
@@ -392,13 +369,11 @@ int engine_core_step(struct engine_core *ec, struct error *err) {
                         ec->sched.plan[i].req->scheduled_time = now;
 
         build_batch(ec, &b);
-        if ((rc = reserve_logits(ec, b.n_outputs)) < 0)
-                return error_set(err, -rc, "out of memory for %u logits rows", b.n_outputs);
         const struct step_time_model *model = &ec->sched.model;
         double predicted = ec->step_trace && step_time_model_ready(model) ? step_time_model_predict(model, &ec->sched.plan_shape)
                                                                           : NAN;
         double started = monotonic_seconds();
-        if ((rc = ec->backend.forward(ec->backend.impl, &b, ec->logits, err)) < 0) {
+        if ((rc = ec->backend.forward(ec->backend.impl, &b, &ec->logits, err)) < 0) {
                 die(ec);
                 return rc;
         }

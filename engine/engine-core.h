@@ -95,6 +95,3 @@ int engine_core_reset_prefix_cache(struct engine_core *ec, bool preempt_running)
 /* Sends every running request back to waiting with its blocks freed: the requests resume
  * by recomputation, with exactly the output they would have had. */
 void engine_core_preempt_all(struct engine_core *ec);
-
-/* KV blocks that kv_cache_space buys for a model with these dimensions (f16 keys and values). */
-uint32_t engine_kv_blocks_for_space(const struct engine_config *config, uint32_t n_layer, uint32_t kv_dim);

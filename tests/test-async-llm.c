@@ -18,7 +18,7 @@
 
 #include "async-llm.h"
 #include "clock.h"
-#include "cpu-runner.h"
+#include "backend-open.h"
 #include "model.h"
 #include "test-helpers.h"
 #include "tokenizer.h"
@@ -41,7 +41,7 @@ static void unload_model(void) {
         model_free(model);
 }
 
-/* A backend around the CPU runner that can fail its N-th forward or hold each forward. */
+/* A backend around the CPU backend that can fail its N-th forward or hold each forward. */
 struct injecting_backend {
         struct backend inner;
         atomic_int fail_at;
@@ -49,7 +49,7 @@ struct injecting_backend {
         atomic_bool hold; /* each forward waits while it is set: a step that hangs until released */
 };
 
-static int injecting_forward(void *impl, const struct batch *b, float *logits, struct error *err) {
+static int injecting_forward(void *impl, const struct batch *b, float **logits, struct error *err) {
         struct injecting_backend *f = impl;
         int call = atomic_fetch_add(&f->calls, 1) + 1;
         if (call == atomic_load(&f->fail_at))
@@ -75,7 +75,6 @@ static void injecting_usage(void *impl, unsigned worker, struct backend_memory_u
 }
 
 struct engine {
-        struct cpu_runner *runner;
         struct injecting_backend inject;
         struct backend backend;
         struct async_llm *llm;
@@ -90,18 +89,15 @@ static void engine_config_small(struct engine_config *c) {
 static void engine_start(struct engine *e, struct engine_config *c) {
         struct error err;
         ck_assert_msg(engine_config_finalize(c, model->hp.n_ctx_train, &err) == 0, "%s", err.message);
-        uint32_t n_blocks = engine_kv_blocks_for_space(c, model->hp.n_layer, model->hp.n_head_kv * model->hp.head_dim);
-        struct cpu_runner_config rc = {
-                .n_threads = 2, .max_batch_tokens = c->max_num_batched_tokens, .max_model_len = c->max_model_len,
-                .block_size = c->block_size, .n_kv_blocks = n_blocks,
-        };
-        ck_assert_msg(cpu_runner_new(model, &rc, &e->runner, &err) == 0, "%s", err.message);
-        e->inject.inner = cpu_runner_backend(e->runner);
+        struct backend_options options = backend_options_for_engine(c, 2);
+        ck_assert_msg(backend_open("cpu", &options, model, &e->inject.inner, &err) == 0, "%s", err.message);
         e->backend = (struct backend) {
-                .impl = &e->inject, .forward = injecting_forward, .release_memory = injecting_release,
-                .restore_memory = injecting_restore, .n_workers = 1, .memory_usage = injecting_usage,
+                .name = e->inject.inner.name, .impl = &e->inject, .forward = injecting_forward,
+                .release_memory = injecting_release, .restore_memory = injecting_restore, .n_workers = 1,
+                .memory_usage = injecting_usage, .kv = e->inject.inner.kv,
         };
-        ck_assert_msg(async_llm_new(c, &e->backend, tk, n_blocks, &e->llm, &err) == 0, "%s", err.message);
+        ck_assert_msg(async_llm_new(c, &e->backend, tk, e->backend.kv.n_blocks, &e->llm, &err) == 0, "%s",
+                      err.message);
 }
 
 static void engine_start_small(struct engine *e) {
@@ -112,7 +108,7 @@ static void engine_start_small(struct engine *e) {
 
 static void engine_stop(struct engine *e) {
         async_llm_free(e->llm);
-        cpu_runner_free(e->runner);
+        backend_free(&e->inject.inner);
 }
 
 /* Dispatches what the engine reported, waiting at most timeout_ms for it. */

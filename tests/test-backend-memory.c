@@ -3,7 +3,7 @@
  * weights lowers the process's resident memory by their size, a step while anything is
  * released is refused, and after restoring both the same prompt gives bit-identical logits.
  * Restoring weights whose file changed on disk fails, naming the file, and leaves them
- * released. */
+ * released. The factory sizes the KV pool and refuses devices that cannot serve. */
 #include "config.h"
 
 #include <check.h>
@@ -15,8 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "cpu-runner.h"
+#include "backend-open.h"
 #include "gguf.h"
 #include "kv-pool.h"
 #include "model.h"
@@ -29,7 +28,7 @@
 
 /* 192 blocks of 16 tokens: about 70 MB of KV cache for SmolLM2-135M, far above the noise in
  * the resident set. */
-static const struct cpu_runner_config config = {
+static const struct backend_options config = {
         .n_threads = 2, .max_batch_tokens = 64, .max_model_len = 256, .block_size = 16, .n_kv_blocks = 192,
 };
 
@@ -38,19 +37,17 @@ static const char prompt_text[] =
         "hundred cities had printed millions of books, and";
 
 static struct model *model;
-static struct cpu_runner *runner;
 static struct backend backend;
 static struct sequence *seq;
 static int32_t *prompt;
 static size_t n_prompt;
 
-static void open_runner(const char *path) {
+static void open_backend(const char *path) {
         struct tokenizer *tk;
         struct error err;
         ck_assert_msg(model_load(path, &model, &err) == 0, "%s", err.message);
-        ck_assert_msg(cpu_runner_new(model, &config, &runner, &err) == 0, "%s", err.message);
-        ck_assert_msg(sequence_new(runner, &config, &seq, &err) == 0, "%s", err.message);
-        backend = cpu_runner_backend(runner);
+        ck_assert_msg(backend_open("cpu", &config, model, &backend, &err) == 0, "%s", err.message);
+        ck_assert_msg(sequence_new(&backend, &config, model->hp.n_vocab, &seq, &err) == 0, "%s", err.message);
         ck_assert_msg(tokenizer_load(model->file, &tk, &err) == 0, "%s", err.message);
         ck_assert_msg(tokenizer_encode(tk, prompt_text, strlen(prompt_text), false, &prompt, &n_prompt, &err) == 0,
                       "%s", err.message);
@@ -58,10 +55,10 @@ static void open_runner(const char *path) {
         ck_assert_uint_ge(n_prompt, 30);
 }
 
-static void close_runner(void) {
+static void close_backend(void) {
         free(prompt);
         sequence_free(seq);
-        cpu_runner_free(runner);
+        backend_free(&backend);
         model_free(model);
 }
 
@@ -121,7 +118,7 @@ static void restore(unsigned what) {
 }
 
 START_TEST(test_sleep_and_wake) {
-        open_runner(test_model_path());
+        open_backend(test_model_path());
         size_t rows = (size_t) (1 + N_DECODE) * model->hp.n_vocab;
         float *before = malloc(sizeof(float) * rows), *after = malloc(sizeof(float) * rows);
         int32_t tokens_before[N_DECODE], tokens_after[N_DECODE];
@@ -133,6 +130,7 @@ START_TEST(test_sleep_and_wake) {
         ck_assert_int_eq(stat(test_model_path(), &st), 0);
         ck_assert_uint_eq(awake.weights_bytes, (uint64_t) st.st_size);
         ck_assert_uint_ge(awake.kv_cache_bytes, 64u << 20);
+        ck_assert_uint_eq(awake.kv_cache_bytes, (uint64_t) backend.kv.n_blocks * backend.kv.block_bytes);
         ck_assert_uint_gt(awake.scratch_bytes, 0);
         ck_assert_uint_eq(awake.released, 0);
 
@@ -184,12 +182,12 @@ START_TEST(test_sleep_and_wake) {
 
         free(before);
         free(after);
-        close_runner();
+        close_backend();
 }
 END_TEST
 
 START_TEST(test_release_and_restore_are_idempotent) {
-        open_runner(test_model_path());
+        open_backend(test_model_path());
         size_t rows = (size_t) (1 + N_DECODE) * model->hp.n_vocab;
         float *logits = malloc(sizeof(float) * rows);
         int32_t tokens[N_DECODE];
@@ -216,7 +214,7 @@ START_TEST(test_release_and_restore_are_idempotent) {
         ck_assert_int_eq(backend.restore_memory(backend.impl, ALL_MEMORY | 1u << 5, &err), -EINVAL);
         ck_assert_uint_eq(usage().released, 0);
         free(logits);
-        close_runner();
+        close_backend();
 }
 END_TEST
 
@@ -268,7 +266,7 @@ START_TEST(test_restore_refuses_a_changed_file) {
         ck_assert_int_eq(test_read_file(test_model_path(), &image, &len), 0);
         ck_assert_int_eq(test_write_file(path, image, len), 0);
         ck_assert_int_eq(utimensat(AT_FDCWD, path, old, 0), 0);
-        open_runner(path);
+        open_backend(path);
         release(BACKEND_MEMORY_WEIGHTS);
         change_file(dir, path, (enum change) _i, image, len);
 
@@ -291,7 +289,7 @@ START_TEST(test_restore_refuses_a_changed_file) {
         ck_assert_int_lt(backend.restore_memory(backend.impl, ALL_MEMORY, &err), 0);
         ck_assert_uint_eq(usage().released, BACKEND_MEMORY_WEIGHTS);
 
-        close_runner();
+        close_backend();
         free(image);
         free(path);
         test_tmpdir_remove(dir);
@@ -340,6 +338,39 @@ START_TEST(test_kv_pool_restores_zeroed) {
 }
 END_TEST
 
+/* The factory: the pool holds as many blocks as the memory it is given, or the blocks asked
+ * for; a device that cannot serve yet, or one it does not know, is refused by name. */
+START_TEST(test_open_by_device) {
+        struct backend_options options = config;
+        struct backend b;
+        struct error err = { "" };
+
+        ck_assert_msg(model_load(test_model_path(), &model, &err) == 0, "%s", err.message);
+        const struct model_hparams *hp = &model->hp;
+        uint64_t block_bytes = (uint64_t) config.block_size * hp->n_layer * hp->n_head_kv * hp->head_dim * 2 * 2;
+        options.n_kv_blocks = 0;
+        options.kv_cache_bytes = 100 * block_bytes + block_bytes / 2;
+        ck_assert_msg(backend_open("cpu", &options, model, &b, &err) == 0, "%s", err.message);
+        ck_assert_str_eq(b.name, "cpu");
+        ck_assert_uint_eq(b.kv.block_size, config.block_size);
+        ck_assert_uint_eq(b.kv.block_bytes, block_bytes);
+        ck_assert_uint_eq(b.kv.n_blocks, 100);
+        ck_assert_ptr_nonnull(b.kernels);
+        ck_assert_ptr_nonnull(b.weights);
+        backend_free(&b);
+        ck_assert_ptr_null(b.impl);
+
+        ck_assert_int_eq(backend_check_device("cpu", &err), 0);
+        ck_assert_int_eq(backend_open("cuda", &config, model, &b, &err), -EOPNOTSUPP);
+        ck_assert_msg(strstr(err.message, "only probes the GPU") && strstr(err.message, "--device cpu"), "message: %s",
+                      err.message);
+        ck_assert_int_eq(backend_open("tpu", &config, model, &b, &err), -EINVAL);
+        ck_assert_msg(strstr(err.message, "'tpu'") && strstr(err.message, "cpu, cuda"), "message: %s", err.message);
+        ck_assert_int_eq(backend_check_device("tpu", &err), -EINVAL);
+        model_free(model);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("backend-memory");
         TCase *tc = tcase_create("backend-memory");
@@ -349,6 +380,7 @@ int main(void) {
         tcase_add_loop_test(tc, test_restore_refuses_a_changed_file, 0, N_CHANGES);
         tcase_add_test(tc, test_parsed_buffer_has_no_mapping);
         tcase_add_test(tc, test_kv_pool_restores_zeroed);
+        tcase_add_test(tc, test_open_by_device);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);

@@ -16,8 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backend-open.h"
 #include "clock.h"
-#include "cpu-runner.h"
 #include "engine-core.h"
 #include "model.h"
 #include "step-trace.h"
@@ -59,7 +59,7 @@ struct failing_backend {
         useconds_t delay_per_token;
 };
 
-static int failing_forward(void *impl, const struct batch *b, float *logits, struct error *err) {
+static int failing_forward(void *impl, const struct batch *b, float **logits, struct error *err) {
         struct failing_backend *f = impl;
         if (++f->calls == f->fail_at)
                 return error_set(err, EIO, "injected failure in forward %d", f->calls);
@@ -69,21 +69,26 @@ static int failing_forward(void *impl, const struct batch *b, float *logits, str
 }
 
 struct harness {
-        struct cpu_runner *runner;
         struct failing_backend failing;
         struct engine_core *ec;
 };
+
+/* The CPU backend for config with n_kv_blocks blocks. */
+static struct backend open_backend(const struct engine_config *config, unsigned n_threads, uint32_t n_kv_blocks) {
+        struct backend_options options = backend_options_for_engine(config, n_threads);
+        struct backend b;
+        struct error err;
+        options.n_kv_blocks = n_kv_blocks;
+        ck_assert_msg(backend_open("cpu", &options, model, &b, &err) == 0, "%s", err.message);
+        ck_assert_uint_eq(b.kv.n_blocks, n_kv_blocks);
+        return b;
+}
 
 static void harness_new_slowed(struct harness *h, struct engine_config *config, uint32_t n_kv_blocks, int fail_at,
                                useconds_t delay_per_token) {
         struct error err;
         ck_assert_msg(engine_config_finalize(config, model->hp.n_ctx_train, &err) == 0, "%s", err.message);
-        struct cpu_runner_config rc = {
-                .n_threads = 2, .max_batch_tokens = config->max_num_batched_tokens,
-                .max_model_len = config->max_model_len, .block_size = config->block_size, .n_kv_blocks = n_kv_blocks,
-        };
-        ck_assert_msg(cpu_runner_new(model, &rc, &h->runner, &err) == 0, "%s", err.message);
-        h->failing = (struct failing_backend) { cpu_runner_backend(h->runner), fail_at, 0, delay_per_token };
+        h->failing = (struct failing_backend) { open_backend(config, 2, n_kv_blocks), fail_at, 0, delay_per_token };
         struct backend b = { .impl = &h->failing, .forward = failing_forward, .n_workers = 1 };
         ck_assert_msg(engine_core_new(config, &b, model->hp.n_vocab, 2, n_kv_blocks, &h->ec, &err) == 0, "%s",
                       err.message);
@@ -95,7 +100,7 @@ static void harness_new(struct harness *h, struct engine_config *config, uint32_
 
 static void harness_free(struct harness *h) {
         engine_core_free(h->ec);
-        cpu_runner_free(h->runner);
+        backend_free(&h->failing.inner);
 }
 
 static struct engine_config base_config(uint32_t budget) {
@@ -578,17 +583,13 @@ START_TEST(test_slo_calibrates_decodes) {
         harness_free(&h);
 
         struct error err;
-        struct cpu_runner_config rc = { .n_threads = 1, .max_batch_tokens = c.max_num_batched_tokens,
-                                        .max_model_len = c.max_model_len, .block_size = c.block_size,
-                                        .n_kv_blocks = 256 };
-        ck_assert_msg(cpu_runner_new(model, &rc, &h.runner, &err) == 0, "%s", err.message);
-        h.failing = (struct failing_backend) { cpu_runner_backend(h.runner), 3, 0, 0 };
+        h.failing = (struct failing_backend) { open_backend(&c, 1, 256), 3, 0, 0 };
         struct backend b = { .impl = &h.failing, .forward = failing_forward, .n_workers = 1 };
         h.ec = NULL;
         ck_assert_int_eq(engine_core_new(&c, &b, model->hp.n_vocab, 2, 256, &h.ec, &err), -EIO);
         ck_assert_str_eq(err.message, "injected failure in forward 3");
         ck_assert_ptr_null(h.ec);
-        cpu_runner_free(h.runner);
+        backend_free(&h.failing.inner);
 }
 END_TEST
 

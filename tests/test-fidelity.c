@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu-runner.h"
+#include "backend-open.h"
 #include "model.h"
 #include "sampler.h"
 #include "sequence.h"
@@ -24,22 +24,22 @@
 #define PERPLEXITY_TOLERANCE 0.01
 
 static struct model *model;
-static struct cpu_runner *runner;
+static struct backend backend;
 static struct sequence *seq;
-static struct cpu_runner_config config = {
+static const struct backend_options config = {
         .n_threads = 2, .max_batch_tokens = 512, .max_model_len = 2048, .block_size = 16, .n_kv_blocks = 128,
 };
 
 static void setup(void) {
         struct error err;
         ck_assert_msg(model_load(test_model_path(), &model, &err) == 0, "%s", err.message);
-        ck_assert_msg(cpu_runner_new(model, &config, &runner, &err) == 0, "%s", err.message);
-        ck_assert_msg(sequence_new(runner, &config, &seq, &err) == 0, "%s", err.message);
+        ck_assert_msg(backend_open("cpu", &config, model, &backend, &err) == 0, "%s", err.message);
+        ck_assert_msg(sequence_new(&backend, &config, model->hp.n_vocab, &seq, &err) == 0, "%s", err.message);
 }
 
 static void teardown(void) {
         sequence_free(seq);
-        cpu_runner_free(runner);
+        backend_free(&backend);
         model_free(model);
 }
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* asyncllm-generate: one completion for one prompt, straight through the engine's pieces
- * (model, tokenizer, CPU runner, sampler), streamed to stdout. */
+ * (model, tokenizer, the CPU backend, sampler), streamed to stdout. */
 #include "config.h"
 
 #include <errno.h>
@@ -12,8 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend-open.h"
 #include "chat-template.h"
-#include "cpu-runner.h"
 #include "detokenizer.h"
 #include "model.h"
 #include "clock.h"
@@ -269,7 +269,7 @@ static void print_logprobs(const struct tokenizer *tk, const struct sample_resul
 struct generation {
         struct model *model;
         struct tokenizer *tokenizer;
-        struct cpu_runner *runner;
+        struct backend backend;
         struct sequence *seq;
         struct detokenizer *detok;
         struct sampler_seq sampler;
@@ -285,7 +285,7 @@ static void generation_free(struct generation *g) {
         free(g->prompt);
         detokenizer_free(g->detok);
         sequence_free(g->seq);
-        cpu_runner_free(g->runner);
+        backend_free(&g->backend);
         tokenizer_free(g->tokenizer);
         model_free(g->model);
 }
@@ -321,7 +321,7 @@ static int run(const struct options *o, struct error *err) {
                               max_model_len);
                 goto out;
         }
-        struct cpu_runner_config config = {
+        struct backend_options options = {
                 .n_threads = o->threads,
                 .max_batch_tokens = DEFAULT_MAX_BATCH_TOKENS,
                 .max_model_len = max_model_len,
@@ -333,8 +333,8 @@ static int run(const struct options *o, struct error *err) {
                 r = error_set(err, ENOMEM, "out of memory");
                 goto out;
         }
-        if ((r = cpu_runner_new(g.model, &config, &g.runner, err)) < 0 ||
-            (r = sequence_new(g.runner, &config, &g.seq, err)) < 0 ||
+        if ((r = backend_open("cpu", &options, g.model, &g.backend, err)) < 0 ||
+            (r = sequence_new(&g.backend, &options, hp->n_vocab, &g.seq, err)) < 0 ||
             (r = detokenizer_new(g.tokenizer, true, &g.detok, err)) < 0 ||
             (r = sampler_seq_init(&g.sampler, &o->params, g.prompt, n_prompt, (int32_t) hp->n_vocab,
                                   (uint64_t) time(NULL))) < 0)
@@ -379,7 +379,7 @@ static int run(const struct options *o, struct error *err) {
         if (o->verbose)
                 fprintf(stderr, "asyncllm-generate: %zu prompt tokens at %.1f tokens/s, %d generated at %.1f tokens/s (%s kernels, weights %s, %u threads)\n",
                         n_prompt, n_prompt / (t1 - t0), n_out, n_out > 1 ? (n_out - 1) / (t2 - t1) : 0.0,
-                        cpu_runner_kernels(g.runner), cpu_runner_weights_cached(g.runner) ? "cached" : "streamed", o->threads);
+                        g.backend.kernels, g.backend.weights, o->threads);
 out:
         generation_free(&g);
         return r;

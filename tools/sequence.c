@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
-#include "model.h"
 #include "sequence.h"
 
 struct sequence {
-        struct cpu_runner *runner;
-        struct cpu_runner_config config;
+        const struct backend *backend;
+        uint32_t max_batch_tokens;
+        uint32_t max_model_len;
+        uint32_t n_kv_blocks;
         uint32_t n_vocab;
         uint32_t length;
         uint32_t n_prompt; /* the first feed after a reset is the prompt */
@@ -17,25 +19,29 @@ struct sequence {
         int32_t *outputs;     /* (max_batch_tokens) */
 };
 
-int sequence_new(struct cpu_runner *runner, const struct cpu_runner_config *config, struct sequence **ret,
-                 struct error *err) {
-        if ((uint64_t) config->n_kv_blocks * config->block_size < config->max_model_len)
+int sequence_new(const struct backend *backend, const struct backend_options *options, uint32_t n_vocab,
+                 struct sequence **ret, struct error *err) {
+        const struct backend_kv_geometry *kv = &backend->kv;
+        if ((uint64_t) kv->n_blocks * kv->block_size < options->max_model_len)
                 return error_set(err, EINVAL, "a KV pool of %u blocks of %u tokens cannot hold max_model_len %u",
-                                 config->n_kv_blocks, config->block_size, config->max_model_len);
+                                 kv->n_blocks, kv->block_size, options->max_model_len);
         struct sequence *s = calloc(1, sizeof(*s));
         if (!s)
                 return error_set(err, ENOMEM, "out of memory");
-        s->runner = runner;
-        s->config = *config;
-        s->block_table = calloc(config->n_kv_blocks, sizeof(int32_t));
-        s->positions = calloc(config->max_batch_tokens, sizeof(int32_t));
-        s->seq_ids = calloc(config->max_batch_tokens, sizeof(int32_t));
-        s->outputs = calloc(config->max_batch_tokens, sizeof(int32_t));
+        s->backend = backend;
+        s->max_batch_tokens = options->max_batch_tokens;
+        s->max_model_len = options->max_model_len;
+        s->n_kv_blocks = kv->n_blocks;
+        s->n_vocab = n_vocab;
+        s->block_table = calloc(kv->n_blocks, sizeof(int32_t));
+        s->positions = calloc(options->max_batch_tokens, sizeof(int32_t));
+        s->seq_ids = calloc(options->max_batch_tokens, sizeof(int32_t));
+        s->outputs = calloc(options->max_batch_tokens, sizeof(int32_t));
         if (!s->block_table || !s->positions || !s->seq_ids || !s->outputs) {
                 sequence_free(s);
                 return error_set(err, ENOMEM, "out of memory");
         }
-        for (uint32_t i = 0; i < config->n_kv_blocks; i++)
+        for (uint32_t i = 0; i < kv->n_blocks; i++)
                 s->block_table[i] = (int32_t) i;
         *ret = s;
         return 0;
@@ -62,18 +68,16 @@ uint32_t sequence_length(const struct sequence *s) {
 
 int sequence_feed(struct sequence *s, const int32_t *tokens, size_t n, bool all_logits, float *logits,
                   struct error *err) {
-        const struct model *m = cpu_runner_model(s->runner);
-
         if (n == 0)
                 return error_set(err, EINVAL, "nothing to feed");
-        if (n > s->config.max_model_len - s->length)
+        if (n > s->max_model_len - s->length)
                 return error_set(err, ENOSPC, "%zu more tokens would make the sequence longer than max_model_len %u",
-                                 n, s->config.max_model_len);
+                                 n, s->max_model_len);
         if (s->length == 0)
                 s->n_prompt = (uint32_t) n;
-        struct batch_seq seq = { s->block_table, s->config.n_kv_blocks, s->n_prompt };
+        struct batch_seq seq = { s->block_table, s->n_kv_blocks, s->n_prompt };
         for (size_t done = 0; done < n;) {
-                uint32_t chunk = (uint32_t) (n - done < s->config.max_batch_tokens ? n - done : s->config.max_batch_tokens);
+                uint32_t chunk = (uint32_t) (n - done < s->max_batch_tokens ? n - done : s->max_batch_tokens);
                 bool last_chunk = done + chunk == n;
                 for (uint32_t i = 0; i < chunk; i++) {
                         s->positions[i] = (int32_t) (s->length + i);
@@ -89,10 +93,13 @@ int sequence_feed(struct sequence *s, const int32_t *tokens, size_t n, bool all_
                         .n_outputs = all_logits ? chunk : (last_chunk ? 1 : 0),
                         .output_tokens = all_logits ? s->outputs : s->outputs + chunk - 1,
                 };
-                float *out = all_logits ? logits + done * m->hp.n_vocab : logits;
-                int r = cpu_runner_forward(s->runner, &b, out, err);
+                float *rows;
+                int r = s->backend->forward(s->backend->impl, &b, &rows, err);
                 if (r < 0)
                         return r;
+                if (b.n_outputs)
+                        memcpy(all_logits ? logits + done * s->n_vocab : logits, rows,
+                               (size_t) b.n_outputs * s->n_vocab * sizeof(float));
                 s->length += chunk;
                 done += chunk;
         }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #pragma once
 
-/* One sequence driven straight through the CPU runner, owning the whole KV pool: the model
+/* One sequence driven straight through a backend, owning its whole KV pool: the model
  * runner that asyncllm-generate, the fidelity tests and the benchmark use until the engine
  * (continuous batching) schedules sequences itself. Prompts are fed as batched passes of up
  * to max_batch_tokens tokens, never one token at a time. */
@@ -10,13 +10,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cpu-runner.h"
+#include "backend-open.h"
 
 struct sequence;
 
-/* The runner must have been built with the same config. */
-int sequence_new(struct cpu_runner *runner, const struct cpu_runner_config *config, struct sequence **ret,
-                 struct error *err);
+/* backend must have been opened with options, for a model of n_vocab tokens; it outlives the
+ * sequence. */
+int sequence_new(const struct backend *backend, const struct backend_options *options, uint32_t n_vocab,
+                 struct sequence **ret, struct error *err);
 void sequence_free(struct sequence *s);
 
 /* Appends tokens to the sequence and runs them. The first feed after a reset is the prompt;

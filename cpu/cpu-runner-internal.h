@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* The CPU runner's state, shared by its parts: cpu-runner.c (creation and scratch),
+ * forward-pass.c (the layers), attention.c (attention and the KV pool's rows),
+ * cpu-runner-memory.c (sleep and wake-up). */
+
+#include "cpu-runner.h"
+#include "dot.h"
+#include "kv-pool.h"
+#include "matmul-shares.h"
+#include "packed-model.h"
+#include "thread-pool.h"
+
+/* A matmul's input: the floats (normed input, attention output or the feed-forward's h),
+ * their q8_1 blocks and the blocks' d and s as floats. */
+struct activations {
+        float *xn;             /* (tokens, max_dim) */
+        struct block_q8_1 *xq; /* (tokens, max_dim / 32) */
+        float *ds;             /* (tokens, max_dim / 32, 2) */
+        int32_t *corrections;  /* (tokens, max_dim / 32, PACKED_CORRECTIONS) for packed Q4_0 and Q8_0 */
+        int32_t *logits_corrections; /* (tokens, max_dim / 32) for the packed logits product */
+};
+
+#define SMALL_BATCH 4
+/* Consecutive prompt tokens of a sequence whose attention goes together (as many as keep
+ * their query heads within DOT_GROUP_MAX): each key and value is read and converted once for
+ * all their query heads. */
+#define ATTN_TILE_TOKENS 4
+
+struct cpu_runner {
+        const struct model *model;
+        struct cpu_runner_config config;
+        const struct dot_kernels *kernels;
+        struct thread_pool *pool;
+        struct kv_pool *kv;
+        uint32_t q_dim, kv_dim, max_dim;
+        unsigned released; /* enum backend_memory bits */
+        bool use_packed;   /* $ASYNCLLM_CPU_PACKED=0 keeps the tiles on the original rows */
+        struct packed_model packed;
+        struct matmul_share *shares; /* (n_matmul_weights, n_threads), reset before each step */
+
+        /* Scratch for one slice of a step, T = slice_tokens, reused across slices and steps. */
+        uint32_t slice_tokens;   /* max_slice_tokens, at most max_batch_tokens */
+        int32_t *slice_outputs;  /* (T) the slice's output token indices, from its first token */
+        float *x;                /* (T, n_embd) the residual stream */
+        struct activations shared; /* (T, ...) written by the threads together */
+        /* Per thread, for batches of at most SMALL_BATCH tokens: each thread normalizes and
+         * quantizes the whole (small) batch itself, which saves the barrier after each such
+         * phase; the values are the same on every thread. NULL when some weight has no tile
+         * kernel (the float path reads the shared xn). */
+        struct activations *own;
+        float *q;                /* (T, q_dim) */
+        float *k;                /* (T, kv_dim) */
+        float *v;                /* (T, kv_dim) */
+        float *gate;             /* (T, n_ff) */
+        float *up;               /* (T, n_ff) */
+        float *rope_cos;         /* (T, rope_dim / 2) */
+        float *rope_sin;         /* (T, rope_dim / 2) */
+        float *thread_scratch;   /* (n_threads, max_model_len + max_dim) scores and rows */
+        size_t thread_scratch_stride;
+        uint32_t attn_tile_tokens;
+        size_t attn_scores_floats; /* of a thread's scratch: the tile's scores, then its queries or a row */
+        size_t attn_queries_floats;
+        uint32_t *attn_done_until; /* (thread, key-value head): tokens before it are done */
+        uint32_t attn_split_positions;
+        /* (SMALL_BATCH * n_head_kv items) for attention shared between the threads: each
+         * item's scores, rounded queries and lane rows (attn_split_scores(), _queries(),
+         * _lanes()); NULL with one thread */
+        float *attn_split;
+        size_t attn_split_stride;
+        uint64_t scratch_bytes;  /* all of the above */
+
+        /* The step in progress, read by every worker. */
+        const struct batch *batch;
+        float *logits;
+        bool store_own_kv;      /* attention_stores_own_kv() of the batch */
+        bool shared_attention;  /* attention_is_shared() of the batch */
+};
+
+/* The share [begin, end) of n items that thread ith of nth works on. */
+static inline void split(uint64_t n, unsigned ith, unsigned nth, uint64_t *begin, uint64_t *end) {
+        *begin = n * ith / nth;
+        *end = n * (ith + 1) / nth;
+}
+
+static inline const struct packed_weights *packed_for(const struct cpu_runner *r, size_t i) {
+        return r->packed.weights && r->packed.weights[i].data ? &r->packed.weights[i] : NULL;
+}
+
+/* attention.c */
+void rope_tables(struct cpu_runner *r, unsigned ith, unsigned nth);
+void store_kv(struct cpu_runner *r, uint32_t layer, unsigned ith, unsigned nth);
+bool attention_stores_own_kv(const struct batch *b);
+bool attention_is_shared(const struct cpu_runner *r, bool store_own_kv, unsigned nth);
+void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsigned nth);
+void attention_shared(struct cpu_runner *r, uint32_t layer, unsigned ith, unsigned nth);

@@ -1,0 +1,342 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <errno.h>
+#include <math.h>
+
+#include "cpu-runner-internal.h"
+#include "quantize.h"
+
+/* Up to this many tokens a thread takes several groups of a packed matmul at a time; more,
+ * and one group is a thread's work at a time (matmul_take_size). */
+#define MATMUL_FEW_TOKENS 8
+/* How much of its next matmul's first take a thread fetches while it waits at a barrier:
+ * about what memory delivers in an average wait of a decode step (~1.5 us). */
+#define BARRIER_FETCH_MAX 16384
+
+static void rms_norm(const float *x, const float *weight, float *out, uint32_t n, float eps) {
+        /* squares rounded to float, summed in double, as the reference does */
+        double sum = 0.0;
+        for (uint32_t i = 0; i < n; i++)
+                sum += (double) (x[i] * x[i]);
+        float scale = 1.0f / sqrtf((float) (sum / n) + eps);
+        for (uint32_t i = 0; i < n; i++)
+                out[i] = x[i] * scale * weight[i];
+}
+
+/* Groups of a packed matmul a thread takes from its own run at a time (matmul-shares.h):
+ * about eight takes per thread, enough to even out, few enough that a take costs little next
+ * to computing it; one group at a time for many tokens. */
+static uint32_t matmul_take_size(const struct packed_weights *packed, uint32_t n_tokens, unsigned nth) {
+        uint64_t size = packed->n_groups / (8 * (uint64_t) nth);
+        return size == 0 || n_tokens > MATMUL_FEW_TOKENS ? 1 : (uint32_t) size;
+}
+
+/* A barrier that fetches what this thread's next matmul reads first while it waits. A decode
+ * step's phases between the matmuls (attention, norms, the barriers themselves) are a
+ * quarter of its time, and the memory stood idle through them: the weights' stream
+ * restarted cold at every matmul. */
+static void barrier_before_matmul(const struct cpu_runner *r, size_t weight_index, uint32_t n_tokens, unsigned ith,
+                                  unsigned nth) {
+        const struct packed_weights *packed = packed_for(r, weight_index);
+        const uint8_t *from = NULL;
+        size_t bytes = 0;
+        if (packed) {
+                uint64_t g0 = matmul_share_begin(packed->n_groups, ith, nth);
+                if (g0 < matmul_share_begin(packed->n_groups, ith + 1, nth)) {
+                        from = packed->data + g0 * packed->group_bytes;
+                        bytes = (size_t) matmul_take_size(packed, n_tokens, nth) * packed->group_bytes;
+                        if (bytes > BARRIER_FETCH_MAX)
+                                bytes = BARRIER_FETCH_MAX;
+                }
+        }
+        thread_pool_barrier_fetch(r->pool, from, bytes);
+}
+
+/* out[t * out_stride + row] (+)= W[row] . x[t] for this thread's share of W's rows. Each
+ * result depends only on its row and token, never on the split or the batch: the tiles give
+ * the bits of the single products. Rows go in tiles of four across the threads, and each
+ * tile of weights (in L1) meets every token before the next is loaded. */
+static void matmul(const struct cpu_runner *r, size_t weight_index, const struct activations *a, uint32_t n_tokens,
+                   float *out, uint32_t out_stride, bool accumulate, float *row_scratch, unsigned ith, unsigned nth) {
+        const struct weight *w = matmul_weight(r->model, weight_index);
+        const struct packed_weights *packed = packed_for(r, weight_index);
+        const float *x = a->xn;
+        const struct block_q8_1 *xq = a->xq;
+        uint64_t begin, end;
+        size_t n_blocks = w->n_cols / QUANT_BLOCK;
+        bool logits = logits_product(r->model, weight_index);
+        /* unpacked, the logits product goes one row at a time through its reference */
+        dot_q_fn dot = logits ? dot_logits_q8_0_reference : dot_kernel_for(r->kernels, w->type);
+        dot_tile_fn tile = logits ? NULL : dot_tile_kernel_for(r->kernels, w->type);
+        uint64_t n_tiles = tile ? w->n_rows / DOT_TILE_ROWS : 0;
+
+        /* Packed: groups of sixteen rows across the threads, every token in one call, the
+         * group's weights staying in L1 while the tokens pass over them. */
+        if (packed) {
+                dot_packed_fn fn = logits ? r->kernels->packed_logits_q8_0 : dot_packed_kernel_for(r->kernels, w->type);
+                struct matmul_share *shares = &r->shares[weight_index * nth];
+                struct packed_activations pa = { xq, a->ds, a->corrections, n_blocks, a->logits_corrections };
+                uint32_t take = matmul_take_size(packed, n_tokens, nth), n;
+                uint64_t g0;
+                while (matmul_shares_take(shares, ith, nth, take, &g0, &n))
+                        fn(packed, g0, g0 + n, &pa, n_tokens, out, out_stride, accumulate);
+                return;
+        }
+
+        split(n_tiles, ith, nth, &begin, &end);
+        for (uint64_t g = begin; g < end; g++) {
+                uint64_t row0 = g * DOT_TILE_ROWS;
+                for (uint32_t t0 = 0; t0 < n_tokens; t0 += DOT_TILE_TOKENS) {
+                        unsigned n = n_tokens - t0 < DOT_TILE_TOKENS ? n_tokens - t0 : DOT_TILE_TOKENS;
+                        float v[DOT_TILE_TOKENS * DOT_TILE_ROWS];
+                        tile(w->data + row0 * w->row_bytes, w->row_bytes, xq + (size_t) t0 * n_blocks,
+                             a->ds + (size_t) t0 * n_blocks * 2, n_blocks, n, n_blocks, v);
+                        for (unsigned t = 0; t < n; t++)
+                                for (unsigned k = 0; k < DOT_TILE_ROWS; k++) {
+                                        float *o = &out[(size_t) (t0 + t) * out_stride + row0 + k];
+                                        *o = accumulate ? *o + v[t * DOT_TILE_ROWS + k] : v[t * DOT_TILE_ROWS + k];
+                                }
+                }
+        }
+        /* rows left over from the tiles, float weights and the logits product, one product at a time */
+        split(w->n_rows - n_tiles * DOT_TILE_ROWS, ith, nth, &begin, &end);
+        for (uint64_t row = n_tiles * DOT_TILE_ROWS + begin; row < n_tiles * DOT_TILE_ROWS + end; row++) {
+                const uint8_t *wrow = w->data + row * w->row_bytes;
+                if (!dot)
+                        tensor_row_to_float(w->type, wrow, row_scratch, w->n_cols);
+                for (uint32_t t = 0; t < n_tokens; t++) {
+                        float v;
+                        if (dot)
+                                v = dot(wrow, xq + t * n_blocks, n_blocks);
+                        else {
+                                const float *xt = x + (size_t) t * w->n_cols;
+                                v = 0.0f;
+                                for (uint64_t i = 0; i < w->n_cols; i++)
+                                        v += row_scratch[i] * xt[i];
+                        }
+                        float *o = &out[(size_t) t * out_stride + row];
+                        *o = accumulate ? *o + v : v;
+                }
+        }
+}
+
+/* Quantizes token row i of a (width elements at x) for the matmuls: its q8_1 blocks, their
+ * scales as floats, and, when the packed product runs, the lanes' corrections it reads. */
+static void quantize_row(const struct cpu_runner *r, const struct activations *a, const float *x, uint64_t i,
+                         uint32_t width) {
+        size_t n_blocks = width / QUANT_BLOCK;
+        r->kernels->quantize_q8_1(x, a->xq + i * n_blocks, a->ds + i * n_blocks * 2, width);
+        if (r->packed.arena)
+                r->kernels->activation_corrections(a->xq + i * n_blocks, n_blocks,
+                                                   a->corrections + i * n_blocks * PACKED_CORRECTIONS);
+}
+
+/* Normalizes and quantizes this thread's share of tokens: xn = norm(x) * weight, xq = q8(xn);
+ * with for_logits also the blocks' corrections that the packed logits product reads. */
+static void norm_tokens(struct cpu_runner *r, const struct activations *a, const float *weight, const int32_t *rows,
+                        uint32_t n_rows, unsigned ith, unsigned nth, bool for_logits) {
+        const struct model_hparams *hp = &r->model->hp;
+        size_t n_blocks = hp->n_embd / QUANT_BLOCK;
+        uint64_t begin, end;
+        split(n_rows, ith, nth, &begin, &end);
+        for (uint64_t i = begin; i < end; i++) {
+                uint32_t t = rows ? (uint32_t) rows[i] : (uint32_t) i;
+                float *xn = a->xn + i * hp->n_embd;
+                rms_norm(r->x + (size_t) t * hp->n_embd, weight, xn, hp->n_embd, hp->rms_eps);
+                quantize_row(r, a, xn, i, hp->n_embd);
+                if (for_logits)
+                        packed_logits_corrections(a->xq + i * n_blocks, n_blocks, a->logits_corrections + i * n_blocks);
+        }
+}
+
+static void quantize_tokens(struct cpu_runner *r, const struct activations *a, const float *x, uint32_t width,
+                            uint32_t n_tokens, unsigned ith, unsigned nth) {
+        uint64_t begin, end;
+        split(n_tokens, ith, nth, &begin, &end);
+        for (uint64_t t = begin; t < end; t++)
+                quantize_row(r, a, x + t * width, t, width);
+}
+
+static void swiglu(struct cpu_runner *r, const struct activations *a, unsigned ith, unsigned nth) {
+        uint32_t n_ff = r->model->hp.n_ff;
+        uint64_t begin, end;
+        split(r->batch->n_tokens, ith, nth, &begin, &end);
+        for (uint64_t t = begin; t < end; t++) {
+                float *h = a->xn + t * n_ff;
+                r->kernels->swiglu(h, r->gate + t * n_ff, r->up + t * n_ff, n_ff);
+                quantize_row(r, a, h, t, n_ff);
+        }
+}
+
+/* A tied output matrix's repacked rows give the embeddings: the file's pages were dropped
+ * once repacked, and reading rows from the file faulted them back in, up to the whole
+ * table (27 MiB of resident memory after a serving run). row_scratch holds one row's
+ * blocks. */
+static void embed(struct cpu_runner *r, float *row_scratch, unsigned ith, unsigned nth) {
+        const struct model *m = r->model;
+        const struct batch *b = r->batch;
+        const struct packed_weights *packed = m->tied_output ? packed_for(r, n_matmul_weights(m) - 1) : NULL;
+        uint64_t begin, end;
+        split(b->n_tokens, ith, nth, &begin, &end);
+        for (uint64_t t = begin; t < end; t++) {
+                const void *row = m->token_embd.data + (uint64_t) b->tokens[t] * m->token_embd.row_bytes;
+                if (packed) {
+                        packed_weights_row(packed, b->tokens[t], row_scratch);
+                        row = row_scratch;
+                }
+                tensor_row_to_float(m->token_embd.type, row, r->x + t * m->hp.n_embd, m->hp.n_embd);
+        }
+}
+
+static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
+        struct cpu_runner *r = ctx;
+        const struct model *m = r->model;
+        const struct model_hparams *hp = &m->hp;
+        const struct batch *b = r->batch;
+        uint32_t T = b->n_tokens;
+        float *row_scratch = r->thread_scratch + ith * r->thread_scratch_stride + r->attn_scores_floats;
+        /* The phases that feed a matmul (norm, quantization, swiglu) run on every thread for
+         * the whole batch when it is small, on the thread's own activations: no barrier
+         * before the matmul. Otherwise the threads share them out. */
+        bool small = r->own && T <= SMALL_BATCH;
+        const struct activations *a = small ? &r->own[ith] : &r->shared;
+        unsigned feed_ith = small ? 0 : ith, feed_nth = small ? 1 : nth;
+
+        embed(r, row_scratch, ith, nth);
+        rope_tables(r, ith, nth);
+        barrier_before_matmul(r, 0, T, ith, nth);
+
+        for (uint32_t layer = 0; layer < hp->n_layer; layer++) {
+                const struct model_layer *l = &m->layers[layer];
+                size_t w = (size_t) layer * WEIGHTS_PER_LAYER; /* the layer's first weight */
+
+                norm_tokens(r, a, l->attn_norm, NULL, T, feed_ith, feed_nth, false);
+                if (!small)
+                        barrier_before_matmul(r, w + 0, T, ith, nth);
+                matmul(r, w + 0, a, T, r->q, r->q_dim, false, row_scratch, ith, nth);
+                matmul(r, w + 1, a, T, r->k, r->kv_dim, false, row_scratch, ith, nth);
+                matmul(r, w + 2, a, T, r->v, r->kv_dim, false, row_scratch, ith, nth);
+                barrier_before_matmul(r, w + 3, T, ith, nth);
+                if (!r->store_own_kv) {
+                        store_kv(r, layer, ith, nth);
+                        barrier_before_matmul(r, w + 3, T, ith, nth);
+                }
+                if (r->shared_attention)
+                        attention_shared(r, layer, ith, nth); /* into shared.xn */
+                else
+                        attention(r, layer, ith, nth); /* into shared.xn */
+                barrier_before_matmul(r, w + 3, T, ith, nth);
+                quantize_tokens(r, a, r->shared.xn, r->q_dim, T, feed_ith, feed_nth);
+                if (!small)
+                        barrier_before_matmul(r, w + 3, T, ith, nth);
+                matmul(r, w + 3, a, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
+                barrier_before_matmul(r, w + 4, T, ith, nth);
+
+                norm_tokens(r, a, l->ffn_norm, NULL, T, feed_ith, feed_nth, false);
+                if (!small)
+                        barrier_before_matmul(r, w + 4, T, ith, nth);
+                matmul(r, w + 4, a, T, r->gate, hp->n_ff, false, row_scratch, ith, nth);
+                matmul(r, w + 5, a, T, r->up, hp->n_ff, false, row_scratch, ith, nth);
+                barrier_before_matmul(r, w + 6, T, ith, nth);
+                swiglu(r, a, feed_ith, feed_nth);
+                if (!small)
+                        barrier_before_matmul(r, w + 6, T, ith, nth);
+                matmul(r, w + 6, a, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
+                if (layer + 1 < hp->n_layer)
+                        barrier_before_matmul(r, w + WEIGHTS_PER_LAYER, T, ith, nth);
+                else
+                        barrier_before_matmul(r, n_matmul_weights(m) - 1, b->n_outputs, ith, nth);
+        }
+
+        bool packed_logits = packed_for(r, n_matmul_weights(m) - 1) && logits_product(m, n_matmul_weights(m) - 1);
+        norm_tokens(r, a, m->output_norm, b->output_tokens, b->n_outputs, feed_ith, feed_nth, packed_logits);
+        if (!small)
+                barrier_before_matmul(r, n_matmul_weights(m) - 1, b->n_outputs, ith, nth);
+        matmul(r, n_matmul_weights(m) - 1, a, b->n_outputs, r->logits, hp->n_vocab, false, row_scratch, ith, nth);
+}
+
+static int validate_batch(const struct cpu_runner *r, const struct batch *b, struct error *err) {
+        const struct model_hparams *hp = &r->model->hp;
+        if (b->n_tokens == 0 || b->n_tokens > r->config.max_batch_tokens)
+                return error_set(err, EINVAL, "batch of %u tokens; 1 to %u allowed", b->n_tokens, r->config.max_batch_tokens);
+        if (b->n_outputs > b->n_tokens)
+                return error_set(err, EINVAL, "batch asks for %u outputs from %u tokens", b->n_outputs, b->n_tokens);
+        for (uint32_t i = 0; i < b->n_outputs; i++) {
+                if (b->output_tokens[i] < 0 || (uint32_t) b->output_tokens[i] >= b->n_tokens)
+                        return error_set(err, EINVAL, "output token index %d out of range", b->output_tokens[i]);
+                if (i > 0 && b->output_tokens[i] <= b->output_tokens[i - 1])
+                        return error_set(err, EINVAL, "output token indices must rise: %d follows %d",
+                                         b->output_tokens[i], b->output_tokens[i - 1]);
+        }
+        for (uint32_t t = 0; t < b->n_tokens; t++) {
+                if (b->tokens[t] < 0 || (uint32_t) b->tokens[t] >= hp->n_vocab)
+                        return error_set(err, EINVAL, "token id %d outside the vocabulary [0, %u)", b->tokens[t], hp->n_vocab);
+                if (b->seq_ids[t] < 0 || (uint32_t) b->seq_ids[t] >= b->n_seqs)
+                        return error_set(err, EINVAL, "token %u names sequence %d of %u", t, b->seq_ids[t], b->n_seqs);
+                const struct batch_seq *seq = &b->seqs[b->seq_ids[t]];
+                int32_t pos = b->positions[t];
+                if (pos < 0 || (uint32_t) pos >= r->config.max_model_len ||
+                    (uint32_t) pos / r->kv->block_size >= seq->n_blocks)
+                        return error_set(err, EINVAL, "position %d is outside its sequence's %u KV blocks (max_model_len %u)",
+                                         pos, seq->n_blocks, r->config.max_model_len);
+                for (uint32_t j = 0; j <= (uint32_t) pos / r->kv->block_size; j++)
+                        if (seq->block_table[j] < 0 || (uint32_t) seq->block_table[j] >= r->kv->n_blocks)
+                                return error_set(err, EINVAL, "block id %d outside the KV pool of %u blocks",
+                                                 seq->block_table[j], r->kv->n_blocks);
+        }
+        return 0;
+}
+
+static void run_slice(struct cpu_runner *r, const struct batch *slice, float *logits) {
+        unsigned nth = r->config.n_threads;
+        for (size_t i = 0; i < n_matmul_weights(r->model); i++) {
+                const struct packed_weights *packed = packed_for(r, i);
+                if (packed)
+                        matmul_shares_reset(&r->shares[i * nth], nth, packed->n_groups);
+        }
+        r->batch = slice;
+        r->logits = logits;
+        r->store_own_kv = attention_stores_own_kv(slice);
+        r->shared_attention = attention_is_shared(r, r->store_own_kv, nth);
+        thread_pool_run(r->pool, forward_worker, r);
+        r->batch = NULL;
+        r->logits = NULL;
+}
+
+int cpu_runner_forward(struct cpu_runner *r, const struct batch *batch, float *logits, struct error *err) {
+        static const char *const what[] = {
+                [BACKEND_MEMORY_WEIGHTS] = "model weights are",
+                [BACKEND_MEMORY_KV_CACHE] = "KV cache is",
+                [BACKEND_MEMORY_WEIGHTS | BACKEND_MEMORY_KV_CACHE] = "model weights and the KV cache are",
+        };
+        if (r->released)
+                return error_set(err, EBUSY, "cannot run a step: the %s released (the engine is asleep)",
+                                 what[r->released]);
+        int rc = validate_batch(r, batch, err);
+        if (rc < 0)
+                return rc;
+        /* A long step goes through the layers in slices of consecutive tokens: a slice's
+         * tokens read the keys and values of earlier slices' tokens as a later chunk reads
+         * an earlier chunk's, so each token gets the bits it would get in one slice. */
+        uint32_t n_vocab = r->model->hp.n_vocab, out = 0;
+        for (uint32_t first = 0; first < batch->n_tokens; first += r->slice_tokens) {
+                uint32_t n = batch->n_tokens - first < r->slice_tokens ? batch->n_tokens - first : r->slice_tokens;
+                uint32_t n_out = 0;
+                for (; out + n_out < batch->n_outputs && (uint32_t) batch->output_tokens[out + n_out] < first + n; n_out++)
+                        r->slice_outputs[n_out] = batch->output_tokens[out + n_out] - (int32_t) first;
+                struct batch slice = {
+                        .n_tokens = n,
+                        .tokens = batch->tokens + first,
+                        .positions = batch->positions + first,
+                        .seq_ids = batch->seq_ids + first,
+                        .n_seqs = batch->n_seqs,
+                        .seqs = batch->seqs,
+                        .n_outputs = n_out,
+                        .output_tokens = r->slice_outputs,
+                };
+                run_slice(r, &slice, logits ? logits + (size_t) out * n_vocab : NULL);
+                out += n_out;
+        }
+        return 0;
+}
