@@ -252,7 +252,7 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "bench-batched: %s\n", err.message);
                 goto out;
         }
-        if (async_llm_new(&config, &backend, tk, n_blocks, &llm, &err) < 0) {
+        if (async_llm_new(&config, &backend, tk, &llm, &err) < 0) {
                 fprintf(stderr, "bench-batched: %s\n", err.message);
                 goto out;
         }

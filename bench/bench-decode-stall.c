@@ -527,7 +527,7 @@ static int start_engine(struct run *run) {
                 fprintf(stderr, "bench-decode-stall: %s\n", err.message);
                 return -1;
         }
-        if (async_llm_new(config, &run->backend, run->tk, run->n_blocks, &run->llm, &err) < 0) {
+        if (async_llm_new(config, &run->backend, run->tk, &run->llm, &err) < 0) {
                 fprintf(stderr, "bench-decode-stall: %s\n", err.message);
                 return -1;
         }

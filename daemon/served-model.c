@@ -25,7 +25,7 @@ int served_model_load(const char *path, const char *device, unsigned threads, co
                 error_set(err, -r, "out of memory");
                 goto fail;
         }
-        if ((r = async_llm_new(&m->config, &m->backend, m->tk, m->backend.kv.n_blocks, &m->llm, err)) < 0)
+        if ((r = async_llm_new(&m->config, &m->backend, m->tk, &m->llm, err)) < 0)
                 goto fail;
         /* the file's name, as users name the model (vLLM serves the name it was given), not
          * general.name, which is often a training run's label */

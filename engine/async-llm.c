@@ -329,7 +329,7 @@ int async_llm_fd(const struct async_llm *llm) {
 }
 
 int async_llm_new(const struct engine_config *config, const struct backend *backend, const struct tokenizer *tk,
-                  uint32_t n_kv_blocks, struct async_llm **ret, struct error *err) {
+                  struct async_llm **ret, struct error *err) {
         struct async_llm *llm = calloc(1, sizeof(*llm));
         int r;
         if (!llm)
@@ -338,8 +338,8 @@ int async_llm_new(const struct engine_config *config, const struct backend *back
         llm->tk = tk;
         llm->n_vocab = tokenizer_vocab_size(tk);
         id_map_init(&llm->streams, offsetof(struct async_stream, request_id));
-        r = engine_thread_start(&llm->config, backend, (uint32_t) llm->n_vocab, tokenizer_eos(tk), n_kv_blocks,
-                                &llm->engine, err);
+        r = engine_thread_start(&llm->config, backend, (uint32_t) llm->n_vocab, tokenizer_eos(tk), &llm->engine,
+                                err);
         if (r < 0) {
                 id_map_done(&llm->streams);
                 free(llm);

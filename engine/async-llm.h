@@ -39,9 +39,10 @@ typedef void (*async_stream_notify)(struct async_stream *s, void *userdata);
 /* Control commands answer through this; see engine_reply_fn. */
 typedef engine_reply_fn async_llm_reply_fn;
 
-/* config must be finalized (engine_config_finalize); tk and backend outlive the engine. */
+/* config must be finalized (engine_config_finalize); tk and backend outlive the engine, whose
+ * block tables index the backend's KV pool as it laid it out (backend->kv). */
 int async_llm_new(const struct engine_config *config, const struct backend *backend, const struct tokenizer *tk,
-                  uint32_t n_kv_blocks, struct async_llm **ret, struct error *err);
+                  struct async_llm **ret, struct error *err);
 /* Stops the engine thread and frees everything, streams not yet released included. */
 void async_llm_free(struct async_llm *llm);
 

@@ -56,7 +56,11 @@ static int calibrate_decodes(struct engine_core *ec, struct error *err) {
 }
 
 int engine_core_new(const struct engine_config *config, const struct backend *backend, uint32_t n_vocab,
-                    int32_t eos_id, uint32_t n_kv_blocks, struct engine_core **ret, struct error *err) {
+                    int32_t eos_id, struct engine_core **ret, struct error *err) {
+        uint32_t n_kv_blocks = backend->kv.n_blocks;
+        if (backend->kv.block_size != config->block_size)
+                return error_set(err, EINVAL, "the %s backend's KV blocks hold %u tokens, the engine's block_size is %u",
+                                 backend->name ? backend->name : "", backend->kv.block_size, config->block_size);
         uint32_t blocks_per_seq = (config->max_model_len + config->block_size - 1) / config->block_size;
         if (n_kv_blocks < blocks_per_seq)
                 return error_set(err, EINVAL,

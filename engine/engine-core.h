@@ -50,7 +50,7 @@ struct engine_stats {
 typedef void (*engine_core_hook)(struct engine_core *ec, void *userdata);
 
 int engine_core_new(const struct engine_config *config, const struct backend *backend, uint32_t n_vocab,
-                    int32_t eos_id, uint32_t n_kv_blocks, struct engine_core **ret, struct error *err);
+                    int32_t eos_id, struct engine_core **ret, struct error *err);
 void engine_core_free(struct engine_core *ec);
 
 void engine_core_set_hook(struct engine_core *ec, engine_core_hook hook, void *userdata);

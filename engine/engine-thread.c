@@ -648,7 +648,7 @@ static void *engine_main(void *userdata) {
 }
 
 int engine_thread_start(const struct engine_config *config, const struct backend *backend, uint32_t n_vocab,
-                        int32_t eos_id, uint32_t n_kv_blocks, struct engine_thread **ret, struct error *err) {
+                        int32_t eos_id, struct engine_thread **ret, struct error *err) {
         struct engine_thread *et = calloc(1, sizeof(*et));
         int r;
         if (!et)
@@ -673,7 +673,7 @@ int engine_thread_start(const struct engine_config *config, const struct backend
                 engine_thread_stop(et);
                 return r;
         }
-        if ((r = engine_core_new(config, backend, n_vocab, eos_id, n_kv_blocks, &et->core, err)) < 0) {
+        if ((r = engine_core_new(config, backend, n_vocab, eos_id, &et->core, err)) < 0) {
                 engine_thread_stop(et);
                 return r;
         }

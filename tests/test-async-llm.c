@@ -96,7 +96,7 @@ static void engine_start(struct engine *e, struct engine_config *c) {
                 .release_memory = injecting_release, .restore_memory = injecting_restore, .n_workers = 1,
                 .memory_usage = injecting_usage, .kv = e->inject.inner.kv,
         };
-        ck_assert_msg(async_llm_new(c, &e->backend, tk, e->backend.kv.n_blocks, &e->llm, &err) == 0, "%s",
+        ck_assert_msg(async_llm_new(c, &e->backend, tk, &e->llm, &err) == 0, "%s",
                       err.message);
 }
 

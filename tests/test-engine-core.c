@@ -89,8 +89,8 @@ static void harness_new_slowed(struct harness *h, struct engine_config *config, 
         struct error err;
         ck_assert_msg(engine_config_finalize(config, model->hp.n_ctx_train, &err) == 0, "%s", err.message);
         h->failing = (struct failing_backend) { open_backend(config, 2, n_kv_blocks), fail_at, 0, delay_per_token };
-        struct backend b = { .impl = &h->failing, .forward = failing_forward, .n_workers = 1 };
-        ck_assert_msg(engine_core_new(config, &b, model->hp.n_vocab, 2, n_kv_blocks, &h->ec, &err) == 0, "%s",
+        struct backend b = { .impl = &h->failing, .forward = failing_forward, .n_workers = 1, .kv = h->failing.inner.kv };
+        ck_assert_msg(engine_core_new(config, &b, model->hp.n_vocab, 2, &h->ec, &err) == 0, "%s",
                       err.message);
 }
 
@@ -489,6 +489,25 @@ START_TEST(test_validation) {
 }
 END_TEST
 
+/* The engine takes its KV pool's layout from the backend: blocks of another size than its
+ * block_size, or too few for one sequence of max_model_len, are refused by name. */
+START_TEST(test_kv_geometry_from_backend) {
+        struct engine_config c = base_config(64);
+        struct error err;
+        ck_assert_msg(engine_config_finalize(&c, model->hp.n_ctx_train, &err) == 0, "%s", err.message);
+        struct engine_core *ec = NULL;
+        struct backend other = { .name = "test", .kv = { .block_size = c.block_size * 2, .n_blocks = 64 } };
+        ck_assert_int_eq(engine_core_new(&c, &other, model->hp.n_vocab, 2, &ec, &err), -EINVAL);
+        ck_assert_msg(strstr(err.message, "test backend's KV blocks hold"), "%s", err.message);
+        ck_assert_ptr_null(ec);
+        uint32_t per_seq = (c.max_model_len + c.block_size - 1) / c.block_size;
+        struct backend small = { .name = "test", .kv = { .block_size = c.block_size, .n_blocks = per_seq - 1 } };
+        ck_assert_int_eq(engine_core_new(&c, &small, model->hp.n_vocab, 2, &ec, &err), -EINVAL);
+        ck_assert_msg(strstr(err.message, "fewer than one sequence of max_model_len"), "%s", err.message);
+        ck_assert_ptr_null(ec);
+}
+END_TEST
+
 START_TEST(test_engine_death) {
         struct harness h;
         struct engine_config c = base_config(16);
@@ -584,9 +603,9 @@ START_TEST(test_slo_calibrates_decodes) {
 
         struct error err;
         h.failing = (struct failing_backend) { open_backend(&c, 1, 256), 3, 0, 0 };
-        struct backend b = { .impl = &h.failing, .forward = failing_forward, .n_workers = 1 };
+        struct backend b = { .impl = &h.failing, .forward = failing_forward, .n_workers = 1, .kv = h.failing.inner.kv };
         h.ec = NULL;
-        ck_assert_int_eq(engine_core_new(&c, &b, model->hp.n_vocab, 2, 256, &h.ec, &err), -EIO);
+        ck_assert_int_eq(engine_core_new(&c, &b, model->hp.n_vocab, 2, &h.ec, &err), -EIO);
         ck_assert_str_eq(err.message, "injected failure in forward 3");
         ck_assert_ptr_null(h.ec);
         backend_free(&h.failing.inner);
@@ -632,10 +651,10 @@ END_TEST
 static void assert_trace_refused(const char *path, int error, const char *says) {
         ck_assert_int_eq(setenv(STEP_TRACE_ENV, path, 1), 0);
         struct engine_config c = base_config(16);
-        struct backend unused = { 0 };
+        struct backend unused = { .kv = { .block_size = c.block_size, .n_blocks = 64 } };
         struct engine_core *ec = NULL;
         struct error err;
-        ck_assert_int_eq(engine_core_new(&c, &unused, model->hp.n_vocab, 2, 64, &ec, &err), -error);
+        ck_assert_int_eq(engine_core_new(&c, &unused, model->hp.n_vocab, 2, &ec, &err), -error);
         char expected[512];
         snprintf(expected, sizeof(expected), "%s=%s: %s: %s", STEP_TRACE_ENV, path, says, strerror(error));
         ck_assert_msg(strstr(err.message, expected), "\"%s\" lacks \"%s\"", err.message, expected);
@@ -786,6 +805,7 @@ int main(void) {
         tcase_add_test(tc, test_exact_counts_and_final_flag);
         tcase_add_test(tc, test_priorities);
         tcase_add_test(tc, test_validation);
+        tcase_add_test(tc, test_kv_geometry_from_backend);
         tcase_add_test(tc, test_engine_death);
         tcase_add_test(tc, test_slo_calibrates_decodes);
         tcase_add_test(tc, test_step_trace);
