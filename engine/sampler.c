@@ -143,21 +143,21 @@ static float max_value(const float *x, int32_t n) {
         return m;
 }
 
-static inline v4f exp_step(v4f v, v4f vm, v4f vs, v4f vmin) {
-        v4f e = v4f_exp_nonpositive((v - vm) * vs);
-
-        return (v4f) ((v4i) e & ~(e < vmin));
-}
 
 /* Sums are kept in float lanes over blocks of this many values (relative error below 1e-6
  * even in the worst case), then added up in double. */
 #define SUM_BLOCK 64
 
-/* Sum over x of e^((x - m) * scale), x <= m. When out is set, the terms are stored there,
- * those below min_p as 0 (and not summed). */
-static double exp_sum(const float *x, float *out, int32_t n, float m, float scale, float min_p) {
-        v4f vm = v4f_splat(m), vs = v4f_splat(scale), vmin = v4f_splat(min_p);
-        double total = 0.0;
+static inline double lanes_in_double(v4f v) {
+        return ((double) v[0] + (double) v[1]) + ((double) v[2] + (double) v[3]);
+}
+
+/* Adds step(ctx, i) for i = 0, 4, 8, ... up to the last whole vector into *total, in the one
+ * order every sum of the sampler takes: two float accumulators over blocks of SUM_BLOCK values,
+ * each block's lanes added in double. Returns the first index left out (n - n % 4). Inlined
+ * so that step is a direct call in each caller's loop. */
+static inline __attribute__((always_inline)) int32_t blocked_sum(int32_t n, v4f (*step)(void *ctx, int32_t i),
+                                                                 void *ctx, double *total) {
         int32_t i = 0;
 
         while (i + 4 <= n) {
@@ -165,69 +165,83 @@ static double exp_sum(const float *x, float *out, int32_t n, float m, float scal
                 v4f acc0 = {}, acc1 = {};
 
                 for (; i + 8 <= end; i += 8) {
-                        v4f e0 = exp_step(v4f_load(x + i), vm, vs, vmin);
-                        v4f e1 = exp_step(v4f_load(x + i + 4), vm, vs, vmin);
-
-                        acc0 += e0;
-                        acc1 += e1;
-                        if (out) {
-                                v4f_store(out + i, e0);
-                                v4f_store(out + i + 4, e1);
-                        }
+                        acc0 += step(ctx, i);
+                        acc1 += step(ctx, i + 4);
                 }
-                for (; i < end; i += 4) {
-                        v4f e = exp_step(v4f_load(x + i), vm, vs, vmin);
-
-                        acc0 += e;
-                        if (out)
-                                v4f_store(out + i, e);
-                }
+                for (; i < end; i += 4)
+                        acc0 += step(ctx, i);
                 acc0 += acc1;
-                total += ((double) acc0[0] + (double) acc0[1]) + ((double) acc0[2] + (double) acc0[3]);
+                *total += lanes_in_double(acc0);
         }
-        if (i < n) {
-                v4f e = exp_step(v4f_load_tail(x, n, i, -INFINITY), vm, vs, vmin);
+        return i;
+}
 
-                total += ((double) e[0] + (double) e[1]) + ((double) e[2] + (double) e[3]);
+struct exp_pass {
+        const float *x;
+        float *out;
+        v4f vm, vs, vmin;
+};
+
+static inline v4f exp_values(const struct exp_pass *p, v4f v) {
+        v4f e = v4f_exp_nonpositive((v - p->vm) * p->vs);
+
+        return (v4f) ((v4i) e & ~(e < p->vmin));
+}
+
+static inline v4f exp_step(void *ctx, int32_t i) {
+        const struct exp_pass *p = ctx;
+        v4f e = exp_values(p, v4f_load(p->x + i));
+
+        if (p->out)
+                v4f_store(p->out + i, e);
+        return e;
+}
+
+/* Sum over x of e^((x - m) * scale), x <= m. When out is set, the terms are stored there,
+ * those below min_p as 0 (and not summed). */
+static double exp_sum(const float *x, float *out, int32_t n, float m, float scale, float min_p) {
+        struct exp_pass p = { x, out, v4f_splat(m), v4f_splat(scale), v4f_splat(min_p) };
+        double total = 0.0;
+        int32_t i = blocked_sum(n, exp_step, &p, &total);
+
+        if (i < n) {
+                v4f e = exp_values(&p, v4f_load_tail(x, n, i, -INFINITY));
+
+                total += lanes_in_double(e);
                 if (out)
                         v4f_store_tail(out, n, i, e);
         }
         return total;
 }
 
-static inline v4f cut_step(float *e, v4f vt) {
-        v4f v = v4f_load(e);
+struct cut_pass {
+        float *e;
+        v4f vt;
+};
 
-        v = (v4f) ((v4i) v & ~(v < vt));
-        v4f_store(e, v);
+static inline v4f cut_values(v4f v, v4f vt) {
+        return (v4f) ((v4i) v & ~(v < vt));
+}
+
+static inline v4f cut_step(void *ctx, int32_t i) {
+        const struct cut_pass *p = ctx;
+        v4f v = cut_values(v4f_load(p->e + i), p->vt);
+
+        v4f_store(p->e + i, v);
         return v;
 }
 
 /* Zeroes the values below t and returns the sum of the rest. */
 static double cut_below(float *e, int32_t n, float t) {
-        v4f vt = v4f_splat(t);
+        struct cut_pass p = { e, v4f_splat(t) };
         double total = 0.0;
-        int32_t i = 0;
+        int32_t i = blocked_sum(n, cut_step, &p, &total);
 
-        while (i + 4 <= n) {
-                int32_t end = i + SUM_BLOCK <= n ? i + SUM_BLOCK : n - n % 4;
-                v4f acc0 = {}, acc1 = {};
-
-                for (; i + 8 <= end; i += 8) {
-                        acc0 += cut_step(e + i, vt);
-                        acc1 += cut_step(e + i + 4, vt);
-                }
-                for (; i < end; i += 4)
-                        acc0 += cut_step(e + i, vt);
-                acc0 += acc1;
-                total += ((double) acc0[0] + (double) acc0[1]) + ((double) acc0[2] + (double) acc0[3]);
-        }
         if (i < n) {
-                v4f v = v4f_load_tail(e, n, i, 0.0f);
+                v4f v = cut_values(v4f_load_tail(e, n, i, 0.0f), p.vt);
 
-                v = (v4f) ((v4i) v & ~(v < vt));
                 v4f_store_tail(e, n, i, v);
-                total += ((double) v[0] + (double) v[1]) + ((double) v[2] + (double) v[3]);
+                total += lanes_in_double(v);
         }
         return total;
 }
