@@ -11,6 +11,7 @@
 #include <systemd/sd-journal.h>
 
 #include "log.h"
+#include "name-table.h"
 
 static int max_level = LOG_INFO;
 static int to_journal;
@@ -37,14 +38,12 @@ void log_set_max_level(int level) {
 }
 
 int log_level_from_string(const char *s) {
-        for (int i = 0; i < (int) (sizeof(level_names) / sizeof(*level_names)); i++)
-                if (strcmp(s, level_names[i]) == 0)
-                        return i;
-        return -1;
+        int level = name_table_find(level_names, NAME_TABLE_SIZE(level_names), s);
+        return level < 0 ? -1 : level;
 }
 
 const char *log_level_to_string(int level) {
-        return level >= 0 && level < (int) (sizeof(level_names) / sizeof(*level_names)) ? level_names[level] : NULL;
+        return level < 0 ? NULL : name_table_name(level_names, NAME_TABLE_SIZE(level_names), (unsigned) level);
 }
 
 int log_internal(int level, int error, const char *request_id, const char *file, int line, const char *func,

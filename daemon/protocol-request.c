@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "name-table.h"
 #include "protocol.h"
 #include "unicode.h"
 
@@ -46,16 +47,15 @@ static const char *const op_names[_CLIENT_OP_MAX] = {
 };
 
 const char *client_op_name(enum client_op op) {
-        return (unsigned) op < _CLIENT_OP_MAX ? op_names[op] : NULL;
+        return name_table_name(op_names, NAME_TABLE_SIZE(op_names), op);
 }
 
 int client_op_from_string(const char *s, enum client_op *ret) {
-        for (unsigned op = 0; op < _CLIENT_OP_MAX; op++)
-                if (strcmp(s, op_names[op]) == 0) {
-                        *ret = (enum client_op) op;
-                        return 0;
-                }
-        return -EINVAL;
+        int op = name_table_find(op_names, NAME_TABLE_SIZE(op_names), s);
+        if (op < 0)
+                return op;
+        *ret = (enum client_op) op;
+        return 0;
 }
 
 bool client_op_is_admin(enum client_op op) {

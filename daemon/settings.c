@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "name-table.h"
 #include "settings.h"
 
 #ifndef ASYNCLLM_CONFIG_FILE
@@ -584,18 +585,15 @@ static int parse_value(const struct setting *st, const char *who, const char *v,
                 return 0;
         case SETTING_CHOICE:
         case SETTING_NAME:
-                for (int i = 0; st->choices[i]; i++)
-                        if (strcmp(st->choices[i], v) == 0) {
-                                if (st->type == SETTING_CHOICE)
-                                        ret->i = i;
-                                else
-                                        ret->s = st->choices[i];
-                                return 0;
-                        }
-                for (int i = 0; st->planned && st->planned[i]; i++)
-                        if (strcmp(st->planned[i], v) == 0)
-                                return refuse_value(err, EOPNOTSUPP, st, who, "'%s' is not supported yet: %s", v,
-                                                    st->not_yet);
+                if ((r = name_table_find(st->choices, SIZE_MAX, v)) >= 0) {
+                        if (st->type == SETTING_CHOICE)
+                                ret->i = r;
+                        else
+                                ret->s = st->choices[r];
+                        return 0;
+                }
+                if (st->planned && name_table_find(st->planned, SIZE_MAX, v) >= 0)
+                        return refuse_value(err, EOPNOTSUPP, st, who, "'%s' is not supported yet: %s", v, st->not_yet);
                 break;
         case SETTING_LOG_LEVEL:
                 if ((r = log_level_from_string(v)) < 0)

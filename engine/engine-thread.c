@@ -10,6 +10,7 @@
 
 #include "clock.h"
 #include "engine-thread.h"
+#include "name-table.h"
 #include "worker-rpc.h"
 
 enum command_type {
@@ -91,16 +92,15 @@ static const char *const pause_mode_names[] = {
 };
 
 const char *pause_mode_name(enum pause_mode m) {
-        return (unsigned) m < sizeof(pause_mode_names) / sizeof(*pause_mode_names) ? pause_mode_names[m] : NULL;
+        return name_table_name(pause_mode_names, NAME_TABLE_SIZE(pause_mode_names), m);
 }
 
 int pause_mode_from_string(const char *s, enum pause_mode *ret) {
-        for (unsigned m = 0; m < sizeof(pause_mode_names) / sizeof(*pause_mode_names); m++)
-                if (strcmp(s, pause_mode_names[m]) == 0) {
-                        *ret = (enum pause_mode) m;
-                        return 0;
-                }
-        return -EINVAL;
+        int m = name_table_find(pause_mode_names, NAME_TABLE_SIZE(pause_mode_names), s);
+        if (m < 0)
+                return m;
+        *ret = (enum pause_mode) m;
+        return 0;
 }
 
 static void command_free(struct command *c) {

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "name-table.h"
 #include "sampling-params.h"
 #include "unicode.h"
 
@@ -33,16 +34,15 @@ static const char *const output_kind_names[] = {
 };
 
 const char *output_kind_name(enum output_kind k) {
-        return (unsigned) k < sizeof(output_kind_names) / sizeof(*output_kind_names) ? output_kind_names[k] : NULL;
+        return name_table_name(output_kind_names, NAME_TABLE_SIZE(output_kind_names), k);
 }
 
 int output_kind_from_string(const char *s, enum output_kind *ret) {
-        for (unsigned k = 0; k < sizeof(output_kind_names) / sizeof(*output_kind_names); k++)
-                if (strcmp(s, output_kind_names[k]) == 0) {
-                        *ret = (enum output_kind) k;
-                        return 0;
-                }
-        return -EINVAL;
+        int k = name_table_find(output_kind_names, NAME_TABLE_SIZE(output_kind_names), s);
+        if (k < 0)
+                return k;
+        *ret = (enum output_kind) k;
+        return 0;
 }
 
 static bool valid_utf8(const char *s) {
