@@ -38,9 +38,9 @@
 #include <json-c/json.h>
 
 #include "async-llm.h"
+#include "backend-open.h"
 #include "bench-util.h"
 #include "clock.h"
-#include "backend-open.h"
 #include "model.h"
 #include "rng.h"
 #include "tokenizer.h"
