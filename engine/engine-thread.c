@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -622,15 +623,42 @@ static void report(struct engine_thread *et) {
         publish(et);
 }
 
+static void apply_commands(struct engine_thread *et) {
+        struct command *c = take_commands(et);
+        while (c) {
+                struct command *next = c->next;
+                apply(et, c);
+                c = next;
+        }
+}
+
+/* Requests that reach an idle engine a moment apart (clients answering the same event, a
+ * wave) go into one first step: commands that keep coming within WAVE_GAP_MS of each other
+ * are taken, for at most WAVE_WINDOW seconds. Otherwise the first request would start
+ * decoding alone and the stall guard, which keeps its decodes' gaps within the limit, would
+ * let the others in a few prompt tokens a step, one after another, and the wave would never
+ * decode as one batch again. A lone request waits WAVE_GAP_MS. */
+#define WAVE_GAP_MS 1
+#define WAVE_WINDOW 0.01
+
+static void gather_wave(struct engine_thread *et) {
+        double end = monotonic_seconds() + WAVE_WINDOW;
+        struct pollfd fd = { .fd = et->command_fd, .events = POLLIN };
+        while (!et->stopping && monotonic_seconds() < end && poll(&fd, 1, WAVE_GAP_MS) > 0) {
+                uint64_t count;
+                if (read(et->command_fd, &count, sizeof(count)) < 0 && errno != EINTR && errno != EAGAIN)
+                        return;
+                apply_commands(et);
+        }
+}
+
 static void *engine_main(void *userdata) {
         struct engine_thread *et = userdata;
         while (!et->stopping) {
-                struct command *c = take_commands(et);
-                while (c) {
-                        struct command *next = c->next;
-                        apply(et, c);
-                        c = next;
-                }
+                bool idle = !engine_core_has_work(et->core);
+                apply_commands(et);
+                if (idle && can_step(et))
+                        gather_wave(et);
                 report(et); /* before a step too: a step that hangs must show as busy */
                 if (et->stopping)
                         break;

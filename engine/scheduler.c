@@ -9,7 +9,6 @@
 int scheduler_init(struct scheduler *s, const struct engine_config *config, struct kv_blocks *kv, struct error *err) {
         *s = (struct scheduler) { .config = config, .kv = kv, .floor_probe_time = -INFINITY };
         step_time_model_init(&s->model);
-        s->steps_since_burst = STALL_GUARD_BURST_EVERY; /* owed from the start */
         struct kv_blocks_stats kv_stats;
         kv_blocks_stats(kv, &kv_stats);
         s->reserve_blocks = (uint32_t) (config->slo_kv_reserve * kv_stats.n_blocks);
@@ -81,8 +80,8 @@ static int schedule_in_order(struct scheduler *s) {
                         step_shape_add_chunk(&decodes, s->running[i], 1);
         /* without chunked prefill a prompt runs whole: nothing to limit */
         struct stall_guard guard;
-        s->burst_planned = stall_guard_begin(&guard, s->config->enable_chunked_prefill ? s->config->decode_stall_limit : 0,
-                                             &s->model, &decodes, s->mixed_steps_in_a_row, s->steps_since_burst);
+        stall_guard_begin(&guard, s->config->enable_chunked_prefill ? s->config->decode_stall_limit : 0, &s->model,
+                          &decodes, s->mixed_steps_in_a_row);
 
         for (uint32_t i = 0; i < s->n_running && budget > 0;) {
                 struct request *req = s->running[i];
@@ -141,12 +140,8 @@ int scheduler_schedule(struct scheduler *s, double now) {
 }
 
 void scheduler_record_step(struct scheduler *s, double seconds) {
-        if (s->plan_shape.n_decode > 0) {
+        if (s->plan_shape.n_decode > 0)
                 s->mixed_steps_in_a_row = s->plan_shape.n_prompt > 0 ? s->mixed_steps_in_a_row + 1 : 0;
-                /* a burst that found no prompt work to let through is still owed */
-                s->steps_since_burst = s->burst_planned && s->plan_shape.n_prompt > 0 ? 0 : s->steps_since_burst + 1;
-        }
-        s->burst_planned = false;
         step_time_model_record(&s->model, &s->plan_shape, seconds);
 }
 

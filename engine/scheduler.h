@@ -32,8 +32,6 @@ struct scheduler {
         uint32_t n_plan;
         uint64_t n_preemptions;
         uint32_t mixed_steps_in_a_row; /* steps with decodes and prompt work since a decode-only one */
-        uint32_t steps_since_burst;    /* steps with decodes since one the stall guard let through whole */
-        bool burst_planned;            /* the current plan is such a step */
         struct step_shape plan_shape;  /* of the current plan: for the step-time model */
         /* The slo policy (engine/slo-policy.c); the model learns under every policy. */
         struct step_time_model model;

@@ -3,16 +3,12 @@
 
 #include "stall-guard.h"
 
-bool stall_guard_begin(struct stall_guard *g, double limit, const struct step_time_model *m,
-                       const struct step_shape *decodes, uint32_t mixed_in_a_row, uint32_t since_burst) {
+void stall_guard_begin(struct stall_guard *g, double limit, const struct step_time_model *m,
+                       const struct step_shape *decodes, uint32_t mixed_in_a_row) {
         *g = (struct stall_guard) { .model = m, .shape = *decodes, .active = limit > 0 && decodes->n_decode > 0 };
         if (!g->active)
-                return false;
+                return;
         g->decodes_only = mixed_in_a_row >= STALL_GUARD_PROBE_EVERY;
-        if (!g->decodes_only && since_burst >= STALL_GUARD_BURST_EVERY) {
-                g->active = false;
-                return true;
-        }
         double decode_step = step_time_model_ready(m) ? step_time_model_predict(m, decodes) : 0;
         if (decode_step > 0) /* the margin keeps ~9 in 10 steps within the limit, not half */
                 g->allowed = limit * decode_step / step_time_model_margin(m);
@@ -20,7 +16,6 @@ bool stall_guard_begin(struct stall_guard *g, double limit, const struct step_ti
                 double n = floor((limit - 1) * decodes->n_decode);
                 g->untimed_left = n >= 1 ? (n < UINT32_MAX ? (uint32_t) n : UINT32_MAX) : 1;
         }
-        return false;
 }
 
 uint32_t stall_guard_grant(struct stall_guard *g, uint32_t start, uint32_t cap) {

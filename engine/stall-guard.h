@@ -16,11 +16,8 @@
  * drifts and the limit with it. So after STALL_GUARD_PROBE_EVERY mixed steps in a row a
  * step carries its decodes alone, which measures what the limit is relative to.
  *
- * One step in STALL_GUARD_BURST_EVERY (counting steps that carry decodes) is let through
- * whole: its prompt chunks fill the token budget. Every stream then sees at most 1% of its
- * gaps over the limit, so the limit still holds for the 99th percentile, while prompts that
- * arrive together (a wave of equal requests) join the decoding batch together instead of
- * trickling in a few tokens a step beside a shrunken batch. */
+ * No step that carries decodes is exempt: a step let through whole now and then, deep in a
+ * long prompt, freezes every stream for as long as a full budget of prompt work takes. */
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -28,7 +25,6 @@
 #include "step-time-model.h"
 
 #define STALL_GUARD_PROBE_EVERY 16
-#define STALL_GUARD_BURST_EVERY 100
 
 /* One step's guard. */
 struct stall_guard {
@@ -41,11 +37,9 @@ struct stall_guard {
 };
 
 /* Starts a step whose decodes have this shape, after mixed_in_a_row steps that carried
- * decodes and prompt work and since_burst steps with decodes since the last one let through
- * whole; limit 0 lets every chunk through. Returns whether this step is let through whole
- * (a burst) while the limit would have applied. */
-bool stall_guard_begin(struct stall_guard *g, double limit, const struct step_time_model *m,
-                       const struct step_shape *decodes, uint32_t mixed_in_a_row, uint32_t since_burst);
+ * decodes and prompt work; limit 0 lets every chunk through. */
+void stall_guard_begin(struct stall_guard *g, double limit, const struct step_time_model *m,
+                       const struct step_shape *decodes, uint32_t mixed_in_a_row);
 
 /* Prompt tokens (at most cap) that a chunk starting at position start may carry, counted as
  * planned. */

@@ -1101,6 +1101,44 @@ START_TEST(test_stats) {
 }
 END_TEST
 
+/* Requests that reach an idle engine a moment apart start in one step: four added 0.2 ms
+ * apart (longer than the engine takes to wake, shorter than the 1 ms it waits for the next
+ * one), each wanting one token, finish in a single step. A wave counts if any of five does
+ * so, since a test thread descheduled for over 1 ms between two adds splits that wave;
+ * without the gathering none does. */
+START_TEST(test_wave_starts_in_one_step) {
+        struct engine e = { 0 };
+        engine_start_small(&e);
+        int32_t prompt[40];
+        make_prompt(1500, 40, prompt);
+        struct sampling_params p;
+        greedy_params(&p, 1, OUTPUT_DELTA);
+        static const char *const ids[] = { "w0", "w1", "w2", "w3" };
+        uint64_t fewest_steps = UINT64_MAX;
+        for (int wave = 0; wave < 5 && fewest_steps > 1; wave++) {
+                struct collector *c = collectors_new(4);
+                struct async_llm_stats before, after;
+                async_llm_stats(e.llm, &before);
+                for (int i = 0; i < 4; i++) {
+                        submit(e.llm, &c[i], ids[i], prompt + 5 * i, 20, &p, 0);
+                        nanosleep(&(struct timespec) { .tv_nsec = 200000 }, NULL);
+                }
+                wait_all(e.llm, c, 4, 60);
+                async_llm_stats(e.llm, &after);
+                ck_assert_uint_eq(after.engine.stats.finished[FINISH_LENGTH] - before.engine.stats.finished[FINISH_LENGTH], 4);
+                uint64_t steps = after.engine.stats.steps - before.engine.stats.steps;
+                if (steps < fewest_steps)
+                        fewest_steps = steps;
+                for (int i = 0; i < 4; i++)
+                        collector_free(&c[i]);
+                free(c);
+                wait_engine_empty(e.llm);
+        }
+        ck_assert_uint_eq(fewest_steps, 1);
+        engine_stop(&e);
+}
+END_TEST
+
 /* A failing step kills the engine: every request ends with an error naming it, new ones are
  * refused, health is red. */
 START_TEST(test_engine_death) {
@@ -1240,6 +1278,7 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_health_stall);
         tcase_add_test(tc, test_abort_during_step);
         tcase_add_test(tc, test_stats);
+        tcase_add_test(tc, test_wave_starts_in_one_step);
         tcase_add_test(tc, test_engine_death);
         tcase_add_test(tc, test_validation);
         tcase_add_test(tc, test_idle_uses_no_cpu);

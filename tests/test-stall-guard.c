@@ -66,10 +66,10 @@ START_TEST(test_nothing_to_protect) {
         train(&m);
         struct stall_guard g;
         struct step_shape none = { 0 }, sixteen = decoding(16, 100);
-        stall_guard_begin(&g, 2.0, &m, &none, 0, 0);
+        stall_guard_begin(&g, 2.0, &m, &none, 0);
         ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 256);
         ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 256);
-        stall_guard_begin(&g, 0, &m, &sixteen, 0, 0); /* off */
+        stall_guard_begin(&g, 0, &m, &sixteen, 0); /* off */
         ck_assert_uint_eq(stall_guard_grant(&g, 4000, 256), 256);
 }
 END_TEST
@@ -80,15 +80,15 @@ START_TEST(test_priced_like_decodes_until_learned) {
         struct stall_guard g;
         struct step_shape sixteen = decoding(16, 100);
         /* twice a decode-only step leaves room for as many prompt tokens as decodes */
-        stall_guard_begin(&g, 2.0, &m, &sixteen, 0, 0);
+        stall_guard_begin(&g, 2.0, &m, &sixteen, 0);
         ck_assert_uint_eq(stall_guard_grant(&g, 0, 10), 10);
         ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 6);
         ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 0);
-        stall_guard_begin(&g, 3.0, &m, &sixteen, 0, 0);
+        stall_guard_begin(&g, 3.0, &m, &sixteen, 0);
         ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 32);
         /* one decode and a limit of 1.5: still one prompt token per step */
         struct step_shape one = decoding(1, 10);
-        stall_guard_begin(&g, 1.5, &m, &one, 0, 0);
+        stall_guard_begin(&g, 1.5, &m, &one, 0);
         ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 1);
         ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 0);
 }
@@ -102,7 +102,7 @@ START_TEST(test_grants_what_the_model_predicts) {
                 for (uint32_t start = 0; start <= 3000; start += 1000) {
                         struct step_shape decodes = decoding(n_decode, 200);
                         uint32_t best = best_grant(&decodes, 2.0, start, 256);
-                        stall_guard_begin(&g, 2.0, &m, &decodes, 0, 0);
+                        stall_guard_begin(&g, 2.0, &m, &decodes, 0);
                         uint32_t n = stall_guard_grant(&g, start, 256);
                         ck_assert_msg(n + 1 >= best && n <= best + 1, "%u decodes, prompt from %u: granted %u, best %u",
                                       n_decode, start, n, best);
@@ -118,7 +118,7 @@ START_TEST(test_fixed_cost_is_not_a_prompt_token_price) {
         train(&m);
         struct stall_guard g;
         struct step_shape two = decoding(2, 100);
-        stall_guard_begin(&g, 2.0, &m, &two, 0, 0);
+        stall_guard_begin(&g, 2.0, &m, &two, 0);
         uint32_t n = stall_guard_grant(&g, 0, 256);
         ck_assert_msg(n >= 15, "granted %u prompt tokens beside 2 decodes, expected about %u", n,
                       best_grant(&two, 2.0, 0, 256));
@@ -131,7 +131,7 @@ START_TEST(test_chunks_share_the_step) {
         struct stall_guard g;
         struct step_shape decodes = decoding(8, 100);
         uint32_t best = best_grant(&decodes, 2.0, 0, 256);
-        stall_guard_begin(&g, 2.0, &m, &decodes, 0, 0);
+        stall_guard_begin(&g, 2.0, &m, &decodes, 0);
         ck_assert_uint_eq(stall_guard_grant(&g, 0, 5), 5);
         uint32_t second = stall_guard_grant(&g, 0, 256);
         ck_assert_msg(second + 5 + 1 >= best && second + 5 <= best + 1, "second chunk %u after 5, best in all %u",
@@ -146,7 +146,7 @@ START_TEST(test_deep_prompt_still_moves) {
         struct stall_guard g;
         struct step_shape decodes = decoding(1, 10);
         /* at depth 100000 one token's attention reads cost 20 ms, four decode-only steps */
-        stall_guard_begin(&g, 2.0, &m, &decodes, 0, 0);
+        stall_guard_begin(&g, 2.0, &m, &decodes, 0);
         ck_assert_uint_eq(stall_guard_grant(&g, 100000, 256), 1);
         ck_assert_uint_eq(stall_guard_grant(&g, 100000, 256), 0);
 }
@@ -157,32 +157,47 @@ START_TEST(test_decodes_alone_now_and_then) {
         train(&m);
         struct stall_guard g;
         struct step_shape decodes = decoding(8, 100), none = { 0 };
-        stall_guard_begin(&g, 2.0, &m, &decodes, STALL_GUARD_PROBE_EVERY - 1, 0);
+        stall_guard_begin(&g, 2.0, &m, &decodes, STALL_GUARD_PROBE_EVERY - 1);
         ck_assert_uint_gt(stall_guard_grant(&g, 0, 256), 0);
-        stall_guard_begin(&g, 2.0, &m, &decodes, STALL_GUARD_PROBE_EVERY, 0);
+        stall_guard_begin(&g, 2.0, &m, &decodes, STALL_GUARD_PROBE_EVERY);
         ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 0); /* not even the one token */
-        stall_guard_begin(&g, 2.0, &m, &none, STALL_GUARD_PROBE_EVERY, 0);
+        stall_guard_begin(&g, 2.0, &m, &none, STALL_GUARD_PROBE_EVERY);
         ck_assert_uint_eq(stall_guard_grant(&g, 0, 256), 256); /* nothing to measure */
 }
 END_TEST
 
-/* One step in STALL_GUARD_BURST_EVERY with decodes lets the prompt work through whole; the
- * decode-only probe comes first when both are due, and with nothing to protect there is no
- * burst to spend. */
-START_TEST(test_one_step_in_a_hundred_whole) {
+
+/* The rule itself: while decodes run, no step the guard grants is predicted (with the
+ * model's margin) over the limit times its decodes alone, however many steps come in a row,
+ * but for the one token a step that keeps a too dear prompt moving. The model learns each
+ * granted step of the synthetic machine, made up to 15% slower in a fixed pattern, as it
+ * goes, so its fit and margin move as a daemon's do; every figure is computed, none timed. */
+START_TEST(test_no_granted_step_over_the_limit) {
         struct step_time_model m;
         train(&m);
-        struct stall_guard g;
-        struct step_shape decodes = decoding(8, 100), none = { 0 };
-        ck_assert(!stall_guard_begin(&g, 2.0, &m, &decodes, 0, STALL_GUARD_BURST_EVERY - 1));
-        ck_assert_uint_lt(stall_guard_grant(&g, 0, 512), 512);
-        ck_assert(stall_guard_begin(&g, 2.0, &m, &decodes, 0, STALL_GUARD_BURST_EVERY));
-        ck_assert_uint_eq(stall_guard_grant(&g, 0, 512), 512);
-        ck_assert_uint_eq(stall_guard_grant(&g, 512, 512), 512);
-        ck_assert(!stall_guard_begin(&g, 2.0, &m, &decodes, STALL_GUARD_PROBE_EVERY, STALL_GUARD_BURST_EVERY));
-        ck_assert_uint_eq(stall_guard_grant(&g, 0, 512), 0);
-        ck_assert(!stall_guard_begin(&g, 2.0, &m, &none, 0, STALL_GUARD_BURST_EVERY));
-        ck_assert(!stall_guard_begin(&g, 0, &m, &decodes, 0, STALL_GUARD_BURST_EVERY)); /* off: nothing withheld */
+        const double limit = 2.0;
+        uint32_t mixed_in_a_row = 0, steps_with_prompt = 0;
+        for (uint32_t step = 0; step < 2000; step++) {
+                struct step_shape decodes = decoding(1 + step % 12, 40 + 29 * (step % 23));
+                struct stall_guard g;
+                stall_guard_begin(&g, limit, &m, &decodes, mixed_in_a_row);
+                struct step_shape granted = decodes;
+                for (uint32_t chunk = 0; chunk < 3; chunk++) {
+                        uint32_t start = (step * 97 + chunk * 401) % 3000;
+                        add_prompt(&granted, start, stall_guard_grant(&g, start, 1024));
+                }
+                double bound = limit * step_time_model_predict(&m, &decodes);
+                double predicted = step_time_model_predict(&m, &granted) * step_time_model_margin(&m);
+                ck_assert_msg(granted.n_prompt <= 1 || predicted <= bound * (1 + 1e-9),
+                              "step %u: %u prompt tokens beside %u decodes predicted at %.3f ms, the limit is %.3f ms",
+                              step, granted.n_prompt, decodes.n_decode, predicted * 1e3, bound * 1e3);
+                steps_with_prompt += granted.n_prompt > 1;
+                mixed_in_a_row = granted.n_prompt > 0 ? mixed_in_a_row + 1 : 0;
+                /* up to 15% slower than the fit, in a fixed pattern: the margin is then over 1 */
+                step_time_model_record(&m, &granted, true_time(&granted) * (1 + 0.025 * ((step * 37) % 7)));
+        }
+        ck_assert_double_gt(step_time_model_margin(&m), 1.05);
+        ck_assert_uint_gt(steps_with_prompt, 1000); /* the rule was held on steps that carried prompts */
 }
 END_TEST
 
@@ -196,7 +211,7 @@ int main(void) {
         tcase_add_test(tc, test_chunks_share_the_step);
         tcase_add_test(tc, test_deep_prompt_still_moves);
         tcase_add_test(tc, test_decodes_alone_now_and_then);
-        tcase_add_test(tc, test_one_step_in_a_hundred_whole);
+        tcase_add_test(tc, test_no_granted_step_over_the_limit);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
