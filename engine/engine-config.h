@@ -32,9 +32,9 @@ struct engine_config {
         enum scheduling_policy scheduling_policy;
         uint64_t seed;                   /* seeds requests that bring no seed of their own */
         int32_t max_logprobs;            /* the most logprobs a request may ask for */
-        /* With decodes running, a step's prompt tokens are limited so that it takes at most
-         * this many times a decode-only step, but for one step in 100 (engine/stall-guard.h);
-         * 0 = no limit. */
+        /* With decodes running, every step's prompt tokens are limited so that it is predicted
+         * to take at most this many times its decodes alone (engine/stall-guard.h); 0 = no
+         * limit. */
         double decode_stall_limit;
         /* The slo policy (engine/slo-policy.c). */
         enum slo_admission slo_admission;

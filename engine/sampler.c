@@ -143,7 +143,6 @@ static float max_value(const float *x, int32_t n) {
         return m;
 }
 
-
 /* Sums are kept in float lanes over blocks of this many values (relative error below 1e-6
  * even in the worst case), then added up in double. */
 #define SUM_BLOCK 64

@@ -21,9 +21,9 @@ int sequence_new(const struct backend *backend, const struct backend_options *op
 void sequence_free(struct sequence *s);
 
 /* Appends tokens to the sequence and runs them. The first feed after a reset is the prompt;
- * later ones are generated tokens (the runner sums attention differently for the two). With all_logits, logits receives n rows of
- * n_vocab (one per token); otherwise one row, for the last token. -ENOSPC when the sequence
- * would exceed max_model_len. */
+ * later ones are generated tokens (the backend sums attention differently for the two).
+ * With all_logits, logits receives n rows of n_vocab (one per token); otherwise one row, for
+ * the last token. -ENOSPC when the sequence would exceed max_model_len. */
 int sequence_feed(struct sequence *s, const int32_t *tokens, size_t n, bool all_logits, float *logits,
                   struct error *err);
 
