@@ -7,24 +7,19 @@
 #include "backend-open.h"
 #include "cpu-backend.h"
 #ifdef HAVE_CUDA
+#include "cuda-backend.h"
 #include "gpu-device.h"
 #endif
 
-/* The CUDA backend only probes the GPU so far: say what the probe found. */
-static int refuse_cuda(struct error *err) {
+/* Only what the build lacks: whether a GPU is there is the backend's to find out when it
+ * opens, after the model is read. */
+static int check_cuda(struct error *err) {
 #ifdef HAVE_CUDA
-        struct error probe;
-        int n = gpu_device_count(&probe);
-        if (n < 0)
-                return error_set(err, EOPNOTSUPP,
-                                 "device 'cuda' cannot serve yet: the CUDA backend only probes the GPU so far (%s); use --device cpu",
-                                 probe.message);
-        return error_set(err, EOPNOTSUPP,
-                         "device 'cuda' cannot serve yet: the CUDA backend only probes the GPU so far (%d found); use --device cpu",
-                         n);
+        (void) err;
+        return 0;
 #else
         return error_set(err, EOPNOTSUPP,
-                         "device 'cuda' cannot serve: this build has no CUDA support, and the CUDA backend only probes the GPU so far; use --device cpu");
+                         "device 'cuda': this build has no CUDA support (configure it with --enable-cuda); use --device cpu");
 #endif
 }
 
@@ -35,6 +30,7 @@ struct backend_options backend_options_for_engine(const struct engine_config *co
                 .max_model_len = config->max_model_len,
                 .block_size = config->block_size,
                 .kv_cache_bytes = config->kv_cache_space,
+                .gpu_memory_utilization = config->gpu_memory_utilization,
         };
 }
 
@@ -42,7 +38,7 @@ int backend_check_device(const char *device, struct error *err) {
         if (strcmp(device, "cpu") == 0)
                 return 0;
         if (strcmp(device, "cuda") == 0)
-                return refuse_cuda(err);
+                return check_cuda(err);
         return error_set(err, EINVAL, "unknown device '%s'; the devices are cpu, cuda", device);
 }
 
@@ -65,5 +61,24 @@ int backend_open(const char *device, const struct backend_options *options, cons
         int r = backend_check_device(device, err);
         if (r < 0)
                 return r;
+#ifdef HAVE_CUDA
+        if (strcmp(device, "cuda") == 0) {
+                struct error probe;
+                if (gpu_device_count(&probe) < 0)
+                        return error_set(err, ENODEV, "device 'cuda': %s; use --device cpu", probe.message);
+                struct cuda_runner_config config = {
+                        .device = 0,
+                        .max_batch_tokens = options->max_batch_tokens,
+                        .max_model_len = options->max_model_len,
+                        .block_size = options->block_size,
+                        /* without a share of the GPU to fill, the pool is kv_cache_bytes, as on the CPU */
+                        .n_kv_blocks = options->n_kv_blocks || options->gpu_memory_utilization > 0
+                                               ? options->n_kv_blocks
+                                               : cpu_backend_kv_blocks(model, options->block_size, options->kv_cache_bytes),
+                        .gpu_memory_utilization = options->gpu_memory_utilization,
+                };
+                return cuda_backend_new(model, &config, ret, err);
+        }
+#endif
         return open_cpu(options, model, ret, err);
 }

@@ -19,7 +19,11 @@ struct backend_options {
         /* The KV pool: n_kv_blocks blocks when set, else as many as kv_cache_bytes holds
          * (the backend's struct backend_kv_geometry says how many that is). */
         uint32_t n_kv_blocks;
-        uint64_t kv_cache_bytes;
+        uint64_t kv_cache_bytes;     /* the CPU's KV pool */
+        /* The fraction of the GPU's memory a GPU backend may take, weights and buffers
+         * included; its KV pool gets what they leave (vLLM's --gpu-memory-utilization). 0
+         * (and n_kv_blocks 0): the pool is kv_cache_bytes, as on the CPU. */
+        double gpu_memory_utilization;
 };
 
 /* What serves an engine of config (finalized) on n_threads threads: its step and sequence

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Aggregate throughput of B sequences decoding together through the real AsyncLLM on the CPU
- * runner, the workload of llama.cpp's llama-batched-bench (-npp P -ntg G -npl B).
+/* Aggregate throughput of B sequences decoding together through the real AsyncLLM on a
+ * backend (the CPU's, or --device cuda), the workload of llama.cpp's llama-batched-bench (-npp P -ntg G -npl B).
  *
  * Each repetition submits B greedy requests (ignore_eos) at once, each with its own prompt of
  * P random token ids (distinct from every other prompt of the run, so the prefix cache never
@@ -144,6 +144,7 @@ static void usage(FILE *f) {
         fprintf(f,
                 "Usage: bench-batched [OPTIONS]\n"
                 "  --model PATH               GGUF model ($ASYNCLLM_MODEL, else " DEFAULT_MODEL_PATH ")\n"
+                "  --device NAME              cpu or cuda (cpu)\n"
                 "  -t, --threads N            CPU runner threads (2)\n"
                 "  -B N                       sequences decoding together (32)\n"
                 "  -p N                       prompt tokens per sequence (128)\n"
@@ -155,9 +156,10 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-        enum { ARG_BUDGET = 0x100, ARG_STALL_LIMIT, ARG_SLACK };
+        enum { ARG_BUDGET = 0x100, ARG_STALL_LIMIT, ARG_SLACK, ARG_DEVICE };
         static const struct option options[] = {
                 { "model", required_argument, NULL, 'm' },
+                { "device", required_argument, NULL, ARG_DEVICE },
                 { "threads", required_argument, NULL, 't' },
                 { "budget", required_argument, NULL, ARG_BUDGET },
                 { "decode-stall-limit", required_argument, NULL, ARG_STALL_LIMIT },
@@ -165,7 +167,7 @@ int main(int argc, char **argv) {
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
-        const char *model_path = getenv("ASYNCLLM_MODEL");
+        const char *model_path = getenv("ASYNCLLM_MODEL"), *device = "cpu";
         unsigned threads = 2, n_seq = 32, n_prompt = 128, n_gen = 128, reps = 3, budget = 0, slack = 0;
         bool slack_set = false;
         struct engine_config config;
@@ -179,6 +181,7 @@ int main(int argc, char **argv) {
                 unsigned *target = NULL;
                 switch (c) {
                 case 'm': model_path = optarg; break;
+                case ARG_DEVICE: device = optarg; break;
                 case 't': target = &threads; break;
                 case 'B': target = &n_seq; break;
                 case 'p': target = &n_prompt; break;
@@ -248,7 +251,7 @@ int main(int argc, char **argv) {
         }
         struct backend_options backend_config = backend_options_for_engine(&config, threads);
         backend_config.n_kv_blocks = n_blocks;
-        if (backend_open("cpu", &backend_config, model, &backend, &err) < 0) {
+        if (backend_open(device, &backend_config, model, &backend, &err) < 0) {
                 fprintf(stderr, "bench-batched: %s\n", err.message);
                 goto out;
         }

@@ -256,38 +256,6 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
         matmul(r, n_matmul_weights(m) - 1, a, b->n_outputs, r->logits, hp->n_vocab, false, row_scratch, ith, nth);
 }
 
-static int validate_batch(const struct cpu_runner *r, const struct batch *b, struct error *err) {
-        const struct model_hparams *hp = &r->model->hp;
-        if (b->n_tokens == 0 || b->n_tokens > r->config.max_batch_tokens)
-                return error_set(err, EINVAL, "batch of %u tokens; 1 to %u allowed", b->n_tokens, r->config.max_batch_tokens);
-        if (b->n_outputs > b->n_tokens)
-                return error_set(err, EINVAL, "batch asks for %u outputs from %u tokens", b->n_outputs, b->n_tokens);
-        for (uint32_t i = 0; i < b->n_outputs; i++) {
-                if (b->output_tokens[i] < 0 || (uint32_t) b->output_tokens[i] >= b->n_tokens)
-                        return error_set(err, EINVAL, "output token index %d out of range", b->output_tokens[i]);
-                if (i > 0 && b->output_tokens[i] <= b->output_tokens[i - 1])
-                        return error_set(err, EINVAL, "output token indices must rise: %d follows %d",
-                                         b->output_tokens[i], b->output_tokens[i - 1]);
-        }
-        for (uint32_t t = 0; t < b->n_tokens; t++) {
-                if (b->tokens[t] < 0 || (uint32_t) b->tokens[t] >= hp->n_vocab)
-                        return error_set(err, EINVAL, "token id %d outside the vocabulary [0, %u)", b->tokens[t], hp->n_vocab);
-                if (b->seq_ids[t] < 0 || (uint32_t) b->seq_ids[t] >= b->n_seqs)
-                        return error_set(err, EINVAL, "token %u names sequence %d of %u", t, b->seq_ids[t], b->n_seqs);
-                const struct batch_seq *seq = &b->seqs[b->seq_ids[t]];
-                int32_t pos = b->positions[t];
-                if (pos < 0 || (uint32_t) pos >= r->config.max_model_len ||
-                    (uint32_t) pos / r->kv->block_size >= seq->n_blocks)
-                        return error_set(err, EINVAL, "position %d is outside its sequence's %u KV blocks (max_model_len %u)",
-                                         pos, seq->n_blocks, r->config.max_model_len);
-                for (uint32_t j = 0; j <= (uint32_t) pos / r->kv->block_size; j++)
-                        if (seq->block_table[j] < 0 || (uint32_t) seq->block_table[j] >= r->kv->n_blocks)
-                                return error_set(err, EINVAL, "block id %d outside the KV pool of %u blocks",
-                                                 seq->block_table[j], r->kv->n_blocks);
-        }
-        return 0;
-}
-
 static void run_slice(struct cpu_runner *r, const struct batch *slice, float *logits) {
         unsigned nth = r->config.n_threads;
         for (size_t i = 0; i < n_matmul_weights(r->model); i++) {
@@ -313,7 +281,14 @@ int cpu_runner_forward(struct cpu_runner *r, const struct batch *batch, float *l
         if (r->released)
                 return error_set(err, EBUSY, "cannot run a step: the %s released (the engine is asleep)",
                                  what[r->released]);
-        int rc = validate_batch(r, batch, err);
+        struct batch_limits limits = {
+                .max_tokens = r->config.max_batch_tokens,
+                .max_model_len = r->config.max_model_len,
+                .n_vocab = r->model->hp.n_vocab,
+                .block_size = r->kv->block_size,
+                .n_blocks = r->kv->n_blocks,
+        };
+        int rc = batch_validate(batch, &limits, err);
         if (rc < 0)
                 return rc;
         /* A long step goes through the layers in slices of consecutive tokens: a slice's

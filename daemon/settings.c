@@ -59,6 +59,7 @@ enum setting_id {
         KEY_MAX_MODEL_LEN,
         KEY_BLOCK_SIZE,
         KEY_KV_CACHE_SPACE,
+        KEY_GPU_MEMORY_UTILIZATION,
         KEY_ENABLE_PREFIX_CACHING,
         KEY_SCHEDULING_POLICY,
         KEY_SLO_ADMISSION,
@@ -102,8 +103,7 @@ struct setting {
         bool dmin_open;             /* dmin itself is out of range (an SLO of 0 s means nothing) */
         const char *zero;           /* what 0 means, when it means something special */
         const char *const *choices; /* SETTING_CHOICE, SETTING_NAME; NULL-terminated */
-        const char *const *planned; /* SETTING_NAME: values refused until a backend serves them */
-        const char *not_yet;        /* why planned names, or integers above max, are refused */
+        const char *not_yet;        /* why integers above max are refused */
         const char *negated;        /* SETTING_BOOL: the flag that sets false */
         bool reloadable;            /* SIGHUP applies a new value */
         bool flag_only;             /* not a key of the file */
@@ -118,8 +118,7 @@ struct setting {
 #define GiB (MiB * 1024)
 #define TiB (GiB * 1024)
 
-static const char *const device_names[] = { "cpu", NULL };
-static const char *const planned_device_names[] = { "cuda", NULL };
+static const char *const device_names[] = { "cpu", "cuda", NULL };
 static const char *const bus_names[] = {
         [DAEMON_BUS_NONE] = "none", [DAEMON_BUS_SYSTEM] = "system", [DAEMON_BUS_USER] = "user", NULL,
 };
@@ -132,14 +131,13 @@ static const struct setting table[N_KEYS] = {
                                 ASYNCLLM_STATE_DIR "/models/" DEFAULT_MODEL_NAME,
         },
         [KEY_DEVICE] = {
-                "device", SETTING_NAME, FIELD(device), .choices = device_names, .planned = planned_device_names,
-                .not_yet = "the CUDA backend only probes the GPU so far", .arg = "cpu",
-                .help = "where the model runs (cuda is refused until its backend serves)",
+                "device", SETTING_NAME, FIELD(device), .choices = device_names, .arg = "cpu|cuda",
+                .help = "where the model runs: the CPU, or the first NVIDIA GPU",
         },
         [KEY_TENSOR_PARALLEL_SIZE] = {
                 "tensor-parallel-size", SETTING_U32, FIELD(tensor_parallel_size), .min = 1, .max = 1,
-                .not_yet = "tensor parallelism needs a GPU backend that serves, which does not exist yet",
-                .arg = "N", .help = "workers the weights are sharded over (only 1 until a GPU backend serves)",
+                .not_yet = "the CUDA backend runs on one GPU; sharding over several (NCCL) is not built yet",
+                .arg = "N", .help = "GPUs the weights are sharded over (only 1 so far)",
         },
         [KEY_THREADS] = {
                 "threads", SETTING_U32, FIELD(threads), .min = 0, .max = MAX_THREADS, .zero = "online CPUs",
@@ -174,6 +172,10 @@ static const struct setting table[N_KEYS] = {
         [KEY_KV_CACHE_SPACE] = {
                 "kv-cache-space", SETTING_SIZE, FIELD(engine.kv_cache_space), .min = MiB, .max = 16 * TiB,
                 .arg = "BYTES", .help = "memory for the KV cache (K, M, G, T = 1000^n; KiB, MiB, GiB, TiB = 1024^n)",
+        },
+        [KEY_GPU_MEMORY_UTILIZATION] = {
+                "gpu-memory-utilization", SETTING_FRACTION, FIELD(engine.gpu_memory_utilization), .arg = "FRACTION",
+                .help = "cuda: the share of the GPU's memory to take, KV cache included (0 = kv-cache-space)",
         },
         [KEY_ENABLE_PREFIX_CACHING] = {
                 "enable-prefix-caching", SETTING_BOOL, FIELD(engine.enable_prefix_caching),
@@ -592,8 +594,6 @@ static int parse_value(const struct setting *st, const char *who, const char *v,
                                 ret->s = st->choices[r];
                         return 0;
                 }
-                if (st->planned && name_table_find(st->planned, SIZE_MAX, v) >= 0)
-                        return refuse_value(err, EOPNOTSUPP, st, who, "'%s' is not supported yet: %s", v, st->not_yet);
                 break;
         case SETTING_LOG_LEVEL:
                 if ((r = log_level_from_string(v)) < 0)

@@ -7,6 +7,7 @@
  * device header. */
 
 #include <stdint.h>
+#include <string.h>
 
 #include "batch.h"
 #include "error.h"
@@ -22,6 +23,10 @@ struct backend_memory_usage {
         uint64_t kv_cache_bytes; /* KV pool allocated now (0 while released) */
         uint64_t scratch_bytes;  /* per-step buffers, the logits rows included */
         unsigned released;       /* enum backend_memory bits currently released */
+        /* The device's memory as its driver reports it, other processes' use included; 0 for
+         * a backend that runs in host memory. */
+        uint64_t device_free_bytes;
+        uint64_t device_total_bytes;
 };
 
 /* The KV pool as the backend laid it out; the engine's block tables index its blocks. */
@@ -64,5 +69,5 @@ struct backend {
 static inline void backend_free(struct backend *b) {
         if (b->free)
                 b->free(b->impl);
-        *b = (struct backend) { 0 };
+        memset(b, 0, sizeof(*b));
 }

@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include "error.h"
+
 struct batch_seq {
         const int32_t *block_table; /* block ids; position p lives in block_table[p / block_size] */
         uint32_t n_blocks;
@@ -27,3 +29,16 @@ struct batch {
         uint32_t n_outputs;
         const int32_t *output_tokens; /* (n_outputs) indices of the tokens whose logits are wanted, rising */
 };
+
+/* What a backend can run: its step size, sequence length, vocabulary and KV pool. */
+struct batch_limits {
+        uint32_t max_tokens;
+        uint32_t max_model_len;
+        uint32_t n_vocab;
+        uint32_t block_size;
+        uint32_t n_blocks;
+};
+
+/* Checks every index of b against limits before a backend reads or writes through it:
+ * -EINVAL naming the first one out of range. */
+int batch_validate(const struct batch *b, const struct batch_limits *limits, struct error *err);

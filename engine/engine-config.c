@@ -13,6 +13,7 @@ void engine_config_init_default(struct engine_config *c) {
                 .max_model_len = 0,
                 .block_size = 16,
                 .kv_cache_space = UINT64_C(256) << 20,
+                .gpu_memory_utilization = 0.9,
                 .enable_prefix_caching = true,
                 .scheduling_policy = SCHEDULING_FCFS,
                 .seed = 0,
@@ -55,6 +56,9 @@ int engine_config_finalize(struct engine_config *c, uint32_t model_context_len, 
                 return error_set(err, EINVAL, "default_slo must be in (0, 3600] seconds per token, got %g", c->default_slo);
         if (!(c->default_ttft_slo > 0 && c->default_ttft_slo <= 3600))
                 return error_set(err, EINVAL, "default_ttft_slo must be in (0, 3600] seconds, got %g", c->default_ttft_slo);
+        if (!(c->gpu_memory_utilization >= 0 && c->gpu_memory_utilization < 1))
+                return error_set(err, EINVAL, "gpu_memory_utilization must be a fraction in [0, 1), got %g",
+                                 c->gpu_memory_utilization);
         if (!(c->slo_kv_reserve >= 0 && c->slo_kv_reserve < 1))
                 return error_set(err, EINVAL, "slo_kv_reserve must be a fraction in [0, 1), got %g", c->slo_kv_reserve);
         if (!valid_factor(c->slo_aim_factor))

@@ -28,6 +28,9 @@ struct engine_config {
         uint32_t max_model_len;          /* prompt + output; 0 = the model's context length */
         uint32_t block_size;             /* tokens per KV block */
         uint64_t kv_cache_space;         /* bytes for the KV pool */
+        /* A GPU backend's share of the device's memory, weights, buffers and KV pool
+         * together (vLLM's gpu_memory_utilization); 0: its pool is kv_cache_space too. */
+        double gpu_memory_utilization;
         bool enable_prefix_caching;
         enum scheduling_policy scheduling_policy;
         uint64_t seed;                   /* seeds requests that bring no seed of their own */

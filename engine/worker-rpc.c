@@ -39,6 +39,10 @@ static int method_memory_usage(const struct worker_rpc_context *ctx, unsigned wo
         json_object_object_add(o, "weights_released", json_object_new_boolean(u.released & BACKEND_MEMORY_WEIGHTS));
         json_object_object_add(o, "kv_cache_released", json_object_new_boolean(u.released & BACKEND_MEMORY_KV_CACHE));
         json_object_object_add(o, "process_rss_bytes", json_object_new_uint64(process_rss_bytes()));
+        if (u.device_total_bytes) {
+                json_object_object_add(o, "device_free_bytes", json_object_new_uint64(u.device_free_bytes));
+                json_object_object_add(o, "device_total_bytes", json_object_new_uint64(u.device_total_bytes));
+        }
         *ret = o;
         return 0;
 }

@@ -8,6 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+#define _Static_assert static_assert
+#endif
+
 enum tensor_type {
         TENSOR_F32 = 0,
         TENSOR_F16 = 1,

@@ -90,7 +90,7 @@ static void engine_start(struct engine *e, struct engine_config *c) {
         struct error err;
         ck_assert_msg(engine_config_finalize(c, model->hp.n_ctx_train, &err) == 0, "%s", err.message);
         struct backend_options options = backend_options_for_engine(c, 2);
-        ck_assert_msg(backend_open("cpu", &options, model, &e->inject.inner, &err) == 0, "%s", err.message);
+        ck_assert_msg(backend_open(test_device(), &options, model, &e->inject.inner, &err) == 0, "%s", err.message);
         e->backend = (struct backend) {
                 .name = e->inject.inner.name, .impl = &e->inject, .forward = injecting_forward,
                 .release_memory = injecting_release, .restore_memory = injecting_restore, .n_workers = 1,

@@ -361,9 +361,26 @@ START_TEST(test_open_by_device) {
         ck_assert_ptr_null(b.impl);
 
         ck_assert_int_eq(backend_check_device("cpu", &err), 0);
+#ifdef HAVE_CUDA
+        /* a build with CUDA takes the name, and opens it where a GPU is found */
+        ck_assert_int_eq(backend_check_device("cuda", &err), 0);
+        int r = backend_open("cuda", &options, model, &b, &err);
+        if (r == 0) {
+                ck_assert_str_eq(b.name, "cuda");
+                ck_assert_uint_eq(b.kv.n_blocks, 100);
+                ck_assert_uint_eq(b.kv.block_bytes, block_bytes);
+                backend_free(&b);
+        } else {
+                ck_assert_int_eq(r, -ENODEV);
+                ck_assert_msg(strstr(err.message, "no CUDA device") && strstr(err.message, "--device cpu"), "message: %s",
+                              err.message);
+        }
+#else
+        ck_assert_int_eq(backend_check_device("cuda", &err), -EOPNOTSUPP);
         ck_assert_int_eq(backend_open("cuda", &config, model, &b, &err), -EOPNOTSUPP);
-        ck_assert_msg(strstr(err.message, "only probes the GPU") && strstr(err.message, "--device cpu"), "message: %s",
+        ck_assert_msg(strstr(err.message, "--enable-cuda") && strstr(err.message, "--device cpu"), "message: %s",
                       err.message);
+#endif
         ck_assert_int_eq(backend_open("tpu", &config, model, &b, &err), -EINVAL);
         ck_assert_msg(strstr(err.message, "'tpu'") && strstr(err.message, "cpu, cuda"), "message: %s", err.message);
         ck_assert_int_eq(backend_check_device("tpu", &err), -EINVAL);

@@ -79,7 +79,7 @@ static struct backend open_backend(const struct engine_config *config, unsigned 
         struct backend b;
         struct error err;
         options.n_kv_blocks = n_kv_blocks;
-        ck_assert_msg(backend_open("cpu", &options, model, &b, &err) == 0, "%s", err.message);
+        ck_assert_msg(backend_open(test_device(), &options, model, &b, &err) == 0, "%s", err.message);
         ck_assert_uint_eq(b.kv.n_blocks, n_kv_blocks);
         return b;
 }

@@ -33,7 +33,7 @@ static const struct backend_options config = {
 static void setup(void) {
         struct error err;
         ck_assert_msg(model_load(test_model_path(), &model, &err) == 0, "%s", err.message);
-        ck_assert_msg(backend_open("cpu", &config, model, &backend, &err) == 0, "%s", err.message);
+        ck_assert_msg(backend_open(test_device(), &config, model, &backend, &err) == 0, "%s", err.message);
         ck_assert_msg(sequence_new(&backend, &config, model->hp.n_vocab, &seq, &err) == 0, "%s", err.message);
 }
 

@@ -1,13 +1,258 @@
 /* SPDX-License-Identifier: MIT */
-/* The CUDA backend as built: library versions always; device properties only where a GPU
- * exists. Without one the test says so and exits 77, which the test harness counts as a
- * skip, not a pass. */
+/* The CUDA backend on a GPU: the linked libraries' versions always; where a GPU exists, the
+ * matmul kernels of every weight type against the host model of their arithmetic
+ * (tests/gpu-host-model.h), bit for bit, at every token count; then the real model through
+ * the backend: a sequence's logits the same bits alone, in a batch of 8 or 64 and in any
+ * chunking; sleep gives back what it releases on the device and the outputs after wake-up are
+ * the same bits. Without a GPU the test says so and exits 77, which the harness counts as a
+ * skip, not a pass. scripts/gpu-check runs it with the model tests on the GPU. */
 #include "config.h"
 
+#include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "backend-open.h"
+#include "cuda-ops.h"
+#include "float16.h"
 #include "gpu-device.h"
+#include "gpu-host-model.h"
+#include "model.h"
+#include "test-random.h"
+
+#define MAX_COLS 1536
+#define MAX_ROWS 300
+#define MAX_TOKENS 13
+#define BLOCK_SIZE 16
+#define MAX_LEN 1024
+#define MAX_SEQS 64
+
+static int failures;
+
+#define CHECK(cond, ...)                                    \
+        do {                                                \
+                if (!(cond)) {                              \
+                        failures++;                         \
+                        printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+                        printf(__VA_ARGS__);                \
+                        printf("\n");                       \
+                }                                           \
+        } while (0)
+
+static uint32_t bits(float f) {
+        uint32_t u;
+        memcpy(&u, &f, sizeof(u));
+        return u;
+}
+
+/* Random rows of a weight of type in the file's layout. */
+static void random_weight(enum tensor_type type, uint32_t n_rows, uint32_t n_cols, uint8_t *data, struct weight *w) {
+        uint64_t row_bytes = tensor_row_bytes(type, n_cols);
+        *w = (struct weight) { type, n_rows, n_cols, row_bytes, data };
+        for (uint64_t i = 0; i < n_rows * row_bytes; i++)
+                data[i] = (uint8_t) next_u32();
+        uint32_t block_bytes = tensor_type_info(type)->block_bytes;
+        for (uint32_t r = 0; r < n_rows; r++)
+                for (uint32_t c = 0; c < n_cols; c += tensor_type_info(type)->block_size) {
+                        uint8_t *p = data + r * row_bytes + (uint64_t) c / tensor_type_info(type)->block_size * block_bytes;
+                        if (type == TENSOR_F32) {
+                                float v = next_float(0.1f);
+                                memcpy(p, &v, 4);
+                        } else if (type == TENSOR_F16 || type == TENSOR_BF16) {
+                                float v = next_float(0.1f);
+                                uint16_t h = type == TENSOR_F16 ? f32_to_f16(v) : (uint16_t) (bits(v) >> 16);
+                                memcpy(p, &h, 2);
+                        } else {
+                                f16_bits d = f32_to_f16(next_float(0.05f)), m = f32_to_f16(next_float(0.1f));
+                                memcpy(p, &d, 2);
+                                if (type == TENSOR_Q4_1)
+                                        memcpy(p + 2, &m, 2);
+                        }
+                }
+}
+
+/* Each matmul kernel against the host model, bit for bit: the quantized activations and
+ * every output, for token counts that take each tile width of the kernel. */
+static void check_matmuls(void) {
+        static const enum tensor_type types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q8_0, TENSOR_F16, TENSOR_BF16, TENSOR_F32 };
+        static const uint32_t shapes[][2] = { { 300, 576 }, { 77, 1536 }, { 5, 32 }, { 192, 64 } };
+        static const uint32_t token_counts[] = { 1, 2, 3, 5, 8, 13 };
+        static uint8_t data[MAX_ROWS * MAX_COLS * 4], quants[MAX_COLS];
+        static uint32_t scales[MAX_COLS / 32];
+        static float x[MAX_TOKENS * MAX_COLS], out[MAX_TOKENS * MAX_ROWS], ds[MAX_TOKENS * MAX_COLS / 16],
+                want_ds[MAX_COLS / 16];
+        static int8_t xq[MAX_TOKENS * MAX_COLS], want_q[MAX_COLS];
+        size_t n_checked = 0;
+        for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++)
+                for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
+                        for (size_t ni = 0; ni < sizeof(token_counts) / sizeof(token_counts[0]); ni++) {
+                                uint32_t rows = shapes[si][0], cols = shapes[si][1], n = token_counts[ni];
+                                struct weight w;
+                                struct error err;
+                                random_weight(types[ti], rows, cols, data, &w);
+                                for (uint32_t i = 0; i < n * cols; i++)
+                                        x[i] = next_float(ni % 2 ? 8.0f : 1.0f);
+                                if (cuda_ops_matmul(&w, x, n, out, xq, ds, &err) < 0) {
+                                        CHECK(0, "%s", err.message);
+                                        return;
+                                }
+                                enum gpu_weight_kind kind = host_weight_kind(types[ti]);
+                                uint32_t mismatches = 0;
+                                for (uint32_t t = 0; t < n; t++) {
+                                        host_quantize_row(x + t * cols, cols, want_q, want_ds);
+                                        mismatches += memcmp(want_q, xq + t * cols, cols) != 0;
+                                        for (uint32_t b = 0; b < cols / 16; b++)
+                                                mismatches += bits(want_ds[b]) != bits(ds[t * cols / 16 + b]);
+                                        for (uint32_t r = 0; r < rows; r++) {
+                                                float want;
+                                                if (kind <= GPU_WEIGHT_Q8_0) {
+                                                        host_repack_row(&w, r, quants, scales);
+                                                        want = host_row_dot(kind, quants, scales, cols / 32, want_q, want_ds);
+                                                } else
+                                                        want = host_row_dot_float(kind, w.data + r * w.row_bytes, cols, x + t * cols);
+                                                if (bits(want) != bits(out[t * rows + r]) && mismatches++ < 3)
+                                                        printf("  %s %ux%u, %u tokens: token %u row %u: device %.9g, host %.9g\n",
+                                                               tensor_type_info(types[ti])->name, rows, cols, n, t, r,
+                                                               out[t * rows + r], want);
+                                        }
+                                }
+                                CHECK(mismatches == 0, "%s %ux%u with %u tokens: %u values differ from the host model",
+                                      tensor_type_info(types[ti])->name, rows, cols, n, mismatches);
+                                n_checked++;
+                        }
+        printf("matmul kernels: %zu shapes and token counts checked bit for bit against the host model\n", n_checked);
+}
+
+/* Sequences driven through the backend by hand: each its own blocks of the pool. */
+struct seqs {
+        int32_t tables[MAX_SEQS][MAX_LEN / BLOCK_SIZE];
+        struct batch_seq seqs[MAX_SEQS];
+        uint32_t len[MAX_SEQS];
+};
+
+static void seqs_init(struct seqs *s, uint32_t n, uint32_t prompt_len) {
+        memset(s, 0, sizeof(*s));
+        for (uint32_t i = 0; i < n; i++) {
+                for (uint32_t b = 0; b < MAX_LEN / BLOCK_SIZE; b++)
+                        s->tables[i][b] = (int32_t) (i * (MAX_LEN / BLOCK_SIZE) + b);
+                s->seqs[i] = (struct batch_seq) { s->tables[i], MAX_LEN / BLOCK_SIZE, prompt_len };
+        }
+}
+
+/* One step: n_take[i] tokens of sequence i (from tokens[i] at its length), the last of each
+ * asked for; the logits rows copied into logits (one per sequence that took tokens). */
+static int step(const struct backend *b, struct seqs *s, uint32_t n_seqs, int32_t *const *tokens, const uint32_t *n_take,
+                float *logits, uint32_t n_vocab) {
+        static int32_t tok[MAX_SEQS * MAX_LEN], pos[MAX_SEQS * MAX_LEN], sid[MAX_SEQS * MAX_LEN], outs[MAX_SEQS];
+        uint32_t n = 0, n_out = 0;
+        for (uint32_t i = 0; i < n_seqs; i++) {
+                for (uint32_t j = 0; j < n_take[i]; j++, n++) {
+                        tok[n] = tokens[i][s->len[i] + j];
+                        pos[n] = (int32_t) (s->len[i] + j);
+                        sid[n] = (int32_t) i;
+                }
+                if (n_take[i])
+                        outs[n_out++] = (int32_t) n - 1;
+                s->len[i] += n_take[i];
+        }
+        struct batch batch = { n, tok, pos, sid, n_seqs, s->seqs, n_out, outs };
+        float *rows;
+        struct error err;
+        if (b->forward(b->impl, &batch, &rows, &err) < 0) {
+                CHECK(0, "forward: %s", err.message);
+                return -1;
+        }
+        memcpy(logits, rows, (size_t) n_out * n_vocab * sizeof(float));
+        return 0;
+}
+
+/* Sequence 0's logits after its prompt and after each of 4 decode steps, run with n_others
+ * other sequences beside it, its prompt fed chunk tokens at a time. */
+static int run_sequence(const struct backend *b, uint32_t n_vocab, int32_t *const *tokens, uint32_t prompt_len,
+                        uint32_t n_others, uint32_t chunk, float *trace) {
+        static struct seqs s;
+        static float logits[(MAX_SEQS) * 49152 * 1];
+        uint32_t n = 1 + n_others, take[MAX_SEQS];
+        if ((size_t) n * n_vocab > sizeof(logits) / sizeof(float))
+                return -1;
+        seqs_init(&s, n, prompt_len);
+        uint32_t row = 0;
+        while (s.len[0] < prompt_len + 4) {
+                for (uint32_t i = 0; i < n; i++) {
+                        uint32_t left = prompt_len - (s.len[i] < prompt_len ? s.len[i] : prompt_len);
+                        take[i] = left ? (left < chunk ? left : chunk) : 1;
+                }
+                if (step(b, &s, n, tokens, take, logits, n_vocab) < 0)
+                        return -1;
+                if (s.len[0] >= prompt_len)
+                        memcpy(trace + (size_t) row++ * n_vocab, logits, n_vocab * sizeof(float));
+        }
+        return (int) row;
+}
+
+static void check_model(const char *path) {
+        static int32_t token_store[MAX_SEQS][MAX_LEN];
+        int32_t *tokens[MAX_SEQS];
+        struct model *model;
+        struct error err;
+        if (model_load(path, &model, &err) < 0) {
+                CHECK(0, "%s", err.message);
+                return;
+        }
+        uint32_t n_vocab = model->hp.n_vocab;
+        struct backend_options options = {
+                .n_threads = 1, .max_batch_tokens = 4096, .max_model_len = MAX_LEN, .block_size = BLOCK_SIZE,
+                .n_kv_blocks = MAX_SEQS * MAX_LEN / BLOCK_SIZE,
+        };
+        struct backend b;
+        if (backend_open("cuda", &options, model, &b, &err) < 0) {
+                CHECK(0, "%s", err.message);
+                model_free(model);
+                return;
+        }
+        printf("backend %s on %s, %u KV blocks\n", b.name, b.kernels, b.kv.n_blocks);
+        for (uint32_t i = 0; i < MAX_SEQS; i++) {
+                tokens[i] = token_store[i];
+                for (uint32_t j = 0; j < MAX_LEN; j++)
+                        token_store[i][j] = (int32_t) (next_u32() % n_vocab);
+        }
+        uint32_t prompt_len = 100;
+        size_t trace_floats = (size_t) 8 * n_vocab;
+        float *alone = malloc(trace_floats * sizeof(float)), *other = malloc(trace_floats * sizeof(float));
+        int rows = run_sequence(&b, n_vocab, tokens, prompt_len, 0, prompt_len, alone);
+        CHECK(rows == 5, "the sequence alone gave %d rows of logits", rows);
+        static const struct { uint32_t others, chunk; } cases[] = { { 0, 7 }, { 0, 64 }, { 7, 512 }, { 7, 13 }, { 63, 100 }, { 63, 9 } };
+        for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]) && rows == 5; c++) {
+                int got = run_sequence(&b, n_vocab, tokens, prompt_len, cases[c].others, cases[c].chunk, other);
+                CHECK(got == rows && memcmp(alone, other, (size_t) rows * n_vocab * sizeof(float)) == 0,
+                      "sequence 0 beside %u others, prompt in chunks of %u: logits differ from its run alone", cases[c].others,
+                      cases[c].chunk);
+        }
+        printf("invariance: one sequence's logits checked alone, in batches of 8 and 64, in chunks of 7 to 512\n");
+
+        /* sleep: the device's free memory grows by what is released; outputs after wake-up
+         * are the same bits */
+        struct backend_memory_usage before, asleep, awake;
+        b.memory_usage(b.impl, 0, &before);
+        CHECK(b.release_memory(b.impl, BACKEND_MEMORY_WEIGHTS | BACKEND_MEMORY_KV_CACHE, &err) == 0, "release: %s", err.message);
+        b.memory_usage(b.impl, 0, &asleep);
+        uint64_t released = before.weights_bytes + before.kv_cache_bytes, gained = asleep.device_free_bytes - before.device_free_bytes;
+        printf("sleep: %.1f MiB released, device free memory up %.1f MiB\n", released / 1048576.0, gained / 1048576.0);
+        CHECK(asleep.device_free_bytes > before.device_free_bytes && gained >= released / 100 * 95,
+              "sleep released %" PRIu64 " bytes but the device gained %" PRIu64, released, gained);
+        CHECK(b.restore_memory(b.impl, BACKEND_MEMORY_WEIGHTS | BACKEND_MEMORY_KV_CACHE, &err) == 0, "restore: %s", err.message);
+        b.memory_usage(b.impl, 0, &awake);
+        CHECK(awake.released == 0 && awake.weights_bytes == before.weights_bytes, "wake-up left memory released");
+        int got = run_sequence(&b, n_vocab, tokens, prompt_len, 7, 32, other);
+        CHECK(got == rows && memcmp(alone, other, (size_t) rows * n_vocab * sizeof(float)) == 0,
+              "logits after wake-up differ from before sleep");
+        free(alone);
+        free(other);
+        backend_free(&b);
+        model_free(model);
+}
 
 int main(void) {
         struct gpu_versions v;
@@ -33,5 +278,9 @@ int main(void) {
                 printf("device %d: %s, %zu MiB, compute %d.%d\n", i, info.name, info.total_memory >> 20,
                        info.compute_major, info.compute_minor);
         }
-        return EXIT_SUCCESS;
+        check_matmuls();
+        const char *model = getenv("ASYNCLLM_MODEL");
+        check_model(model && *model ? model : SOURCE_MODEL_PATH);
+        printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
+        return failures ? EXIT_FAILURE : EXIT_SUCCESS;
 }

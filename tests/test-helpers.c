@@ -35,6 +35,11 @@ const char *test_model_path(void) {
         return path;
 }
 
+const char *test_device(void) {
+        const char *env = getenv("ASYNCLLM_TEST_DEVICE");
+        return env && *env ? env : "cpu";
+}
+
 double test_slowdown(void) {
         const char *v = getenv("ASYNCLLM_TEST_SLOWDOWN");
         double f = v && *v ? strtod(v, NULL) : 1.0;

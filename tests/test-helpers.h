@@ -12,6 +12,10 @@
  * scripts/fetch-model when the file is missing. */
 const char *test_model_path(void);
 
+/* The backend the model tests run on: $ASYNCLLM_TEST_DEVICE ("cuda" on a GPU machine, as
+ * scripts/gpu-check runs them), else "cpu". */
+const char *test_device(void);
+
 /* How many times longer than usual things may take on this run: $ASYNCLLM_TEST_SLOWDOWN (make
  * check sets it in sanitizer builds, tests/valgrind-run under memcheck), at least 1. Every
  * wall-clock margin of the tests goes through it, so that a slow machine stretches them all

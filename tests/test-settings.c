@@ -251,13 +251,13 @@ START_TEST(test_flag_errors) {
         expect_flag_error(ARGS("--max-model-len=-5"), "allowed: 0 (the model's context length) to 16777216");
         expect_flag_error(ARGS("--scheduling-policy", "lifo"),
                           "--scheduling-policy: 'lifo' is not one of fcfs, priority, slo");
-        expect_flag_error(ARGS("--device=tpu"), "--device: 'tpu' is not one of cpu");
+        expect_flag_error(ARGS("--device=tpu"), "--device: 'tpu' is not one of cpu, cuda");
         /* known values that no backend serves yet are refused with the reason, not taken and ignored */
-        expect_flag_error(ARGS("--device=cuda"), "--device: 'cuda' is not supported yet: the CUDA backend only probes "
-                                                 "the GPU so far; allowed: cpu");
         expect_flag_error(ARGS("--tensor-parallel-size=2"),
-                          "--tensor-parallel-size: 2 is not supported yet: tensor parallelism needs a GPU backend "
-                          "that serves, which does not exist yet; allowed: 1");
+                          "--tensor-parallel-size: 2 is not supported yet: the CUDA backend runs on one GPU; sharding "
+                          "over several (NCCL) is not built yet; allowed: 1");
+        expect_flag_error(ARGS("--gpu-memory-utilization=1"),
+                          "--gpu-memory-utilization: 1 is out of range; allowed: a fraction from 0 to less than 1");
         expect_flag_error(ARGS("--tensor-parallel-size=64"), "--tensor-parallel-size: 64 is not supported yet");
         expect_flag_error(ARGS("--bus=session"), "--bus: 'session' is not one of none, system, user");
         expect_flag_error(ARGS("--log-level=verbose"),
@@ -453,11 +453,10 @@ START_TEST(test_file_errors) {
                           "kv-cache-space: '10 parsecs' is not a size; allowed: 1MiB to 16TiB");
         expect_file_error("scheduling-policy = lifo\n",
                           ":1: scheduling-policy: 'lifo' is not one of fcfs, priority, slo");
-        expect_file_error("\ndevice = cuda\n", "bad.conf:2: device: 'cuda' is not supported yet: the CUDA backend "
-                                                "only probes the GPU so far; allowed: cpu");
+        expect_file_error("\ndevice = tpu\n", "bad.conf:2: device: 'tpu' is not one of cpu, cuda");
         expect_file_error("tensor-parallel-size = 2\n",
-                          "bad.conf:1: tensor-parallel-size: 2 is not supported yet: tensor parallelism needs a GPU "
-                          "backend that serves, which does not exist yet; allowed: 1");
+                          "bad.conf:1: tensor-parallel-size: 2 is not supported yet: the CUDA backend runs on one "
+                          "GPU; sharding over several (NCCL) is not built yet; allowed: 1");
         expect_file_error("max-num-seqs = 4\nblock-size = 8\nmax-num-seqs = 8\n",
                           "bad.conf:3: max-num-seqs = 8: the key was already set on line 1; each key may appear once");
         expect_file_error("max-num-seqs 4\n", "bad.conf:1: 'max-num-seqs 4' is not a 'key = value' line");

@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* The CUDA backend's kernels, as launchers on a stream (C++, for gpu/ only). Each output
+ * element is reduced by one thread or one fixed group of lanes, in an order that depends on
+ * the shapes of the model alone: a token's results are the same bits in any batch, chunk or
+ * launch. gpu-math.h holds the arithmetic; the host tests model it. */
+
+#include <cuda_runtime_api.h>
+#include <stdint.h>
+
+#include "gpu-math.h"
+
+/* A matmul weight on the device: repacked quants and scales for the quantized kinds, the
+ * file's rows for the float ones. */
+struct gpu_weight {
+        enum gpu_weight_kind kind;
+        uint32_t n_rows, n_cols;
+        const uint8_t *quants;  /* (n_rows, n_cols / 32, block_quant_bytes) */
+        const uint32_t *scales; /* (n_rows, n_cols / 32) */
+        const void *rows;       /* float kinds: (n_rows, n_cols) of F32, F16 or BF16 */
+};
+
+/* Activations of a matmul: float rows (read by float weights) and their q8_1 quantization
+ * (read by quantized ones), width elements per token. */
+struct gpu_activations {
+        float *x;     /* (tokens, width) */
+        int8_t *q;    /* (tokens, width) */
+        float *ds;    /* (tokens, width / 32, 2) */
+        uint32_t width;
+};
+
+/* The paged KV pool of one layer: (n_blocks, n_head_kv, block_size, head_dim) f16 each. */
+struct gpu_kv_layer {
+        uint16_t *k, *v;
+        uint32_t block_size, n_head_kv, head_dim;
+};
+
+/* What attention and the KV store read of the step. */
+struct gpu_step {
+        uint32_t n_tokens;
+        const int32_t *tokens, *positions, *seq_ids; /* (n_tokens) */
+        const int32_t *block_tables;                 /* (n_seqs, max_blocks) */
+        uint32_t max_blocks;
+};
+
+cudaError_t gpu_embed(cudaStream_t s, const struct gpu_weight *w, const struct gpu_step *step, float *x);
+
+/* out = rms_norm(x[rows[i]]) * weight for i < n (rows NULL: row i), quantized into out. */
+cudaError_t gpu_rms_norm_quantize(cudaStream_t s, const float *x, const int32_t *rows, uint32_t n, const float *weight,
+                                  float eps, const struct gpu_activations *out);
+
+/* Quantizes a->x (n tokens) into a->q and a->ds. */
+cudaError_t gpu_quantize(cudaStream_t s, uint32_t n, const struct gpu_activations *a);
+
+/* a->x = silu(gate) * up, quantized; gate and up are (n, a->width). */
+cudaError_t gpu_swiglu_quantize(cudaStream_t s, uint32_t n, const float *gate, const float *up,
+                                const struct gpu_activations *a);
+
+/* out[t * out_stride + row] (+)= W[row] . x[t] for n tokens. */
+cudaError_t gpu_matmul(cudaStream_t s, const struct gpu_weight *w, const struct gpu_activations *a, uint32_t n,
+                       float *out, uint32_t out_stride, bool accumulate);
+
+/* RoPE on each token's query and key heads (in place in q and k), then its key and value
+ * stored at its position's slot, in f16. */
+cudaError_t gpu_rope_store_kv(cudaStream_t s, const struct gpu_step *step, float *q, float *k, const float *v,
+                              uint32_t n_head, uint32_t rope_dim, float theta_scale, const struct gpu_kv_layer *kv);
+
+/* Causal attention of each token over its sequence's positions up to its own, read through
+ * its block table; out is (n_tokens, n_head * head_dim). */
+cudaError_t gpu_attention(cudaStream_t s, const struct gpu_step *step, const float *q, uint32_t n_head, float scale,
+                          const struct gpu_kv_layer *kv, float *out);

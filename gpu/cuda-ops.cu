@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include <cuda_runtime_api.h>
+
+extern "C" {
+#include "error.h"
+#include "model.h"
+}
+#include "cuda-kernels.h"
+#include "cuda-ops.h"
+#include "cuda-weights.h"
+
+#define OPS_TRY(call)                                                                                          \
+        do {                                                                                                   \
+                cudaError_t ops_try_ = (call);                                                                 \
+                if (ops_try_ != cudaSuccess) {                                                                 \
+                        rc = error_set(err, EIO, "CUDA error in %s: %s", #call, cudaGetErrorString(ops_try_)); \
+                        goto out;                                                                              \
+                }                                                                                              \
+        } while (0)
+
+extern "C" int cuda_ops_matmul(const struct weight *w, const float *x, uint32_t n_tokens, float *out, int8_t *xq,
+                               float *ds, struct error *err) {
+        struct gpu_weight gw;
+        struct gpu_activations a = { NULL, NULL, NULL, (uint32_t) w->n_cols };
+        uint8_t *arena = NULL, *image = NULL;
+        float *out_device = NULL;
+        size_t bytes = cuda_place_weight(w, &gw, NULL, NULL, 0), x_floats = (size_t) n_tokens * w->n_cols;
+        size_t n_blocks = x_floats / GPU_QBLOCK, out_floats = (size_t) n_tokens * w->n_rows;
+        int rc = 0;
+        if (!(image = (uint8_t *) malloc(bytes)))
+                return error_set(err, ENOMEM, "out of memory");
+        OPS_TRY(cudaMalloc((void **) &arena, bytes));
+        cuda_place_weight(w, &gw, arena, image, 0);
+        OPS_TRY(cudaMemcpy(arena, image, bytes, cudaMemcpyHostToDevice));
+        OPS_TRY(cudaMalloc((void **) &a.x, x_floats * sizeof(float)));
+        OPS_TRY(cudaMalloc((void **) &a.q, x_floats));
+        OPS_TRY(cudaMalloc((void **) &a.ds, n_blocks * 2 * sizeof(float)));
+        OPS_TRY(cudaMalloc((void **) &out_device, out_floats * sizeof(float)));
+        OPS_TRY(cudaMemset(out_device, 0xff, out_floats * sizeof(float))); /* NaN: every element must be written */
+        OPS_TRY(cudaMemcpy(a.x, x, x_floats * sizeof(float), cudaMemcpyHostToDevice));
+        OPS_TRY(gpu_quantize(0, n_tokens, &a));
+        OPS_TRY(gpu_matmul(0, &gw, &a, n_tokens, out_device, (uint32_t) w->n_rows, false));
+        OPS_TRY(cudaDeviceSynchronize());
+        OPS_TRY(cudaMemcpy(out, out_device, out_floats * sizeof(float), cudaMemcpyDeviceToHost));
+        OPS_TRY(cudaMemcpy(xq, a.q, x_floats, cudaMemcpyDeviceToHost));
+        OPS_TRY(cudaMemcpy(ds, a.ds, n_blocks * 2 * sizeof(float), cudaMemcpyDeviceToHost));
+out:
+        cudaFree(arena);
+        cudaFree(a.x);
+        cudaFree(a.q);
+        cudaFree(a.ds);
+        cudaFree(out_device);
+        free(image);
+        return rc;
+}

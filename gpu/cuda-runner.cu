@@ -1,0 +1,476 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+extern "C" {
+#include "backend.h"
+#include "batch.h"
+#include "error.h"
+#include "model.h"
+}
+#include "cuda-kernels.h"
+#include "cuda-runner.h"
+#include "cuda-weights.h"
+
+/* The KV pool leaves this much of the device free for the runtime's own needs (module
+ * loading, the launch queue). */
+#define DEVICE_HEADROOM ((uint64_t) 256 << 20)
+#define LOGITS_ROWS_MIN 64
+
+struct layer_weights {
+        const float *attn_norm, *ffn_norm;
+        struct gpu_weight wq, wk, wv, wo, gate, up, down;
+};
+
+struct cuda_runner {
+        const struct model *model;
+        struct cuda_runner_config config;
+        char device_name[320];
+        cudaStream_t stream;
+        unsigned released; /* enum backend_memory bits */
+
+        /* Weights: one device arena, laid out by place_weights(). */
+        uint8_t *arena;
+        size_t arena_bytes;
+        struct layer_weights *layers;
+        struct gpu_weight embd, output;
+        const float *output_norm;
+
+        /* KV pool: (n_layer, n_blocks, n_head_kv, block_size, head_dim) f16, keys and values */
+        uint16_t *k_pool, *v_pool;
+        size_t kv_pool_bytes; /* of each */
+        uint32_t n_blocks;
+
+        /* The step's buffers, for max_batch_tokens tokens. */
+        uint32_t q_dim, kv_dim, max_dim, max_blocks_per_seq;
+        float *x, *q, *k, *v, *gate, *up;
+        struct gpu_activations act;
+        int32_t *inputs_host, *inputs_device; /* tokens, positions, seq ids, outputs, block tables */
+        size_t inputs_capacity;               /* int32s */
+        float *logits_host, *logits_device;
+        uint32_t logits_rows;
+        uint64_t scratch_bytes;
+
+        float theta_scale, attention_scale;
+};
+
+static int cuda_error(struct error *err, cudaError_t e, const char *what) {
+        return error_set(err, EIO, "CUDA error in %s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+#define CUDA_TRY(call)                                                    \
+        do {                                                              \
+                cudaError_t cuda_try_ = (call);                           \
+                if (cuda_try_ != cudaSuccess)                             \
+                        return cuda_error(err, cuda_try_, #call);         \
+        } while (0)
+
+static size_t place_floats(const float *v, uint32_t n, const float **ret, uint8_t *base, uint8_t *image, size_t at) {
+        *ret = (const float *) (base + at);
+        if (image)
+                memcpy(image + at, v, (size_t) n * sizeof(float));
+        return cuda_arena_align(at + (size_t) n * sizeof(float));
+}
+
+/* Lays the weights out from base (pointers only, with image NULL; the bytes too into image
+ * otherwise) and returns the arena's size. */
+static size_t place_weights(struct cuda_runner *r, uint8_t *base, uint8_t *image) {
+        const struct model *m = r->model;
+        size_t at = 0;
+        at = cuda_place_weight(&m->token_embd, &r->embd, base, image, at);
+        if (m->output.data == m->token_embd.data)
+                r->output = r->embd;
+        else
+                at = cuda_place_weight(&m->output, &r->output, base, image, at);
+        at = place_floats(m->output_norm, m->hp.n_embd, &r->output_norm, base, image, at);
+        for (uint32_t i = 0; i < m->hp.n_layer; i++) {
+                const struct model_layer *l = &m->layers[i];
+                struct layer_weights *g = &r->layers[i];
+                at = place_floats(l->attn_norm, m->hp.n_embd, &g->attn_norm, base, image, at);
+                at = place_floats(l->ffn_norm, m->hp.n_embd, &g->ffn_norm, base, image, at);
+                at = cuda_place_weight(&l->wq, &g->wq, base, image, at);
+                at = cuda_place_weight(&l->wk, &g->wk, base, image, at);
+                at = cuda_place_weight(&l->wv, &g->wv, base, image, at);
+                at = cuda_place_weight(&l->wo, &g->wo, base, image, at);
+                at = cuda_place_weight(&l->w_gate, &g->gate, base, image, at);
+                at = cuda_place_weight(&l->w_up, &g->up, base, image, at);
+                at = cuda_place_weight(&l->w_down, &g->down, base, image, at);
+        }
+        return at;
+}
+
+static int upload_weights(struct cuda_runner *r, struct error *err) {
+        size_t bytes = place_weights(r, NULL, NULL);
+        uint8_t *image = (uint8_t *) malloc(bytes);
+        if (!image)
+                return error_set(err, ENOMEM, "cannot stage %zu MiB of weights for the GPU", bytes >> 20);
+        cudaError_t e = cudaMalloc((void **) &r->arena, bytes);
+        if (e != cudaSuccess) {
+                free(image);
+                r->arena = NULL;
+                return cuda_error(err, e, "cudaMalloc of the weights");
+        }
+        place_weights(r, r->arena, image);
+        e = cudaMemcpy(r->arena, image, bytes, cudaMemcpyHostToDevice);
+        free(image);
+        if (e != cudaSuccess) {
+                cudaFree(r->arena);
+                r->arena = NULL;
+                return cuda_error(err, e, "cudaMemcpy of the weights");
+        }
+        r->arena_bytes = bytes;
+        return 0;
+}
+
+static int check_model(const struct model *m, struct error *err) {
+        const struct model_hparams *hp = &m->hp;
+        const struct weight *all[] = { &m->token_embd, &m->output };
+        for (size_t i = 0; i < 2; i++) {
+                enum gpu_weight_kind kind;
+                if (cuda_weight_kind(all[i]->type, &kind) < 0)
+                        return error_set(err, EOPNOTSUPP, "the CUDA backend has no kernel for tensor type %s",
+                                         tensor_type_info(all[i]->type) ? tensor_type_info(all[i]->type)->name : "?");
+        }
+        for (uint32_t i = 0; i < hp->n_layer; i++) {
+                const struct model_layer *l = &m->layers[i];
+                const struct weight *w[] = { &l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down };
+                for (size_t j = 0; j < 7; j++) {
+                        enum gpu_weight_kind kind;
+                        if (cuda_weight_kind(w[j]->type, &kind) < 0)
+                                return error_set(err, EOPNOTSUPP, "the CUDA backend has no kernel for tensor type %s (layer %u)",
+                                                 tensor_type_info(w[j]->type) ? tensor_type_info(w[j]->type)->name : "?", i);
+                }
+        }
+        if (hp->head_dim != 32 && hp->head_dim != 64 && hp->head_dim != 128 && hp->head_dim != 256)
+                return error_set(err, EOPNOTSUPP, "the CUDA backend's attention takes head sizes 32, 64, 128 and 256, not %u",
+                                 hp->head_dim);
+        if (hp->n_embd % GPU_QBLOCK || hp->n_ff % GPU_QBLOCK || (hp->n_head * hp->head_dim) % GPU_QBLOCK)
+                return error_set(err, EOPNOTSUPP, "the CUDA backend needs widths that are multiples of %d", GPU_QBLOCK);
+        return 0;
+}
+
+static int alloc_logits(struct cuda_runner *r, uint32_t rows, struct error *err) {
+        size_t bytes = (size_t) rows * r->model->hp.n_vocab * sizeof(float);
+        if (r->logits_device)
+                cudaFree(r->logits_device);
+        if (r->logits_host)
+                cudaFreeHost(r->logits_host);
+        r->scratch_bytes -= 2 * (uint64_t) r->logits_rows * r->model->hp.n_vocab * sizeof(float);
+        r->logits_device = NULL;
+        r->logits_host = NULL;
+        r->logits_rows = 0;
+        CUDA_TRY(cudaMalloc((void **) &r->logits_device, bytes));
+        CUDA_TRY(cudaHostAlloc((void **) &r->logits_host, bytes, cudaHostAllocDefault));
+        r->logits_rows = rows;
+        r->scratch_bytes += 2 * (uint64_t) bytes;
+        return 0;
+}
+
+static int alloc_scratch(struct cuda_runner *r, struct error *err) {
+        const struct model_hparams *hp = &r->model->hp;
+        size_t T = r->config.max_batch_tokens;
+        struct { void **p; size_t bytes; } bufs[] = {
+                { (void **) &r->x, T * hp->n_embd * sizeof(float) },
+                { (void **) &r->q, T * r->q_dim * sizeof(float) },
+                { (void **) &r->k, T * r->kv_dim * sizeof(float) },
+                { (void **) &r->v, T * r->kv_dim * sizeof(float) },
+                { (void **) &r->gate, T * hp->n_ff * sizeof(float) },
+                { (void **) &r->up, T * hp->n_ff * sizeof(float) },
+                { (void **) &r->act.x, T * r->max_dim * sizeof(float) },
+                { (void **) &r->act.q, T * r->max_dim },
+                { (void **) &r->act.ds, T * (r->max_dim / GPU_QBLOCK) * 2 * sizeof(float) },
+                { (void **) &r->inputs_device, r->inputs_capacity * sizeof(int32_t) },
+        };
+        for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
+                CUDA_TRY(cudaMalloc(bufs[i].p, bufs[i].bytes));
+                r->scratch_bytes += bufs[i].bytes;
+        }
+        CUDA_TRY(cudaHostAlloc((void **) &r->inputs_host, r->inputs_capacity * sizeof(int32_t), cudaHostAllocDefault));
+        r->scratch_bytes += r->inputs_capacity * sizeof(int32_t);
+        return alloc_logits(r, LOGITS_ROWS_MIN, err);
+}
+
+static int alloc_kv_pool(struct cuda_runner *r, struct error *err) {
+        size_t elems = (size_t) r->model->hp.n_layer * r->n_blocks * r->config.block_size * r->kv_dim;
+        r->kv_pool_bytes = elems * sizeof(uint16_t);
+        CUDA_TRY(cudaMalloc((void **) &r->k_pool, r->kv_pool_bytes));
+        CUDA_TRY(cudaMalloc((void **) &r->v_pool, r->kv_pool_bytes));
+        CUDA_TRY(cudaMemset(r->k_pool, 0, r->kv_pool_bytes));
+        CUDA_TRY(cudaMemset(r->v_pool, 0, r->kv_pool_bytes));
+        return 0;
+}
+
+/* As many blocks as the memory gpu_memory_utilization leaves once everything else is
+ * allocated; at least one sequence of max_model_len must fit. */
+static int size_kv_pool(struct cuda_runner *r, struct error *err) {
+        uint64_t block_bytes = cuda_runner_block_bytes(r);
+        uint32_t per_seq = r->max_blocks_per_seq;
+        if (r->config.n_kv_blocks) {
+                r->n_blocks = r->config.n_kv_blocks;
+                return 0;
+        }
+        size_t free_bytes, total_bytes;
+        CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));
+        double budget = r->config.gpu_memory_utilization * (double) total_bytes - (double) (total_bytes - free_bytes);
+        if (budget > (double) free_bytes - (double) DEVICE_HEADROOM)
+                budget = (double) free_bytes - (double) DEVICE_HEADROOM;
+        uint64_t blocks = budget > 0 ? (uint64_t) (budget / (double) block_bytes) : 0;
+        if (blocks > INT32_MAX)
+                blocks = INT32_MAX;
+        if (blocks < per_seq)
+                return error_set(err, ENOMEM,
+                                 "--gpu-memory-utilization %.2f leaves %.0f MiB of the GPU's %zu MiB (%zu MiB in use) for the KV cache, under the %" PRIu64
+                                 " MiB one sequence of --max-model-len %u needs; raise --gpu-memory-utilization or lower --max-model-len",
+                                 r->config.gpu_memory_utilization, budget > 0 ? budget / 1048576.0 : 0.0, total_bytes >> 20,
+                                 (total_bytes - free_bytes) >> 20, (per_seq * block_bytes) >> 20, r->config.max_model_len);
+        r->n_blocks = (uint32_t) blocks;
+        return 0;
+}
+
+extern "C" int cuda_runner_new(const struct model *model, const struct cuda_runner_config *config,
+                               struct cuda_runner **ret, struct error *err) {
+        *ret = NULL;
+        int rc = check_model(model, err);
+        if (rc < 0)
+                return rc;
+        if (config->max_batch_tokens == 0 || config->block_size == 0 || config->max_model_len == 0)
+                return error_set(err, EINVAL, "the CUDA runner needs a step size, a block size and a max_model_len");
+        CUDA_TRY(cudaSetDevice(config->device));
+        struct cudaDeviceProp prop;
+        CUDA_TRY(cudaGetDeviceProperties(&prop, config->device));
+
+        struct cuda_runner *r = (struct cuda_runner *) calloc(1, sizeof(*r));
+        if (!r)
+                return error_set(err, ENOMEM, "out of memory");
+        const struct model_hparams *hp = &model->hp;
+        r->model = model;
+        r->config = *config;
+        snprintf(r->device_name, sizeof(r->device_name), "%s (sm_%d%d)", prop.name, prop.major, prop.minor);
+        r->q_dim = hp->n_head * hp->head_dim;
+        r->kv_dim = hp->n_head_kv * hp->head_dim;
+        r->max_dim = hp->n_embd;
+        if (r->q_dim > r->max_dim)
+                r->max_dim = r->q_dim;
+        if (hp->n_ff > r->max_dim)
+                r->max_dim = hp->n_ff;
+        r->max_blocks_per_seq = (config->max_model_len + config->block_size - 1) / config->block_size;
+        r->inputs_capacity = 4 * (size_t) config->max_batch_tokens + (size_t) config->max_batch_tokens * r->max_blocks_per_seq;
+        r->theta_scale = powf(hp->rope_theta, -2.0f / (float) hp->rope_dim);
+        r->attention_scale = 1.0f / sqrtf((float) hp->head_dim);
+        r->layers = (struct layer_weights *) calloc(hp->n_layer, sizeof(*r->layers));
+        if (!r->layers) {
+                free(r);
+                return error_set(err, ENOMEM, "out of memory");
+        }
+        cudaError_t e = cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking);
+        if (e != cudaSuccess) {
+                free(r->layers);
+                free(r);
+                return cuda_error(err, e, "cudaStreamCreate");
+        }
+        if ((rc = upload_weights(r, err)) < 0 || (rc = alloc_scratch(r, err)) < 0 || (rc = size_kv_pool(r, err)) < 0 ||
+            (rc = alloc_kv_pool(r, err)) < 0) {
+                cuda_runner_free(r);
+                return rc;
+        }
+        *ret = r;
+        return 0;
+}
+
+extern "C" void cuda_runner_free(struct cuda_runner *r) {
+        if (!r)
+                return;
+        cudaSetDevice(r->config.device);
+        if (r->stream)
+                cudaStreamSynchronize(r->stream);
+        void *device[] = { r->arena, r->k_pool, r->v_pool, r->x, r->q, r->k, r->v, r->gate, r->up,
+                           r->act.x, r->act.q, r->act.ds, r->inputs_device, r->logits_device };
+        for (size_t i = 0; i < sizeof(device) / sizeof(device[0]); i++)
+                if (device[i])
+                        cudaFree(device[i]);
+        if (r->inputs_host)
+                cudaFreeHost(r->inputs_host);
+        if (r->logits_host)
+                cudaFreeHost(r->logits_host);
+        if (r->stream)
+                cudaStreamDestroy(r->stream);
+        free(r->layers);
+        free(r);
+}
+
+/* Copies the step's indices to the device in one transfer and describes them in *step. */
+static int stage_inputs(struct cuda_runner *r, const struct batch *b, struct gpu_step *step, const int32_t **outputs,
+                        struct error *err) {
+        uint32_t T = b->n_tokens, max_blocks = 1;
+        for (uint32_t s = 0; s < b->n_seqs; s++)
+                if (b->seqs[s].n_blocks > max_blocks)
+                        max_blocks = b->seqs[s].n_blocks;
+        if (max_blocks > r->max_blocks_per_seq)
+                max_blocks = r->max_blocks_per_seq;
+        size_t n = 4 * (size_t) T + (size_t) b->n_seqs * max_blocks;
+        if (n > r->inputs_capacity)
+                return error_set(err, EINVAL, "a step of %u tokens in %u sequences is more than the CUDA runner holds",
+                                 T, b->n_seqs);
+        int32_t *h = r->inputs_host;
+        memcpy(h, b->tokens, T * sizeof(int32_t));
+        memcpy(h + T, b->positions, T * sizeof(int32_t));
+        memcpy(h + 2 * T, b->seq_ids, T * sizeof(int32_t));
+        memcpy(h + 3 * T, b->output_tokens, b->n_outputs * sizeof(int32_t));
+        int32_t *tables = h + 4 * T;
+        for (uint32_t s = 0; s < b->n_seqs; s++) {
+                uint32_t have = b->seqs[s].n_blocks < max_blocks ? b->seqs[s].n_blocks : max_blocks;
+                memcpy(tables + (size_t) s * max_blocks, b->seqs[s].block_table, have * sizeof(int32_t));
+                for (uint32_t j = have; j < max_blocks; j++)
+                        tables[(size_t) s * max_blocks + j] = 0;
+        }
+        CUDA_TRY(cudaMemcpyAsync(r->inputs_device, h, n * sizeof(int32_t), cudaMemcpyHostToDevice, r->stream));
+        const int32_t *d = r->inputs_device;
+        *step = (struct gpu_step) { T, d, d + T, d + 2 * T, d + 4 * T, max_blocks };
+        *outputs = d + 3 * T;
+        return 0;
+}
+
+static struct gpu_kv_layer kv_layer(const struct cuda_runner *r, uint32_t layer) {
+        size_t per_layer = (size_t) r->n_blocks * r->config.block_size * r->kv_dim;
+        return (struct gpu_kv_layer) { r->k_pool + layer * per_layer, r->v_pool + layer * per_layer, r->config.block_size,
+                                       r->model->hp.n_head_kv, r->model->hp.head_dim };
+}
+
+#define LAUNCH(call)                                                  \
+        do {                                                          \
+                cudaError_t launch_ = (call);                         \
+                if (launch_ != cudaSuccess)                           \
+                        return cuda_error(err, launch_, #call);       \
+        } while (0)
+
+static int run_layers(struct cuda_runner *r, const struct gpu_step *st, struct error *err) {
+        const struct model_hparams *hp = &r->model->hp;
+        uint32_t T = st->n_tokens;
+        struct gpu_activations *a = &r->act;
+        LAUNCH(gpu_embed(r->stream, &r->embd, st, r->x));
+        for (uint32_t i = 0; i < hp->n_layer; i++) {
+                const struct layer_weights *l = &r->layers[i];
+                struct gpu_kv_layer kv = kv_layer(r, i);
+                a->width = hp->n_embd;
+                LAUNCH(gpu_rms_norm_quantize(r->stream, r->x, NULL, T, l->attn_norm, hp->rms_eps, a));
+                LAUNCH(gpu_matmul(r->stream, &l->wq, a, T, r->q, r->q_dim, false));
+                LAUNCH(gpu_matmul(r->stream, &l->wk, a, T, r->k, r->kv_dim, false));
+                LAUNCH(gpu_matmul(r->stream, &l->wv, a, T, r->v, r->kv_dim, false));
+                LAUNCH(gpu_rope_store_kv(r->stream, st, r->q, r->k, r->v, hp->n_head, hp->rope_dim, r->theta_scale, &kv));
+                a->width = r->q_dim;
+                LAUNCH(gpu_attention(r->stream, st, r->q, hp->n_head, r->attention_scale, &kv, a->x));
+                LAUNCH(gpu_quantize(r->stream, T, a));
+                LAUNCH(gpu_matmul(r->stream, &l->wo, a, T, r->x, hp->n_embd, true));
+                a->width = hp->n_embd;
+                LAUNCH(gpu_rms_norm_quantize(r->stream, r->x, NULL, T, l->ffn_norm, hp->rms_eps, a));
+                LAUNCH(gpu_matmul(r->stream, &l->gate, a, T, r->gate, hp->n_ff, false));
+                LAUNCH(gpu_matmul(r->stream, &l->up, a, T, r->up, hp->n_ff, false));
+                a->width = hp->n_ff;
+                LAUNCH(gpu_swiglu_quantize(r->stream, T, r->gate, r->up, a));
+                LAUNCH(gpu_matmul(r->stream, &l->down, a, T, r->x, hp->n_embd, true));
+        }
+        return 0;
+}
+
+extern "C" int cuda_runner_forward(struct cuda_runner *r, const struct batch *b, float **logits, struct error *err) {
+        const struct model_hparams *hp = &r->model->hp;
+        *logits = NULL;
+        if (r->released)
+                return error_set(err, EBUSY, "cannot run a step: GPU memory is released (the engine is asleep)");
+        struct batch_limits limits = { r->config.max_batch_tokens, r->config.max_model_len, hp->n_vocab,
+                                       r->config.block_size, r->n_blocks };
+        int rc = batch_validate(b, &limits, err);
+        if (rc < 0)
+                return rc;
+        CUDA_TRY(cudaSetDevice(r->config.device));
+        if (b->n_outputs > r->logits_rows && (rc = alloc_logits(r, b->n_outputs > 2 * r->logits_rows ? b->n_outputs : 2 * r->logits_rows, err)) < 0)
+                return rc;
+        struct gpu_step st;
+        const int32_t *outputs = NULL;
+        if ((rc = stage_inputs(r, b, &st, &outputs, err)) < 0 || (rc = run_layers(r, &st, err)) < 0)
+                return rc;
+        if (b->n_outputs) {
+                struct gpu_activations *a = &r->act;
+                a->width = hp->n_embd;
+                LAUNCH(gpu_rms_norm_quantize(r->stream, r->x, outputs, b->n_outputs, r->output_norm, hp->rms_eps, a));
+                LAUNCH(gpu_matmul(r->stream, &r->output, a, b->n_outputs, r->logits_device, hp->n_vocab, false));
+                CUDA_TRY(cudaMemcpyAsync(r->logits_host, r->logits_device, (size_t) b->n_outputs * hp->n_vocab * sizeof(float),
+                                         cudaMemcpyDeviceToHost, r->stream));
+        }
+        CUDA_TRY(cudaStreamSynchronize(r->stream));
+        *logits = r->logits_host;
+        return 0;
+}
+
+extern "C" uint32_t cuda_runner_kv_blocks(const struct cuda_runner *r) {
+        return r->n_blocks;
+}
+
+extern "C" uint64_t cuda_runner_block_bytes(const struct cuda_runner *r) {
+        return (uint64_t) r->config.block_size * r->model->hp.n_layer * r->kv_dim * 2 * sizeof(uint16_t);
+}
+
+extern "C" const char *cuda_runner_device_name(const struct cuda_runner *r) {
+        return r->device_name;
+}
+
+extern "C" int cuda_runner_release_memory(struct cuda_runner *r, unsigned what, struct error *err) {
+        CUDA_TRY(cudaSetDevice(r->config.device));
+        CUDA_TRY(cudaStreamSynchronize(r->stream));
+        if ((what & BACKEND_MEMORY_WEIGHTS) && !(r->released & BACKEND_MEMORY_WEIGHTS)) {
+                CUDA_TRY(cudaFree(r->arena));
+                r->arena = NULL;
+                r->released |= BACKEND_MEMORY_WEIGHTS;
+        }
+        if ((what & BACKEND_MEMORY_KV_CACHE) && !(r->released & BACKEND_MEMORY_KV_CACHE)) {
+                CUDA_TRY(cudaFree(r->k_pool));
+                r->k_pool = NULL;
+                CUDA_TRY(cudaFree(r->v_pool));
+                r->v_pool = NULL;
+                r->released |= BACKEND_MEMORY_KV_CACHE;
+        }
+        return 0;
+}
+
+extern "C" int cuda_runner_restore_memory(struct cuda_runner *r, unsigned what, struct error *err) {
+        int rc;
+        CUDA_TRY(cudaSetDevice(r->config.device));
+        if ((what & BACKEND_MEMORY_WEIGHTS) && (r->released & BACKEND_MEMORY_WEIGHTS)) {
+                if ((rc = upload_weights(r, err)) < 0)
+                        return rc;
+                r->released &= ~(unsigned) BACKEND_MEMORY_WEIGHTS;
+        }
+        if ((what & BACKEND_MEMORY_KV_CACHE) && (r->released & BACKEND_MEMORY_KV_CACHE)) {
+                if ((rc = alloc_kv_pool(r, err)) < 0) {
+                        cudaFree(r->k_pool);
+                        cudaFree(r->v_pool);
+                        r->k_pool = r->v_pool = NULL;
+                        return rc;
+                }
+                r->released &= ~(unsigned) BACKEND_MEMORY_KV_CACHE;
+        }
+        return 0;
+}
+
+extern "C" void cuda_runner_usage(const struct cuda_runner *r, struct cuda_runner_usage *ret) {
+        size_t free_bytes = 0, total_bytes = 0;
+        cudaSetDevice(r->config.device);
+        if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess)
+                free_bytes = total_bytes = 0;
+        *ret = (struct cuda_runner_usage) {
+                .weights_bytes = r->released & BACKEND_MEMORY_WEIGHTS ? 0 : r->arena_bytes,
+                .kv_cache_bytes = r->released & BACKEND_MEMORY_KV_CACHE ? 0 : 2 * r->kv_pool_bytes,
+                .scratch_bytes = r->scratch_bytes,
+                .released = r->released,
+                .device_free = free_bytes,
+                .device_total = total_bytes,
+        };
+}

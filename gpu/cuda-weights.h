@@ -1,0 +1,24 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* The weights as the kernels read them (C++, for gpu/ only): quantized rows repacked into
+ * quants and scales (gpu-math.h), float rows as in the file, each region of the arena on a
+ * CUDA_ARENA_ALIGN boundary so that every load can be 16 bytes wide. */
+
+#include <stddef.h>
+
+extern "C" {
+#include "model.h"
+}
+#include "cuda-kernels.h"
+
+#define CUDA_ARENA_ALIGN 256
+
+size_t cuda_arena_align(size_t n);
+
+/* The kernels' kind for a tensor type; -EOPNOTSUPP for a type they do not read. */
+int cuda_weight_kind(enum tensor_type type, enum gpu_weight_kind *ret);
+
+/* Places w in the arena at offset at from base, filling *gw with its device pointers, and,
+ * with image set, writes its bytes to image + at. Returns the offset after it. */
+size_t cuda_place_weight(const struct weight *w, struct gpu_weight *gw, uint8_t *base, uint8_t *image, size_t at);

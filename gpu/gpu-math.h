@@ -1,0 +1,226 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* The arithmetic of the CUDA kernels, one function per thread's piece of work, compiled both
+ * for the device and (as plain C) for the host: the host tests run these bodies, with the
+ * warp's shuffles modelled in the same order, against the CPU backend's reference, and the
+ * GPU tests hold the device's results to the host model bit for bit. Every multiply-add is
+ * an explicit fmaf and the device code is built with contraction off (--fmad=false), so a
+ * result's bits depend on the data and the order written here, never on the compiler, the
+ * batch or the launch shape. */
+
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define GPU_MATH __host__ __device__ static inline
+#else
+#include <math.h>
+#include <string.h>
+#define GPU_MATH static inline
+#endif
+
+/* Repacked quantized weights (gpu/cuda-weights): per row, the blocks' quants side by side
+ * (16 bytes of nibbles for the 4-bit types, 32 int8 for Q8_0) and, in a separate array, one
+ * 32-bit word per block: the f16 scale d in the low half, the f16 minimum m (Q4_1) in the
+ * high half. Activations: int8 quants per token row and two floats per block, d and
+ * s = d * sum(quants), both rounded to f16 as the CPU's q8_1 blocks hold them. */
+#define GPU_QBLOCK 32
+
+enum gpu_weight_kind {
+        GPU_WEIGHT_Q4_0,
+        GPU_WEIGHT_Q4_1,
+        GPU_WEIGHT_Q8_0,
+        GPU_WEIGHT_F32,
+        GPU_WEIGHT_F16,
+        GPU_WEIGHT_BF16,
+};
+
+GPU_MATH uint32_t gpu_block_quant_bytes(enum gpu_weight_kind kind) {
+        return kind == GPU_WEIGHT_Q8_0 ? 32 : 16;
+}
+
+GPU_MATH float gpu_bits_to_f32(uint32_t u) {
+#ifdef __CUDA_ARCH__
+        return __uint_as_float(u);
+#else
+        float f;
+        memcpy(&f, &u, sizeof(f));
+        return f;
+#endif
+}
+
+GPU_MATH uint32_t gpu_f32_to_bits(float f) {
+#ifdef __CUDA_ARCH__
+        return __float_as_uint(f);
+#else
+        uint32_t u;
+        memcpy(&u, &f, sizeof(u));
+        return u;
+#endif
+}
+
+/* IEEE binary16 to float, exact. */
+GPU_MATH float gpu_f16_to_f32(uint32_t h) {
+        uint32_t sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
+        if (exponent == 0x1f)
+                return gpu_bits_to_f32(sign | 0x7f800000u | (mantissa << 13));
+        if (exponent == 0) {
+                float v = (float) mantissa * 0x1p-24f;
+                return sign ? -v : v;
+        }
+        return gpu_bits_to_f32(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+/* Float to binary16, round to nearest even: the bits base/float16.h's f32_to_f16 gives. */
+GPU_MATH uint32_t gpu_f32_to_f16(float f) {
+        uint32_t u = gpu_f32_to_bits(f), sign = (u >> 16) & 0x8000u, abs = u & 0x7fffffffu;
+        if (abs >= 0x7f800000u)
+                return sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u);
+        if (abs >= 0x477ff000u)
+                return sign | 0x7c00u;
+        if (abs < 0x38800000u) /* subnormal or zero: the float add rounds at the f16 step */
+                return sign | (gpu_f32_to_bits(gpu_bits_to_f32(abs) + 0.5f) - 0x3f000000u);
+        abs += 0xfffu + ((abs >> 13) & 1);
+        return sign | ((abs - 0x38000000u) >> 13);
+}
+
+GPU_MATH float gpu_round_f16(float f) {
+        return gpu_f16_to_f32(gpu_f32_to_f16(f));
+}
+
+GPU_MATH float gpu_bf16_to_f32(uint32_t b) {
+        return gpu_bits_to_f32(b << 16);
+}
+
+/* Sum of the four signed byte products of a and b, plus c (the dp4a instruction). */
+GPU_MATH int32_t gpu_dp4a(uint32_t a, uint32_t b, int32_t c) {
+#ifdef __CUDA_ARCH__
+        return __dp4a((int) a, (int) b, c);
+#else
+        for (int i = 0; i < 32; i += 8)
+                c += (int32_t) (int8_t) (a >> i) * (int32_t) (int8_t) (b >> i);
+        return c;
+#endif
+}
+
+/* One block's exact integer product: 16 bytes of nibbles w (element i in the low nibble of
+ * byte i, element 16 + i in the high nibble) with 32 int8 activations a; bias is subtracted
+ * from every nibble first (8 for Q4_0, 0 for Q4_1). */
+GPU_MATH int32_t gpu_isum_q4(const uint32_t w[4], const uint32_t a[8], uint32_t bias) {
+        int32_t s = 0;
+        uint32_t bias4 = bias * 0x01010101u;
+        for (int i = 0; i < 4; i++) {
+                /* nibbles are 0..15, so subtracting at most 8 per byte never borrows across bytes
+                 * once the byte is offset by 0x80 and back */
+                uint32_t lo = ((w[i] & 0x0f0f0f0fu) | 0x80808080u) - bias4;
+                uint32_t hi = (((w[i] >> 4) & 0x0f0f0f0fu) | 0x80808080u) - bias4;
+                lo ^= 0x80808080u;
+                hi ^= 0x80808080u;
+                s = gpu_dp4a(lo, a[i], s);
+                s = gpu_dp4a(hi, a[4 + i], s);
+        }
+        return s;
+}
+
+GPU_MATH int32_t gpu_isum_q8(const uint32_t w[8], const uint32_t a[8]) {
+        int32_t s = 0;
+        for (int i = 0; i < 8; i++)
+                s = gpu_dp4a(w[i], a[i], s);
+        return s;
+}
+
+/* acc plus one block's product: w the block's quant words (4 or 8), scale its d (and m),
+ * a the activation block's quant words, ad and as its d and s. */
+GPU_MATH float gpu_block_dot(enum gpu_weight_kind kind, const uint32_t *w, uint32_t scale, const uint32_t a[8],
+                             float ad, float as, float acc) {
+        float wd = gpu_f16_to_f32(scale & 0xffffu);
+        switch (kind) {
+        case GPU_WEIGHT_Q4_0:
+                return fmaf((float) gpu_isum_q4(w, a, 8), wd * ad, acc);
+        case GPU_WEIGHT_Q4_1:
+                return fmaf(gpu_f16_to_f32(scale >> 16), as, fmaf((float) gpu_isum_q4(w, a, 0), wd * ad, acc));
+        default:
+                return fmaf((float) gpu_isum_q8(w, a), wd * ad, acc);
+        }
+}
+
+/* How many lanes of a warp share one row of n_blocks blocks: the widest power of two that
+ * still gives every lane at least two blocks (from 4 to 32), so that short rows (576 columns
+ * are 18 blocks) keep most lanes busy. A row's sum is taken over exactly these lanes in
+ * gpu_lane_tree_sum()'s order: it depends on the weight's shape alone. */
+GPU_MATH uint32_t gpu_lanes_per_row(uint32_t n_blocks) {
+        uint32_t lanes = 32;
+        while (lanes > 4 && n_blocks < 2 * lanes)
+                lanes /= 2;
+        return lanes;
+}
+
+/* The element i of a repacked quantized row, as float (the embedding's gather). */
+GPU_MATH float gpu_dequant(enum gpu_weight_kind kind, const uint8_t *quants, const uint32_t *scales, uint32_t i) {
+        uint32_t b = i / GPU_QBLOCK, j = i % GPU_QBLOCK, scale = scales[b];
+        float d = gpu_f16_to_f32(scale & 0xffffu);
+        if (kind == GPU_WEIGHT_Q8_0)
+                return (float) (int8_t) quants[b * 32 + j] * d;
+        uint32_t byte = quants[b * 16 + (j % 16)], q = j < 16 ? byte & 15 : byte >> 4;
+        if (kind == GPU_WEIGHT_Q4_0)
+                return (float) ((int32_t) q - 8) * d;
+        return fmaf((float) q, d, gpu_f16_to_f32(scale >> 16));
+}
+
+/* A float weight's element (F32, F16 or BF16 rows, as in the file). */
+GPU_MATH float gpu_float_weight(enum gpu_weight_kind kind, const void *row, uint32_t i) {
+        if (kind == GPU_WEIGHT_F32)
+                return ((const float *) row)[i];
+        uint32_t h = ((const uint16_t *) row)[i];
+        return kind == GPU_WEIGHT_F16 ? gpu_f16_to_f32(h) : gpu_bf16_to_f32(h);
+}
+
+/* q8_1 quantization of one block of 32: amax over the block (a warp's max, exact in any
+ * order) gives the scale; each element rounds half to even, as the CPU does. */
+GPU_MATH float gpu_q8_inverse_scale(float amax) {
+        return amax != 0.0f ? 127.0f / amax : 0.0f;
+}
+
+GPU_MATH int32_t gpu_q8_quantize(float x, float inverse_scale) {
+        return (int32_t) rintf(x * inverse_scale);
+}
+
+/* The block's d and s as the products read them: rounded to f16 as block_q8_1 stores them. */
+GPU_MATH void gpu_q8_block_scales(float amax, int32_t quant_sum, float *d, float *s) {
+        float scale = amax / 127.0f;
+        *d = gpu_round_f16(scale);
+        *s = gpu_round_f16((float) quant_sum * scale);
+}
+
+/* RMSNorm: squares rounded to float, summed in double (each thread's strided share in order,
+ * then a fixed tree across the threads), as the CPU does with one running sum. */
+GPU_MATH float gpu_rms_scale(double sum_squares, uint32_t n, float eps) {
+        return 1.0f / sqrtf((float) (sum_squares / n) + eps);
+}
+
+GPU_MATH float gpu_silu_mul(float gate, float up) {
+        return gate / (1.0f + expf(-gate)) * up;
+}
+
+/* The RoPE angle of pair i at position pos, advanced by repeated multiplication as the CPU
+ * does, so that each angle rounds the same way. */
+GPU_MATH float gpu_rope_angle(int32_t pos, uint32_t i, float theta_scale) {
+        float theta = (float) pos;
+        for (uint32_t k = 0; k < i; k++)
+                theta *= theta_scale;
+        return theta;
+}
+
+/* Sums 32 lanes' values v[0..31] the way the device's butterfly of shuffles does for groups
+ * of width lanes: each round, lane l adds lane l ^ offset's value, offset from width / 2 down
+ * to 1. Leaves every group's sum in each of its lanes; returns lane 0's. */
+GPU_MATH float gpu_lane_tree_sum(float v[32], uint32_t width) {
+        for (uint32_t offset = width / 2; offset > 0; offset /= 2) {
+                float next[32];
+                for (uint32_t l = 0; l < 32; l++)
+                        next[l] = v[l] + v[l ^ offset];
+                for (uint32_t l = 0; l < 32; l++)
+                        v[l] = next[l];
+        }
+        return v[0];
+}

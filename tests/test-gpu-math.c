@@ -1,0 +1,243 @@
+/* SPDX-License-Identifier: MIT */
+/* The CUDA kernels' arithmetic (gpu/gpu-math.h), run on the host as the device runs it
+ * (tests/gpu-host-model.h), against the CPU backend's reference: the f16 conversions and the
+ * q8_1 quantization give the CPU's bits, the dequantized weights its values, the integer
+ * block products are exact, and a row's product (lanes in the device's order) stays within
+ * float rounding of the scalar reference dot product. Needs no GPU: it runs in every build. */
+#include "config.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dot.h"
+#include "float16.h"
+#include "gpu-host-model.h"
+#include "quantize.h"
+#include "tensor-types.h"
+#include "test-random.h"
+
+#define MAX_BLOCKS 100
+
+static uint32_t float_bits(float f) {
+        uint32_t u;
+        memcpy(&u, &f, sizeof(u));
+        return u;
+}
+
+static float float_from_bits(uint32_t u) {
+        float f;
+        memcpy(&f, &u, sizeof(f));
+        return f;
+}
+
+START_TEST(test_f16_conversions) {
+        for (uint32_t h = 0; h < 65536; h++)
+                ck_assert_uint_eq(float_bits(gpu_f16_to_f32(h)), float_bits(f16_to_f32((uint16_t) h)));
+        static const float edges[] = { 0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 6.1035156e-05f, 5.9604645e-08f,
+                                       2.9802322e-08f, 1e-10f, INFINITY, -INFINITY, NAN };
+        for (size_t i = 0; i < sizeof(edges) / sizeof(edges[0]); i++)
+                ck_assert_uint_eq(gpu_f32_to_f16(edges[i]), f32_to_f16(edges[i]));
+        for (int i = 0; i < 1000000; i++) {
+                float f = float_from_bits(next_u32() ^ (next_u32() << 16));
+                ck_assert_uint_eq(gpu_f32_to_f16(f), f32_to_f16(f));
+        }
+        for (uint32_t b = 0; b < 65536; b++)
+                ck_assert_uint_eq(float_bits(gpu_bf16_to_f32(b)), float_bits(bf16_to_f32((uint16_t) b)));
+}
+END_TEST
+
+/* A row of n floats: ordinary values, a zero block, an outlier, and values on the rounding
+ * boundaries of their block's scale. */
+static void random_activations(float *x, uint32_t n, int variant) {
+        for (uint32_t i = 0; i < n; i++)
+                x[i] = next_float(variant == 1 ? 30.0f : 1.0f);
+        if (n >= 64)
+                memset(x + 32, 0, 32 * sizeof(float));
+        if (variant == 2) {
+                x[0] = 127.0f;
+                for (uint32_t i = 1; i < 32 && i < n; i++)
+                        x[i] = (float) (i % 7) + 0.5f; /* halfway between quants at d = 1 */
+        }
+}
+
+START_TEST(test_quantization_gives_the_cpu_bits) {
+        static float x[MAX_BLOCKS * 32], ds[MAX_BLOCKS * 2];
+        static int8_t q[MAX_BLOCKS * 32];
+        static struct block_q8_1 ref[MAX_BLOCKS];
+        for (int variant = 0; variant < 3; variant++)
+                for (int rep = 0; rep < 50; rep++) {
+                        uint32_t n = 32 * (1 + next_u32() % MAX_BLOCKS);
+                        random_activations(x, n, variant);
+                        host_quantize_row(x, n, q, ds);
+                        quantize_row_q8_1(x, ref, n);
+                        for (uint32_t b = 0; b < n / 32; b++) {
+                                ck_assert_uint_eq(float_bits(ds[2 * b]), float_bits(f16_to_f32(ref[b].d)));
+                                ck_assert_uint_eq(float_bits(ds[2 * b + 1]), float_bits(f16_to_f32(ref[b].s)));
+                                ck_assert_mem_eq(q + 32 * b, ref[b].qs, 32);
+                        }
+                }
+}
+END_TEST
+
+static void random_blocks(enum tensor_type type, uint8_t *row, uint32_t nb, bool extreme) {
+        uint32_t block_bytes = tensor_type_info(type)->block_bytes;
+        for (uint32_t b = 0; b < nb; b++) {
+                uint8_t *p = row + (size_t) b * block_bytes;
+                for (uint32_t i = 0; i < block_bytes; i++)
+                        p[i] = extreme ? (type == TENSOR_Q8_0 ? 0x80 : 0xff) : (uint8_t) next_u32();
+                f16_bits d = f32_to_f16(next_float(0.05f)), m = f32_to_f16(next_float(0.1f));
+                memcpy(p, &d, 2);
+                if (type == TENSOR_Q4_1)
+                        memcpy(p + 2, &m, 2);
+        }
+}
+
+static const enum tensor_type quant_types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q8_0 };
+
+/* Every element's dequantized value is the CPU's. */
+START_TEST(test_dequant_gives_the_cpu_values) {
+        static uint8_t row[MAX_BLOCKS * 34], quants[MAX_BLOCKS * 32];
+        static uint32_t scales[MAX_BLOCKS];
+        static float ref[MAX_BLOCKS * 32];
+        for (size_t t = 0; t < 3; t++) {
+                enum tensor_type type = quant_types[t];
+                uint32_t nb = 1 + next_u32() % MAX_BLOCKS;
+                random_blocks(type, row, nb, false);
+                struct weight w = { type, 1, (uint64_t) nb * 32, tensor_row_bytes(type, (uint64_t) nb * 32), row };
+                host_repack_row(&w, 0, quants, scales);
+                tensor_row_to_float(type, row, ref, w.n_cols);
+                for (uint32_t i = 0; i < w.n_cols; i++)
+                        ck_assert_uint_eq(float_bits(gpu_dequant(host_weight_kind(type), quants, scales, i)), float_bits(ref[i]));
+        }
+}
+END_TEST
+
+static dot_q_fn reference_dot(enum tensor_type type) {
+        return type == TENSOR_Q4_0 ? dot_kernels_scalar.q4_0 : type == TENSOR_Q4_1 ? dot_kernels_scalar.q4_1 : dot_kernels_scalar.q8_0;
+}
+
+/* The products: exact integer block sums, and a row within rounding of the reference. */
+START_TEST(test_row_products_match_the_reference) {
+        static uint8_t row[MAX_BLOCKS * 34], quants[MAX_BLOCKS * 32];
+        static uint32_t scales[MAX_BLOCKS];
+        static float x[MAX_BLOCKS * 32], ds[MAX_BLOCKS * 2], w_float[MAX_BLOCKS * 32];
+        static int8_t q[MAX_BLOCKS * 32];
+        static struct block_q8_1 act[MAX_BLOCKS];
+        static const uint32_t widths[] = { 1, 2, 5, 8, 17, 18, 48, 64, 100 };
+        for (size_t t = 0; t < 3; t++)
+                for (size_t wi = 0; wi < sizeof(widths) / sizeof(widths[0]); wi++)
+                        for (int rep = 0; rep < 20; rep++) {
+                                enum tensor_type type = quant_types[t];
+                                uint32_t nb = widths[wi], n = nb * 32;
+                                bool extreme = rep == 0;
+                                random_blocks(type, row, nb, extreme);
+                                random_activations(x, n, rep % 3);
+                                if (extreme)
+                                        for (uint32_t i = 0; i < n; i++)
+                                                x[i] = -1.0f; /* every quant -127 */
+                                struct weight w = { type, 1, n, tensor_row_bytes(type, n), row };
+                                enum gpu_weight_kind kind = host_weight_kind(type);
+                                host_repack_row(&w, 0, quants, scales);
+                                host_quantize_row(x, n, q, ds);
+                                quantize_row_q8_1(x, act, n);
+
+                                /* exact integers: the block's quants (as the dequant test reads them) times
+                                 * the activations' */
+                                for (uint32_t b = 0; b < nb; b++) {
+                                        int32_t expect = 0;
+                                        for (uint32_t j = 0; j < 32; j++) {
+                                                const uint8_t *bq = quants + (size_t) b * gpu_block_quant_bytes(kind);
+                                                int32_t wq = kind == GPU_WEIGHT_Q8_0 ? (int8_t) bq[j]
+                                                                                     : (int32_t) (j < 16 ? bq[j] & 15 : bq[j - 16] >> 4) -
+                                                                                               (kind == GPU_WEIGHT_Q4_0 ? 8 : 0);
+                                                expect += wq * q[b * 32 + j];
+                                        }
+                                        uint32_t wv[8], av[8];
+                                        host_words(quants + (size_t) b * gpu_block_quant_bytes(kind), wv, gpu_block_quant_bytes(kind) / 4);
+                                        host_words(q + (size_t) b * 32, av, 8);
+                                        int32_t got = kind == GPU_WEIGHT_Q8_0 ? gpu_isum_q8(wv, av)
+                                                                             : gpu_isum_q4(wv, av, kind == GPU_WEIGHT_Q4_0 ? 8 : 0);
+                                        ck_assert_int_eq(got, expect);
+                                }
+
+                                tensor_row_to_float(type, row, w_float, n);
+                                float got = host_row_dot(kind, quants, scales, nb, q, ds);
+                                float want = reference_dot(type)(row, act, nb);
+                                double magnitude = 0;
+                                for (uint32_t i = 0; i < n; i++)
+                                        magnitude += fabs((double) w_float[i] * x[i]);
+                                ck_assert_msg(fabs((double) got - want) <= 1e-5 * magnitude + 1e-6,
+                                              "%s, %u blocks: %.9g on the GPU's order, %.9g on the CPU's", tensor_type_info(type)->name,
+                                              nb, got, want);
+                        }
+}
+END_TEST
+
+START_TEST(test_float_rows_match_double) {
+        static float x[4096], w32[4096];
+        static uint16_t w16[4096];
+        static const enum gpu_weight_kind kinds[] = { GPU_WEIGHT_F32, GPU_WEIGHT_F16, GPU_WEIGHT_BF16 };
+        for (size_t k = 0; k < 3; k++)
+                for (int rep = 0; rep < 30; rep++) {
+                        uint32_t n = 1 + next_u32() % 4096;
+                        double exact = 0, magnitude = 0;
+                        for (uint32_t i = 0; i < n; i++) {
+                                x[i] = next_float(2.0f);
+                                w32[i] = next_float(0.1f);
+                                w16[i] = kinds[k] == GPU_WEIGHT_F16 ? f32_to_f16(w32[i]) : (uint16_t) (float_bits(w32[i]) >> 16);
+                                float wi = kinds[k] == GPU_WEIGHT_F32 ? w32[i] : gpu_float_weight(kinds[k], w16, i);
+                                exact += (double) wi * x[i];
+                                magnitude += fabs((double) wi * x[i]);
+                        }
+                        const void *row = kinds[k] == GPU_WEIGHT_F32 ? (const void *) w32 : (const void *) w16;
+                        float got = host_row_dot_float(kinds[k], row, n, x);
+                        ck_assert_msg(fabs(got - exact) <= 1e-6 * magnitude + 1e-7, "kind %d, %u columns: %.9g, exact %.9g",
+                                      (int) kinds[k], n, got, exact);
+                }
+}
+END_TEST
+
+/* The lanes a row is shared by depend on its width alone, and give every lane two blocks
+ * or more where the row has them. */
+START_TEST(test_lanes_per_row) {
+        ck_assert_uint_eq(gpu_lanes_per_row(1), 4);
+        ck_assert_uint_eq(gpu_lanes_per_row(18), 8);  /* 576 columns */
+        ck_assert_uint_eq(gpu_lanes_per_row(48), 16); /* 1536 columns */
+        ck_assert_uint_eq(gpu_lanes_per_row(64), 32);
+        ck_assert_uint_eq(gpu_lanes_per_row(1000), 32);
+}
+END_TEST
+
+/* The RoPE angle is the CPU's: theta multiplied up pair by pair from the position. */
+START_TEST(test_rope_angles) {
+        float theta_scale = powf(10000.0f, -2.0f / 64.0f);
+        for (int32_t pos = 0; pos < 9000; pos += 37) {
+                float theta = (float) pos;
+                for (uint32_t i = 0; i < 32; i++) {
+                        ck_assert_uint_eq(float_bits(gpu_rope_angle(pos, i, theta_scale)), float_bits(theta));
+                        theta *= theta_scale;
+                }
+        }
+}
+END_TEST
+
+int main(void) {
+        Suite *s = suite_create("gpu-math");
+        TCase *tc = tcase_create("host model");
+        tcase_set_timeout(tc, 60);
+        tcase_add_test(tc, test_f16_conversions);
+        tcase_add_test(tc, test_quantization_gives_the_cpu_bits);
+        tcase_add_test(tc, test_dequant_gives_the_cpu_values);
+        tcase_add_test(tc, test_row_products_match_the_reference);
+        tcase_add_test(tc, test_float_rows_match_double);
+        tcase_add_test(tc, test_lanes_per_row);
+        tcase_add_test(tc, test_rope_angles);
+        suite_add_tcase(s, tc);
+        SRunner *sr = srunner_create(s);
+        srunner_run_all(sr, CK_NORMAL);
+        int failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
