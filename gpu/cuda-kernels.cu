@@ -219,13 +219,6 @@ __device__ static size_t kv_slot(const struct gpu_kv_layer *kv, const struct gpu
         return (((size_t) block * kv->n_head_kv + kv_head) * kv->block_size + pos % kv->block_size) * kv->head_dim;
 }
 
-/* Rotates the pair (x0, x1) by angle: x0 cos - x1 sin, x0 sin + x1 cos. */
-__device__ static void rotate(float *x0, float *x1, float angle) {
-        float c = cosf(angle), s = sinf(angle), a = *x0, b = *x1;
-        *x0 = a * c - b * s;
-        *x1 = a * s + b * c;
-}
-
 __global__ static void k_rope_store_kv(struct gpu_step st, float *q, float *k, const float *v, uint32_t n_head,
                                        uint32_t rope_dim, float theta_scale, struct gpu_kv_layer kv) {
         uint32_t t = blockIdx.x, hd = kv.head_dim, half = hd / 2, q_pairs = n_head * half;
@@ -237,8 +230,10 @@ __global__ static void k_rope_store_kv(struct gpu_step st, float *q, float *k, c
                 bool is_q = p < q_pairs;
                 uint32_t head = (is_q ? p : p - q_pairs) / half, i = (is_q ? p : p - q_pairs) % half;
                 float *x = (is_q ? qt : kt) + (size_t) head * hd + 2 * i;
-                if (2 * i < rope_dim)
-                        rotate(&x[0], &x[1], gpu_rope_angle((int32_t) pos, i, theta_scale));
+                if (2 * i < rope_dim) {
+                        float angle = gpu_rope_angle((int32_t) pos, i, theta_scale);
+                        gpu_rope_pair(&x[0], &x[1], cosf(angle), sinf(angle));
+                }
                 if (!is_q) {
                         size_t slot = kv_slot(&kv, &st, seq, pos, head) + 2 * i;
                         const float *vx = vt + (size_t) head * hd + 2 * i;
@@ -256,73 +251,85 @@ cudaError_t gpu_rope_store_kv(cudaStream_t s, const struct gpu_step *step, float
         return cudaGetLastError();
 }
 
-/* One warp per (query head, token): positions in chunks of 32, lane j scoring position
- * c0 + j with the whole query (rounded to f16, as it meets f16 keys), an online softmax
- * across the chunks, then each lane summing its HPL dimensions of the values over the chunk's
- * positions in order. The order depends on the position alone. */
+/* One warp per (query head, token), as the CPU's reference computes attention: the scores
+ * of the query (rounded to f16, as it meets f16 keys) with every key up to the token's
+ * position, their softmax with its weights rounded to f16 (they meet f16 values), then the
+ * weighted sum of the values. Lane j takes positions j, j + 32, ... for the scores, which
+ * are recomputed in each of the three passes (maximum, sum, weights) rather than stored;
+ * lane l sums dimensions l, l + 32, ... of the values over the positions in order. The
+ * order depends on the position alone. */
+__device__ static float attention_score(const struct gpu_kv_layer *kv, const struct gpu_step *st, int32_t seq,
+                                        uint32_t j, uint32_t kv_head, const float *query, float scale) {
+        const uint4 *key = (const uint4 *) (kv->k + kv_slot(kv, st, seq, j, kv_head));
+        float dot = 0.0f;
+        for (uint32_t d8 = 0; d8 < kv->head_dim / 8; d8++) {
+                uint4 u = key[d8];
+                uint32_t words[4] = { u.x, u.y, u.z, u.w };
+                for (int w = 0; w < 4; w++) {
+                        dot = fmaf(query[d8 * 8 + 2 * w], gpu_f16_to_f32(words[w] & 0xffffu), dot);
+                        dot = fmaf(query[d8 * 8 + 2 * w + 1], gpu_f16_to_f32(words[w] >> 16), dot);
+                }
+        }
+        return dot * scale;
+}
+
 template <int HPL>
 __global__ static void __launch_bounds__(32)
         k_attention(struct gpu_step st, const float *q, uint32_t n_head, float scale, struct gpu_kv_layer kv, float *out) {
         __shared__ float query[HPL * 32];
-        uint32_t h = blockIdx.x, t = blockIdx.y, lane = threadIdx.x, hd = HPL * 32;
+        uint32_t h = blockIdx.x, t = blockIdx.y, lane = threadIdx.x, hd = kv.head_dim;
         uint32_t kv_head = h / (n_head / kv.n_head_kv), pos = (uint32_t) st.positions[t];
         int32_t seq = st.seq_ids[t];
         const float *qh = q + ((size_t) t * n_head + h) * hd;
         for (int i = 0; i < HPL; i++)
-                query[lane + 32 * i] = gpu_round_f16(qh[lane + 32 * i]);
+                if (lane + 32 * i < hd)
+                        query[lane + 32 * i] = gpu_round_f16(qh[lane + 32 * i]);
         __syncwarp();
-        float m = -INFINITY, l = 0.0f, acc[HPL];
+        float max = -INFINITY;
+        for (uint32_t j = lane; j <= pos; j += 32)
+                max = fmaxf(max, attention_score(&kv, &st, seq, j, kv_head, query, scale));
+        for (int offset = 16; offset > 0; offset /= 2)
+                max = fmaxf(max, __shfl_xor_sync(FULL_MASK, max, offset));
+        double sum = 0.0;
+        for (uint32_t j = lane; j <= pos; j += 32)
+                sum += (double) gpu_exp(attention_score(&kv, &st, seq, j, kv_head, query, scale) - max);
+        for (int offset = 16; offset > 0; offset /= 2)
+                sum += __shfl_xor_sync(FULL_MASK, sum, offset);
+        float inverse = (float) (1.0 / sum), acc[HPL];
         for (int i = 0; i < HPL; i++)
                 acc[i] = 0.0f;
         for (uint32_t c0 = 0; c0 <= pos; c0 += 32) {
                 uint32_t j = c0 + lane;
-                float score = -INFINITY;
-                if (j <= pos) {
-                        const uint4 *key = (const uint4 *) (kv.k + kv_slot(&kv, &st, seq, j, kv_head));
-                        float dot = 0.0f;
-                        for (uint32_t d8 = 0; d8 < hd / 8; d8++) {
-                                uint4 u = key[d8];
-                                uint32_t words[4] = { u.x, u.y, u.z, u.w };
-                                for (int w = 0; w < 4; w++) {
-                                        dot = fmaf(query[d8 * 8 + 2 * w], gpu_f16_to_f32(words[w] & 0xffffu), dot);
-                                        dot = fmaf(query[d8 * 8 + 2 * w + 1], gpu_f16_to_f32(words[w] >> 16), dot);
-                                }
-                        }
-                        score = dot * scale;
-                }
-                float chunk_max = score;
-                for (int offset = 16; offset > 0; offset /= 2)
-                        chunk_max = fmaxf(chunk_max, __shfl_xor_sync(FULL_MASK, chunk_max, offset));
-                float m_new = fmaxf(m, chunk_max), correction = expf(m - m_new);
-                float p = j <= pos ? expf(score - m_new) : 0.0f, p_sum = p;
-                for (int offset = 16; offset > 0; offset /= 2)
-                        p_sum += __shfl_xor_sync(FULL_MASK, p_sum, offset);
-                l = l * correction + p_sum;
-                m = m_new;
+                float weight = 0.0f;
+                if (j <= pos)
+                        weight = gpu_round_f16(gpu_exp(attention_score(&kv, &st, seq, j, kv_head, query, scale) - max) * inverse);
                 uint32_t n_valid = pos - c0 + 1 < 32 ? pos - c0 + 1 : 32;
-                for (int i = 0; i < HPL; i++)
-                        acc[i] *= correction;
                 for (uint32_t jj = 0; jj < n_valid; jj++) {
-                        float pj = __shfl_sync(FULL_MASK, p, jj);
+                        float wj = __shfl_sync(FULL_MASK, weight, jj);
                         const uint16_t *value = kv.v + kv_slot(&kv, &st, seq, c0 + jj, kv_head);
                         for (int i = 0; i < HPL; i++)
-                                acc[i] = fmaf(pj, gpu_f16_to_f32(value[lane + 32 * i]), acc[i]);
+                                if (lane + 32 * i < hd)
+                                        acc[i] = fmaf(gpu_f16_to_f32(value[lane + 32 * i]), wj, acc[i]);
                 }
         }
         float *o = out + ((size_t) t * n_head + h) * hd;
         for (int i = 0; i < HPL; i++)
-                o[lane + 32 * i] = acc[i] / l;
+                if (lane + 32 * i < hd)
+                        o[lane + 32 * i] = acc[i];
 }
 
 cudaError_t gpu_attention(cudaStream_t s, const struct gpu_step *step, const float *q, uint32_t n_head, float scale,
                           const struct gpu_kv_layer *kv, float *out) {
         dim3 grid(n_head, step->n_tokens);
-        switch (kv->head_dim) {
-        case 32: k_attention<1><<<grid, 32, 0, s>>>(*step, q, n_head, scale, *kv, out); break;
-        case 64: k_attention<2><<<grid, 32, 0, s>>>(*step, q, n_head, scale, *kv, out); break;
-        case 128: k_attention<4><<<grid, 32, 0, s>>>(*step, q, n_head, scale, *kv, out); break;
-        case 256: k_attention<8><<<grid, 32, 0, s>>>(*step, q, n_head, scale, *kv, out); break;
-        default: return cudaErrorInvalidValue;
-        }
+        if (kv->head_dim % 8 || kv->head_dim > 256)
+                return cudaErrorInvalidValue;
+        if (kv->head_dim <= 32)
+                k_attention<1><<<grid, 32, 0, s>>>(*step, q, n_head, scale, *kv, out);
+        else if (kv->head_dim <= 64)
+                k_attention<2><<<grid, 32, 0, s>>>(*step, q, n_head, scale, *kv, out);
+        else if (kv->head_dim <= 128)
+                k_attention<4><<<grid, 32, 0, s>>>(*step, q, n_head, scale, *kv, out);
+        else
+                k_attention<8><<<grid, 32, 0, s>>>(*step, q, n_head, scale, *kv, out);
         return cudaGetLastError();
 }

@@ -149,8 +149,8 @@ static int check_model(const struct model *m, struct error *err) {
                                                  tensor_type_info(w[j]->type) ? tensor_type_info(w[j]->type)->name : "?", i);
                 }
         }
-        if (hp->head_dim != 32 && hp->head_dim != 64 && hp->head_dim != 128 && hp->head_dim != 256)
-                return error_set(err, EOPNOTSUPP, "the CUDA backend's attention takes head sizes 32, 64, 128 and 256, not %u",
+        if (hp->head_dim % 8 || hp->head_dim > 256)
+                return error_set(err, EOPNOTSUPP, "the CUDA backend's attention takes head sizes that are multiples of 8 up to 256, not %u",
                                  hp->head_dim);
         if (hp->n_embd % GPU_QBLOCK || hp->n_ff % GPU_QBLOCK || (hp->n_head * hp->head_dim) % GPU_QBLOCK)
                 return error_set(err, EOPNOTSUPP, "the CUDA backend needs widths that are multiples of %d", GPU_QBLOCK);

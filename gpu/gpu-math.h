@@ -198,8 +198,31 @@ GPU_MATH float gpu_rms_scale(double sum_squares, uint32_t n, float eps) {
         return 1.0f / sqrtf((float) (sum_squares / n) + eps);
 }
 
+/* exp as the CPU computes it (cpu/exp-poly.h: 2^n times a degree-5 polynomial, the
+ * algorithm llama.cpp's softmax and SiLU use), so that attention weights and activations
+ * round alike on both backends. */
+GPU_MATH float gpu_exp(float x) {
+        float z = fmaf(x, 0x1.715476p+0f, 0x1.8p23f);
+        float n = z - 0x1.8p23f;
+        float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+        if (!(fabsf(n) <= 192.0f))
+                return n <= 0.0f || isnan(n) ? 0.0f : INFINITY;
+        float u = b * b;
+        float p = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                       fmaf(0x1.ffffecp-1f, b, 1.0f));
+        return ldexpf(p, (int) n);
+}
+
 GPU_MATH float gpu_silu_mul(float gate, float up) {
-        return gate / (1.0f + expf(-gate)) * up;
+        return gate / (1.0f + gpu_exp(0.0f - gate)) * up;
+}
+
+/* A RoPE pair turned by the angle with cosine c and sine s, one product fused into each
+ * sum as the CPU's rope_rows() does. */
+GPU_MATH void gpu_rope_pair(float *x0, float *x1, float c, float s) {
+        float a = *x0, b = *x1;
+        *x0 = fmaf(a, c, -(b * s));
+        *x1 = fmaf(a, s, b * c);
 }
 
 /* The RoPE angle of pair i at position pos, advanced by repeated multiplication as the CPU

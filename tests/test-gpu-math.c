@@ -12,9 +12,11 @@
 #include <string.h>
 
 #include "dot.h"
+#include "exp-poly.h"
 #include "float16.h"
 #include "gpu-host-model.h"
 #include "quantize.h"
+#include "rope.h"
 #include "tensor-types.h"
 #include "test-random.h"
 
@@ -223,6 +225,29 @@ START_TEST(test_rope_angles) {
 }
 END_TEST
 
+/* exp, SiLU and the RoPE pair give the CPU's bits. */
+START_TEST(test_exp_silu_rope_give_the_cpu_bits) {
+        static const float edges[] = { 0.0f, -0.0f, 1.0f, -1.0f, 88.0f, 89.0f, -103.0f, -105.0f, -1000.0f, INFINITY, -INFINITY };
+        for (size_t i = 0; i < sizeof(edges) / sizeof(edges[0]); i++)
+                ck_assert_uint_eq(float_bits(gpu_exp(edges[i])), float_bits(exp_poly(edges[i])));
+        for (int i = 0; i < 1000000; i++) {
+                float x = next_float(120.0f);
+                ck_assert_uint_eq(float_bits(gpu_exp(x)), float_bits(exp_poly(x)));
+        }
+        for (int i = 0; i < 10000; i++) {
+                float g = next_float(20.0f), u = next_float(5.0f), h;
+                dot_kernels_scalar.swiglu(&h, &g, &u, 1);
+                ck_assert_uint_eq(float_bits(gpu_silu_mul(g, u)), float_bits(h));
+                float pair[2] = { next_float(3.0f), next_float(3.0f) }, c = next_float(1.0f), sn = next_float(1.0f);
+                float x0 = pair[0], x1 = pair[1];
+                rope_rows(pair, 1, 2, 1, &c, &sn);
+                gpu_rope_pair(&x0, &x1, c, sn);
+                ck_assert_uint_eq(float_bits(x0), float_bits(pair[0]));
+                ck_assert_uint_eq(float_bits(x1), float_bits(pair[1]));
+        }
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("gpu-math");
         TCase *tc = tcase_create("host model");
@@ -234,6 +259,7 @@ int main(void) {
         tcase_add_test(tc, test_float_rows_match_double);
         tcase_add_test(tc, test_lanes_per_row);
         tcase_add_test(tc, test_rope_angles);
+        tcase_add_test(tc, test_exp_silu_rope_give_the_cpu_bits);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend-open.h"
 #include "cuda-ops.h"
@@ -192,6 +193,56 @@ static int run_sequence(const struct backend *b, uint32_t n_vocab, int32_t *cons
         return (int) row;
 }
 
+static double now(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double) ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int compare_doubles(const void *a, const void *b) {
+        double x = *(const double *) a, y = *(const double *) b;
+        return (x > y) - (x < y);
+}
+
+/* What a step costs through the backend alone, for the notes (no target is checked here):
+ * the median wall time of decode steps of n sequences at context 100, and of one 512-token
+ * prompt. */
+static void report_step_times(const struct backend *b, uint32_t n_vocab, int32_t *const *tokens) {
+        static struct seqs s;
+        static float logits[MAX_SEQS * 49152];
+        static const uint32_t batch_sizes[] = { 1, 8, 32, 64 };
+        uint32_t take[MAX_SEQS];
+        double times[64];
+        for (size_t k = 0; k < sizeof(batch_sizes) / sizeof(batch_sizes[0]); k++) {
+                uint32_t n = batch_sizes[k];
+                seqs_init(&s, n, 100);
+                for (uint32_t i = 0; i < n; i++)
+                        take[i] = 100;
+                if (step(b, &s, n, tokens, take, logits, n_vocab) < 0)
+                        return;
+                for (uint32_t i = 0; i < n; i++)
+                        take[i] = 1;
+                for (int r = 0; r < 64; r++) {
+                        double t0 = now();
+                        if (step(b, &s, n, tokens, take, logits, n_vocab) < 0)
+                                return;
+                        times[r] = now() - t0;
+                }
+                qsort(times, 64, sizeof(double), compare_doubles);
+                printf("timing: decode step of %u sequences at context 100: median %.3f ms\n", n, times[32] * 1e3);
+        }
+        for (int r = 0; r < 9; r++) {
+                seqs_init(&s, 1, 512);
+                take[0] = 512;
+                double t0 = now();
+                if (step(b, &s, 1, tokens, take, logits, n_vocab) < 0)
+                        return;
+                times[r] = now() - t0;
+        }
+        qsort(times, 9, sizeof(double), compare_doubles);
+        printf("timing: one 512-token prompt: median %.3f ms\n", times[4] * 1e3);
+}
+
 static void check_model(const char *path) {
         static int32_t token_store[MAX_SEQS][MAX_LEN];
         int32_t *tokens[MAX_SEQS];
@@ -203,7 +254,7 @@ static void check_model(const char *path) {
         }
         uint32_t n_vocab = model->hp.n_vocab;
         struct backend_options options = {
-                .n_threads = 1, .max_batch_tokens = 4096, .max_model_len = MAX_LEN, .block_size = BLOCK_SIZE,
+                .n_threads = 1, .max_batch_tokens = 8192, .max_model_len = MAX_LEN, .block_size = BLOCK_SIZE,
                 .n_kv_blocks = MAX_SEQS * MAX_LEN / BLOCK_SIZE,
         };
         struct backend b;
@@ -248,6 +299,7 @@ static void check_model(const char *path) {
         int got = run_sequence(&b, n_vocab, tokens, prompt_len, 7, 32, other);
         CHECK(got == rows && memcmp(alone, other, (size_t) rows * n_vocab * sizeof(float)) == 0,
               "logits after wake-up differ from before sleep");
+        report_step_times(&b, n_vocab, tokens);
         free(alone);
         free(other);
         backend_free(&b);
