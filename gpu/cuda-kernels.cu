@@ -103,55 +103,57 @@ cudaError_t gpu_swiglu_quantize(cudaStream_t s, uint32_t n, const float *gate, c
         return cudaGetLastError();
 }
 
-/* Quantized weights: a row's blocks are shared by gpu_lanes_per_row() lanes, each taking
- * blocks sub, sub + lanes, ... in order; a warp holds 32 / lanes rows and TT tokens, each
- * token's sums the same whatever TT is. */
+/* Quantized weights in the CPU's order (gpu-math.h): GPU_ROW_LANES threads per row, thread
+ * l keeping lane l's sums over every block for TT tokens; a warp holds 4 rows. With
+ * logits_product, the lanes' integer sums of a block are added first (exactly) and each
+ * thread keeps the row's single accumulator. */
+#define ROWS_PER_WARP (32 / GPU_ROW_LANES)
 template <int TT>
 __global__ static void __launch_bounds__(MATMUL_WARPS * 32)
         k_matmul_q(struct gpu_weight w, const int8_t *xq, const float *xds, uint32_t width, uint32_t n, float *out,
-                   uint32_t out_stride, bool accumulate) {
-        uint32_t lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-        uint32_t nb = w.n_cols / GPU_QBLOCK, lanes = gpu_lanes_per_row(nb);
-        uint32_t row = (blockIdx.x * MATMUL_WARPS + warp) * (32 / lanes) + lane / lanes, sub = lane % lanes;
-        uint32_t t0 = blockIdx.y * TT, qb = gpu_block_quant_bytes(w.kind);
-        float acc[TT];
+                   uint32_t out_stride, bool accumulate, bool logits_product) {
+        uint32_t lane = threadIdx.x % 32, l = lane % GPU_ROW_LANES;
+        uint32_t row = (blockIdx.x * MATMUL_WARPS + threadIdx.x / 32) * ROWS_PER_WARP + lane / GPU_ROW_LANES;
+        uint32_t nb = w.n_cols / GPU_QBLOCK, t0 = blockIdx.y * TT, qb = gpu_block_quant_bytes(w.kind);
+        uint32_t word_index = gpu_lane_word(w.kind, l), group = 0xffu << (lane / GPU_ROW_LANES * GPU_ROW_LANES);
+        float acc[TT], off[TT];
         for (int t = 0; t < TT; t++)
-                acc[t] = 0.0f;
+                acc[t] = off[t] = 0.0f;
         if (row < w.n_rows) {
-                const uint8_t *wq = w.quants + (size_t) row * nb * qb;
+                const uint32_t *wq = (const uint32_t *) (w.quants + (size_t) row * nb * qb);
                 const uint32_t *ws = w.scales + (size_t) row * nb;
-                for (uint32_t b = sub; b < nb; b += lanes) {
-                        uint32_t wv[8];
-                        const uint4 *src = (const uint4 *) (wq + (size_t) b * qb);
-                        uint4 w0 = src[0];
-                        wv[0] = w0.x, wv[1] = w0.y, wv[2] = w0.z, wv[3] = w0.w;
-                        if (qb == 32) {
-                                uint4 w1 = src[1];
-                                wv[4] = w1.x, wv[5] = w1.y, wv[6] = w1.z, wv[7] = w1.w;
-                        }
-                        uint32_t scale = ws[b];
+#pragma unroll 2
+                for (uint32_t b = 0; b < nb; b++) {
+                        uint32_t word = wq[b * (qb / 4) + word_index], scale = ws[b];
+                        float wd = gpu_f16_to_f32(scale & 0xffffu), wm = gpu_f16_to_f32(scale >> 16);
 #pragma unroll
                         for (int t = 0; t < TT; t++) {
                                 if (t0 + t >= n)
                                         break;
                                 size_t tok = t0 + t;
-                                const uint4 *a = (const uint4 *) (xq + tok * width + (size_t) b * GPU_QBLOCK);
-                                uint4 a0 = a[0], a1 = a[1];
-                                uint32_t av[8] = { a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w };
+                                uint32_t a = ((const uint32_t *) (xq + tok * width))[b * 8 + l];
                                 float2 d = ((const float2 *) xds)[tok * (width / GPU_QBLOCK) + b];
-                                acc[t] = gpu_block_dot(w.kind, wv, scale, av, d.x, d.y, acc[t]);
+                                int32_t isum = gpu_lane_isum(w.kind, word, l, a);
+                                if (logits_product)
+                                        for (int offset = GPU_ROW_LANES / 2; offset > 0; offset /= 2)
+                                                isum += __shfl_xor_sync(group, isum, offset, GPU_ROW_LANES);
+                                acc[t] = fmaf((float) isum, wd * d.x, acc[t]);
+                                if (w.kind == GPU_WEIGHT_Q4_1)
+                                        off[t] = fmaf(wm, d.y, off[t]);
                         }
                 }
         }
+        if (!logits_product)
 #pragma unroll
-        for (int t = 0; t < TT; t++)
-                for (uint32_t offset = lanes / 2; offset > 0; offset /= 2)
-                        acc[t] += __shfl_xor_sync(FULL_MASK, acc[t], offset);
-        if (row >= w.n_rows || sub != 0)
+                for (int t = 0; t < TT; t++)
+                        for (int offset = GPU_ROW_LANES / 2; offset > 0; offset /= 2)
+                                acc[t] += __shfl_xor_sync(group, acc[t], offset, GPU_ROW_LANES);
+        if (row >= w.n_rows || l != 0)
                 return;
         for (int t = 0; t < TT && t0 + t < n; t++) {
+                float v = w.kind == GPU_WEIGHT_Q4_1 && !logits_product ? acc[t] + off[t] : acc[t];
                 float *o = &out[(size_t) (t0 + t) * out_stride + row];
-                *o = accumulate ? *o + acc[t] : acc[t];
+                *o = accumulate ? *o + v : v;
         }
 }
 
@@ -189,11 +191,11 @@ __global__ static void __launch_bounds__(MATMUL_WARPS * 32)
 
 template <int TT>
 static void launch_matmul(cudaStream_t s, const struct gpu_weight *w, const struct gpu_activations *a, uint32_t n,
-                          float *out, uint32_t out_stride, bool accumulate) {
+                          float *out, uint32_t out_stride, bool accumulate, bool logits_product) {
         if (w->kind <= GPU_WEIGHT_Q8_0) {
-                uint32_t rows_per_block = MATMUL_WARPS * (32 / gpu_lanes_per_row(w->n_cols / GPU_QBLOCK));
-                dim3 grid(ceil_div(w->n_rows, rows_per_block), ceil_div(n, TT));
-                k_matmul_q<TT><<<grid, MATMUL_WARPS * 32, 0, s>>>(*w, a->q, a->ds, a->width, n, out, out_stride, accumulate);
+                dim3 grid(ceil_div(w->n_rows, MATMUL_WARPS * ROWS_PER_WARP), ceil_div(n, TT));
+                k_matmul_q<TT><<<grid, MATMUL_WARPS * 32, 0, s>>>(*w, a->q, a->ds, a->width, n, out, out_stride, accumulate,
+                                                                  logits_product);
         } else {
                 dim3 grid(ceil_div(w->n_rows, MATMUL_WARPS), ceil_div(n, TT));
                 k_matmul_f<TT><<<grid, MATMUL_WARPS * 32, 0, s>>>(*w, a->x, a->width, n, out, out_stride, accumulate);
@@ -201,15 +203,16 @@ static void launch_matmul(cudaStream_t s, const struct gpu_weight *w, const stru
 }
 
 cudaError_t gpu_matmul(cudaStream_t s, const struct gpu_weight *w, const struct gpu_activations *a, uint32_t n,
-                       float *out, uint32_t out_stride, bool accumulate) {
+                       float *out, uint32_t out_stride, bool accumulate, bool logits_product) {
+        logits_product = logits_product && w->kind == GPU_WEIGHT_Q8_0;
         if (n == 1)
-                launch_matmul<1>(s, w, a, n, out, out_stride, accumulate);
+                launch_matmul<1>(s, w, a, n, out, out_stride, accumulate, logits_product);
         else if (n == 2)
-                launch_matmul<2>(s, w, a, n, out, out_stride, accumulate);
+                launch_matmul<2>(s, w, a, n, out, out_stride, accumulate, logits_product);
         else if (n <= 4)
-                launch_matmul<4>(s, w, a, n, out, out_stride, accumulate);
+                launch_matmul<4>(s, w, a, n, out, out_stride, accumulate, logits_product);
         else
-                launch_matmul<8>(s, w, a, n, out, out_stride, accumulate);
+                launch_matmul<8>(s, w, a, n, out, out_stride, accumulate, logits_product);
         return cudaGetLastError();
 }
 
@@ -251,20 +254,26 @@ cudaError_t gpu_rope_store_kv(cudaStream_t s, const struct gpu_step *step, float
         return cudaGetLastError();
 }
 
-/* One warp per (query head, token), as the CPU's reference computes attention: the scores
- * of the query (rounded to f16, as it meets f16 keys) with every key up to the token's
- * position, their softmax with its weights rounded to f16 (they meet f16 values), then the
- * weighted sum of the values. Lane j takes positions j, j + 32, ... for the scores, which
- * are recomputed in each of the three passes (maximum, sum, weights) rather than stored;
- * lane l sums dimensions l, l + 32, ... of the values over the positions in order. The
- * order depends on the position alone. */
-__device__ static float attention_score(const struct gpu_kv_layer *kv, const struct gpu_step *st, int32_t seq,
-                                        uint32_t j, uint32_t kv_head, const float *query, float scale) {
-        const uint4 *key = (const uint4 *) (kv->k + kv_slot(kv, st, seq, j, kv_head));
+/* Attention as the CPU's reference computes it: the scores of the query (rounded to f16, as
+ * it meets f16 keys) with every key up to the token's position, their softmax with its
+ * weights rounded to f16 (they meet f16 values), then the weighted sum of the values. One
+ * block of ATTN_THREADS threads per (query head, token): thread i scores positions i,
+ * i + ATTN_THREADS, ... (recomputed in each of the passes for the maximum, the sum and the
+ * weights rather than stored), the maximum and the sum go through a fixed tree, and the
+ * values are summed ATTN_CHUNK positions at a time, the chunk's weights and value rows in
+ * shared memory: thread i takes dimension i % head_dim (and every 128th after it) over the
+ * positions of its group i / head_dim, in order, and the groups are added in order at the
+ * end. Every order depends on the position and the head size alone. */
+#define ATTN_THREADS 128
+#define ATTN_CHUNK 1024
+
+__device__ static float attention_score(const uint16_t *key_row, const float *query, uint32_t head_dim, float scale) {
+        const uint4 *key = (const uint4 *) key_row;
         float dot = 0.0f;
-        for (uint32_t d8 = 0; d8 < kv->head_dim / 8; d8++) {
+        for (uint32_t d8 = 0; d8 < head_dim / 8; d8++) {
                 uint4 u = key[d8];
                 uint32_t words[4] = { u.x, u.y, u.z, u.w };
+#pragma unroll
                 for (int w = 0; w < 4; w++) {
                         dot = fmaf(query[d8 * 8 + 2 * w], gpu_f16_to_f32(words[w] & 0xffffu), dot);
                         dot = fmaf(query[d8 * 8 + 2 * w + 1], gpu_f16_to_f32(words[w] >> 16), dot);
@@ -273,63 +282,89 @@ __device__ static float attention_score(const struct gpu_kv_layer *kv, const str
         return dot * scale;
 }
 
-template <int HPL>
-__global__ static void __launch_bounds__(32)
+/* The sum (or, with take_max, the maximum) of each thread's v by a fixed tree; every thread
+ * gets it. */
+template <typename T>
+__device__ static T block_reduce(T v, T *scratch, bool take_max) {
+        uint32_t i = threadIdx.x;
+        scratch[i] = v;
+        __syncthreads();
+        for (uint32_t stride = ATTN_THREADS / 2; stride > 0; stride /= 2) {
+                if (i < stride)
+                        scratch[i] = take_max ? (scratch[i] > scratch[i + stride] ? scratch[i] : scratch[i + stride])
+                                              : scratch[i] + scratch[i + stride];
+                __syncthreads();
+        }
+        T r = scratch[0];
+        __syncthreads();
+        return r;
+}
+
+__global__ static void __launch_bounds__(ATTN_THREADS)
         k_attention(struct gpu_step st, const float *q, uint32_t n_head, float scale, struct gpu_kv_layer kv, float *out) {
-        __shared__ float query[HPL * 32];
-        uint32_t h = blockIdx.x, t = blockIdx.y, lane = threadIdx.x, hd = kv.head_dim;
+        __shared__ float query[256], weights[ATTN_CHUNK];
+        __shared__ size_t rows[ATTN_CHUNK];
+        __shared__ double scratch[ATTN_THREADS];
+        __shared__ float partial[ATTN_THREADS * 2];
+        uint32_t h = blockIdx.x, t = blockIdx.y, i = threadIdx.x, hd = kv.head_dim;
         uint32_t kv_head = h / (n_head / kv.n_head_kv), pos = (uint32_t) st.positions[t];
         int32_t seq = st.seq_ids[t];
         const float *qh = q + ((size_t) t * n_head + h) * hd;
-        for (int i = 0; i < HPL; i++)
-                if (lane + 32 * i < hd)
-                        query[lane + 32 * i] = gpu_round_f16(qh[lane + 32 * i]);
-        __syncwarp();
+        for (uint32_t d = i; d < hd; d += ATTN_THREADS)
+                query[d] = gpu_round_f16(qh[d]);
+        __syncthreads();
+
         float max = -INFINITY;
-        for (uint32_t j = lane; j <= pos; j += 32)
-                max = fmaxf(max, attention_score(&kv, &st, seq, j, kv_head, query, scale));
-        for (int offset = 16; offset > 0; offset /= 2)
-                max = fmaxf(max, __shfl_xor_sync(FULL_MASK, max, offset));
+        for (uint32_t j = i; j <= pos; j += ATTN_THREADS)
+                max = fmaxf(max, attention_score(kv.k + kv_slot(&kv, &st, seq, j, kv_head), query, hd, scale));
+        max = (float) block_reduce<double>((double) max, scratch, true);
         double sum = 0.0;
-        for (uint32_t j = lane; j <= pos; j += 32)
-                sum += (double) gpu_exp(attention_score(&kv, &st, seq, j, kv_head, query, scale) - max);
-        for (int offset = 16; offset > 0; offset /= 2)
-                sum += __shfl_xor_sync(FULL_MASK, sum, offset);
-        float inverse = (float) (1.0 / sum), acc[HPL];
-        for (int i = 0; i < HPL; i++)
-                acc[i] = 0.0f;
-        for (uint32_t c0 = 0; c0 <= pos; c0 += 32) {
-                uint32_t j = c0 + lane;
-                float weight = 0.0f;
-                if (j <= pos)
-                        weight = gpu_round_f16(gpu_exp(attention_score(&kv, &st, seq, j, kv_head, query, scale) - max) * inverse);
-                uint32_t n_valid = pos - c0 + 1 < 32 ? pos - c0 + 1 : 32;
-                for (uint32_t jj = 0; jj < n_valid; jj++) {
-                        float wj = __shfl_sync(FULL_MASK, weight, jj);
-                        const uint16_t *value = kv.v + kv_slot(&kv, &st, seq, c0 + jj, kv_head);
-                        for (int i = 0; i < HPL; i++)
-                                if (lane + 32 * i < hd)
-                                        acc[i] = fmaf(gpu_f16_to_f32(value[lane + 32 * i]), wj, acc[i]);
+        for (uint32_t j = i; j <= pos; j += ATTN_THREADS)
+                sum += (double) gpu_exp(attention_score(kv.k + kv_slot(&kv, &st, seq, j, kv_head), query, hd, scale) - max);
+        float inverse = (float) (1.0 / block_reduce<double>(sum, scratch, false));
+
+        /* thread i: group i / hd of the positions, dimensions i % hd, + 128, ... */
+        uint32_t n_groups = hd < ATTN_THREADS ? ATTN_THREADS / hd : 1, group = i / hd, d0 = i % hd;
+        float acc[2] = { 0.0f, 0.0f };
+        for (uint32_t c0 = 0; c0 <= pos; c0 += ATTN_CHUNK) {
+                uint32_t n = pos + 1 - c0 < ATTN_CHUNK ? pos + 1 - c0 : ATTN_CHUNK;
+                for (uint32_t j = i; j < n; j += ATTN_THREADS) {
+                        size_t slot = kv_slot(&kv, &st, seq, c0 + j, kv_head);
+                        weights[j] = gpu_round_f16(gpu_exp(attention_score(kv.k + slot, query, hd, scale) - max) * inverse);
+                        rows[j] = slot;
                 }
+                __syncthreads();
+                if (group < n_groups)
+#pragma unroll 4
+                        for (uint32_t j = group; j < n; j += n_groups) {
+                                const uint16_t *value = kv.v + rows[j];
+                                acc[0] = fmaf(gpu_f16_to_f32(value[d0]), weights[j], acc[0]);
+                                if (hd > ATTN_THREADS)
+                                        acc[1] = fmaf(gpu_f16_to_f32(value[d0 + ATTN_THREADS]), weights[j], acc[1]);
+                        }
+                __syncthreads();
         }
+        partial[i] = acc[0];
+        partial[ATTN_THREADS + i] = acc[1];
+        __syncthreads();
         float *o = out + ((size_t) t * n_head + h) * hd;
-        for (int i = 0; i < HPL; i++)
-                if (lane + 32 * i < hd)
-                        o[lane + 32 * i] = acc[i];
+        for (uint32_t d = i; d < hd; d += ATTN_THREADS) {
+                /* dimension d: the groups' sums in order (one group for heads of 128 and more) */
+                uint32_t k = d / ATTN_THREADS, e = d % ATTN_THREADS;
+                float v = partial[k * ATTN_THREADS + e];
+                for (uint32_t g = 1; g < n_groups; g++)
+                        v += partial[g * hd + e];
+                o[d] = v;
+        }
 }
 
 cudaError_t gpu_attention(cudaStream_t s, const struct gpu_step *step, const float *q, uint32_t n_head, float scale,
                           const struct gpu_kv_layer *kv, float *out) {
         dim3 grid(n_head, step->n_tokens);
-        if (kv->head_dim % 8 || kv->head_dim > 256)
+        /* a head size that divides ATTN_THREADS (or is a multiple of it, up to 256) */
+        uint32_t hd = kv->head_dim;
+        if (hd % 8 || hd > 256 || (hd < ATTN_THREADS ? ATTN_THREADS % hd : hd % ATTN_THREADS))
                 return cudaErrorInvalidValue;
-        if (kv->head_dim <= 32)
-                k_attention<1><<<grid, 32, 0, s>>>(*step, q, n_head, scale, *kv, out);
-        else if (kv->head_dim <= 64)
-                k_attention<2><<<grid, 32, 0, s>>>(*step, q, n_head, scale, *kv, out);
-        else if (kv->head_dim <= 128)
-                k_attention<4><<<grid, 32, 0, s>>>(*step, q, n_head, scale, *kv, out);
-        else
-                k_attention<8><<<grid, 32, 0, s>>>(*step, q, n_head, scale, *kv, out);
+        k_attention<<<grid, ATTN_THREADS, 0, s>>>(*step, q, n_head, scale, *kv, out);
         return cudaGetLastError();
 }

@@ -57,9 +57,10 @@ cudaError_t gpu_quantize(cudaStream_t s, uint32_t n, const struct gpu_activation
 cudaError_t gpu_swiglu_quantize(cudaStream_t s, uint32_t n, const float *gate, const float *up,
                                 const struct gpu_activations *a);
 
-/* out[t * out_stride + row] (+)= W[row] . x[t] for n tokens. */
+/* out[t * out_stride + row] (+)= W[row] . x[t] for n tokens; logits_product: the output
+ * weight's product when it is Q8_0 (gpu-math.h), as the CPU makes the logits. */
 cudaError_t gpu_matmul(cudaStream_t s, const struct gpu_weight *w, const struct gpu_activations *a, uint32_t n,
-                       float *out, uint32_t out_stride, bool accumulate);
+                       float *out, uint32_t out_stride, bool accumulate, bool logits_product);
 
 /* RoPE on each token's query and key heads (in place in q and k), then its key and value
  * stored at its position's slot, in f16. */

@@ -23,8 +23,8 @@ extern "C" {
                 }                                                                                              \
         } while (0)
 
-extern "C" int cuda_ops_matmul(const struct weight *w, const float *x, uint32_t n_tokens, float *out, int8_t *xq,
-                               float *ds, struct error *err) {
+extern "C" int cuda_ops_matmul(const struct weight *w, const float *x, uint32_t n_tokens, bool logits_product, float *out,
+                               int8_t *xq, float *ds, struct error *err) {
         struct gpu_weight gw;
         struct gpu_activations a = { NULL, NULL, NULL, (uint32_t) w->n_cols };
         uint8_t *arena = NULL, *image = NULL;
@@ -44,7 +44,7 @@ extern "C" int cuda_ops_matmul(const struct weight *w, const float *x, uint32_t 
         OPS_TRY(cudaMemset(out_device, 0xff, out_floats * sizeof(float))); /* NaN: every element must be written */
         OPS_TRY(cudaMemcpy(a.x, x, x_floats * sizeof(float), cudaMemcpyHostToDevice));
         OPS_TRY(gpu_quantize(0, n_tokens, &a));
-        OPS_TRY(gpu_matmul(0, &gw, &a, n_tokens, out_device, (uint32_t) w->n_rows, false));
+        OPS_TRY(gpu_matmul(0, &gw, &a, n_tokens, out_device, (uint32_t) w->n_rows, false, logits_product));
         OPS_TRY(cudaDeviceSynchronize());
         OPS_TRY(cudaMemcpy(out, out_device, out_floats * sizeof(float), cudaMemcpyDeviceToHost));
         OPS_TRY(cudaMemcpy(xq, a.q, x_floats, cudaMemcpyDeviceToHost));

@@ -4,6 +4,7 @@
 /* Single kernels of the CUDA backend on the device, for the GPU tests to hold against the
  * host model of their arithmetic (tests/gpu-host-model.h). */
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "error.h"
@@ -14,9 +15,10 @@ extern "C" {
 #endif
 
 /* Quantizes n_tokens rows of x (w->n_cols floats each) on the device into xq and ds, and
- * multiplies w by them into out (n_tokens rows of w->n_rows). */
-int cuda_ops_matmul(const struct weight *w, const float *x, uint32_t n_tokens, float *out, int8_t *xq, float *ds,
-                    struct error *err);
+ * multiplies w by them into out (n_tokens rows of w->n_rows), with the logits product where
+ * asked and w is Q8_0. */
+int cuda_ops_matmul(const struct weight *w, const float *x, uint32_t n_tokens, bool logits_product, float *out,
+                    int8_t *xq, float *ds, struct error *err);
 
 #ifdef __cplusplus
 }

@@ -149,9 +149,10 @@ static int check_model(const struct model *m, struct error *err) {
                                                  tensor_type_info(w[j]->type) ? tensor_type_info(w[j]->type)->name : "?", i);
                 }
         }
-        if (hp->head_dim % 8 || hp->head_dim > 256)
-                return error_set(err, EOPNOTSUPP, "the CUDA backend's attention takes head sizes that are multiples of 8 up to 256, not %u",
-                                 hp->head_dim);
+        uint32_t hd = hp->head_dim;
+        if (hd != 8 && hd != 16 && hd != 32 && hd != 64 && hd != 128 && hd != 256)
+                return error_set(err, EOPNOTSUPP, "the CUDA backend's attention takes head sizes 8, 16, 32, 64, 128 and 256, not %u",
+                                 hd);
         if (hp->n_embd % GPU_QBLOCK || hp->n_ff % GPU_QBLOCK || (hp->n_head * hp->head_dim) % GPU_QBLOCK)
                 return error_set(err, EOPNOTSUPP, "the CUDA backend needs widths that are multiples of %d", GPU_QBLOCK);
         return 0;
@@ -361,21 +362,21 @@ static int run_layers(struct cuda_runner *r, const struct gpu_step *st, struct e
                 struct gpu_kv_layer kv = kv_layer(r, i);
                 a->width = hp->n_embd;
                 LAUNCH(gpu_rms_norm_quantize(r->stream, r->x, NULL, T, l->attn_norm, hp->rms_eps, a));
-                LAUNCH(gpu_matmul(r->stream, &l->wq, a, T, r->q, r->q_dim, false));
-                LAUNCH(gpu_matmul(r->stream, &l->wk, a, T, r->k, r->kv_dim, false));
-                LAUNCH(gpu_matmul(r->stream, &l->wv, a, T, r->v, r->kv_dim, false));
+                LAUNCH(gpu_matmul(r->stream, &l->wq, a, T, r->q, r->q_dim, false, false));
+                LAUNCH(gpu_matmul(r->stream, &l->wk, a, T, r->k, r->kv_dim, false, false));
+                LAUNCH(gpu_matmul(r->stream, &l->wv, a, T, r->v, r->kv_dim, false, false));
                 LAUNCH(gpu_rope_store_kv(r->stream, st, r->q, r->k, r->v, hp->n_head, hp->rope_dim, r->theta_scale, &kv));
                 a->width = r->q_dim;
                 LAUNCH(gpu_attention(r->stream, st, r->q, hp->n_head, r->attention_scale, &kv, a->x));
                 LAUNCH(gpu_quantize(r->stream, T, a));
-                LAUNCH(gpu_matmul(r->stream, &l->wo, a, T, r->x, hp->n_embd, true));
+                LAUNCH(gpu_matmul(r->stream, &l->wo, a, T, r->x, hp->n_embd, true, false));
                 a->width = hp->n_embd;
                 LAUNCH(gpu_rms_norm_quantize(r->stream, r->x, NULL, T, l->ffn_norm, hp->rms_eps, a));
-                LAUNCH(gpu_matmul(r->stream, &l->gate, a, T, r->gate, hp->n_ff, false));
-                LAUNCH(gpu_matmul(r->stream, &l->up, a, T, r->up, hp->n_ff, false));
+                LAUNCH(gpu_matmul(r->stream, &l->gate, a, T, r->gate, hp->n_ff, false, false));
+                LAUNCH(gpu_matmul(r->stream, &l->up, a, T, r->up, hp->n_ff, false, false));
                 a->width = hp->n_ff;
                 LAUNCH(gpu_swiglu_quantize(r->stream, T, r->gate, r->up, a));
-                LAUNCH(gpu_matmul(r->stream, &l->down, a, T, r->x, hp->n_embd, true));
+                LAUNCH(gpu_matmul(r->stream, &l->down, a, T, r->x, hp->n_embd, true, false));
         }
         return 0;
 }
@@ -401,7 +402,7 @@ extern "C" int cuda_runner_forward(struct cuda_runner *r, const struct batch *b,
                 struct gpu_activations *a = &r->act;
                 a->width = hp->n_embd;
                 LAUNCH(gpu_rms_norm_quantize(r->stream, r->x, outputs, b->n_outputs, r->output_norm, hp->rms_eps, a));
-                LAUNCH(gpu_matmul(r->stream, &r->output, a, b->n_outputs, r->logits_device, hp->n_vocab, false));
+                LAUNCH(gpu_matmul(r->stream, &r->output, a, b->n_outputs, r->logits_device, hp->n_vocab, false, true));
                 CUDA_TRY(cudaMemcpyAsync(r->logits_host, r->logits_device, (size_t) b->n_outputs * hp->n_vocab * sizeof(float),
                                          cudaMemcpyDeviceToHost, r->stream));
         }

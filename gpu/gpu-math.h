@@ -103,56 +103,40 @@ GPU_MATH int32_t gpu_dp4a(uint32_t a, uint32_t b, int32_t c) {
 #endif
 }
 
-/* One block's exact integer product: 16 bytes of nibbles w (element i in the low nibble of
- * byte i, element 16 + i in the high nibble) with 32 int8 activations a; bias is subtracted
- * from every nibble first (8 for Q4_0, 0 for Q4_1). */
-GPU_MATH int32_t gpu_isum_q4(const uint32_t w[4], const uint32_t a[8], uint32_t bias) {
-        int32_t s = 0;
-        uint32_t bias4 = bias * 0x01010101u;
-        for (int i = 0; i < 4; i++) {
-                /* nibbles are 0..15, so subtracting at most 8 per byte never borrows across bytes
-                 * once the byte is offset by 0x80 and back */
-                uint32_t lo = ((w[i] & 0x0f0f0f0fu) | 0x80808080u) - bias4;
-                uint32_t hi = (((w[i] >> 4) & 0x0f0f0f0fu) | 0x80808080u) - bias4;
-                lo ^= 0x80808080u;
-                hi ^= 0x80808080u;
-                s = gpu_dp4a(lo, a[i], s);
-                s = gpu_dp4a(hi, a[4 + i], s);
+/* The quantized products follow the CPU's order (cpu/dot.h, llama.cpp's x86 order), so that
+ * each result has the CPU backend's bits: eight lanes per row, lane l taking elements
+ * 4l..4l+3 of every block,
+ *     lane[l] = fmaf((float) isum_bl, d_w[b] * d_a[b], lane[l])   for each block b in order,
+ *     result = lanes_sum8(lane), plus off = fmaf(m_w[b], s_a[b], off) in order for Q4_1,
+ * and for the logits product (a Q8_0 output weight) one accumulator per row over the blocks'
+ * whole integer sums, acc = fmaf((float) isum_b, d_w[b] * d_a[b], acc). On the device the
+ * eight lanes are eight threads and lanes_sum8 is the butterfly of shuffles 4, 2, 1. */
+#define GPU_ROW_LANES 8
+
+/* Which of a block's quant words lane l reads: word l of Q8_0's eight, word l % 4 of the
+ * 4-bit types' four (element i in the low nibble of byte i, element 16 + i in its high one). */
+GPU_MATH uint32_t gpu_lane_word(enum gpu_weight_kind kind, uint32_t l) {
+        return kind == GPU_WEIGHT_Q8_0 ? l : l % 4;
+}
+
+/* Lane l's exact integer product in a block: its quant word (gpu_lane_word()), the bias
+ * taken off each quant (8 for Q4_0), with the activation's word l. */
+GPU_MATH int32_t gpu_lane_isum(enum gpu_weight_kind kind, uint32_t word, uint32_t l, uint32_t activation_word) {
+        uint32_t quants;
+        if (kind == GPU_WEIGHT_Q8_0)
+                quants = word;
+        else {
+                uint32_t nibbles = l < 4 ? word & 0x0f0f0f0fu : (word >> 4) & 0x0f0f0f0fu;
+                /* nibbles are 0..15: offset each byte by 0x80 so that taking the bias off
+                 * never borrows across bytes, then back */
+                quants = kind == GPU_WEIGHT_Q4_0 ? ((nibbles | 0x80808080u) - 0x08080808u) ^ 0x80808080u : nibbles;
         }
-        return s;
+        return gpu_dp4a(quants, activation_word, 0);
 }
 
-GPU_MATH int32_t gpu_isum_q8(const uint32_t w[8], const uint32_t a[8]) {
-        int32_t s = 0;
-        for (int i = 0; i < 8; i++)
-                s = gpu_dp4a(w[i], a[i], s);
-        return s;
-}
-
-/* acc plus one block's product: w the block's quant words (4 or 8), scale its d (and m),
- * a the activation block's quant words, ad and as its d and s. */
-GPU_MATH float gpu_block_dot(enum gpu_weight_kind kind, const uint32_t *w, uint32_t scale, const uint32_t a[8],
-                             float ad, float as, float acc) {
-        float wd = gpu_f16_to_f32(scale & 0xffffu);
-        switch (kind) {
-        case GPU_WEIGHT_Q4_0:
-                return fmaf((float) gpu_isum_q4(w, a, 8), wd * ad, acc);
-        case GPU_WEIGHT_Q4_1:
-                return fmaf(gpu_f16_to_f32(scale >> 16), as, fmaf((float) gpu_isum_q4(w, a, 0), wd * ad, acc));
-        default:
-                return fmaf((float) gpu_isum_q8(w, a), wd * ad, acc);
-        }
-}
-
-/* How many lanes of a warp share one row of n_blocks blocks: the widest power of two that
- * still gives every lane at least two blocks (from 4 to 32), so that short rows (576 columns
- * are 18 blocks) keep most lanes busy. A row's sum is taken over exactly these lanes in
- * gpu_lane_tree_sum()'s order: it depends on the weight's shape alone. */
-GPU_MATH uint32_t gpu_lanes_per_row(uint32_t n_blocks) {
-        uint32_t lanes = 32;
-        while (lanes > 4 && n_blocks < 2 * lanes)
-                lanes /= 2;
-        return lanes;
+/* lanes_sum8(): ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). */
+GPU_MATH float gpu_lanes_sum8(const float l[8]) {
+        return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
 }
 
 /* The element i of a repacked quantized row, as float (the embedding's gather). */
@@ -234,11 +218,10 @@ GPU_MATH float gpu_rope_angle(int32_t pos, uint32_t i, float theta_scale) {
         return theta;
 }
 
-/* Sums 32 lanes' values v[0..31] the way the device's butterfly of shuffles does for groups
- * of width lanes: each round, lane l adds lane l ^ offset's value, offset from width / 2 down
- * to 1. Leaves every group's sum in each of its lanes; returns lane 0's. */
-GPU_MATH float gpu_lane_tree_sum(float v[32], uint32_t width) {
-        for (uint32_t offset = width / 2; offset > 0; offset /= 2) {
+/* Sums 32 lanes' values v[0..31] the way the device's butterfly of shuffles does: each
+ * round, lane l adds lane l ^ offset's value, offset from 16 down to 1. Returns lane 0's sum. */
+GPU_MATH float gpu_lane_tree_sum(float v[32]) {
+        for (uint32_t offset = 16; offset > 0; offset /= 2) {
                 float next[32];
                 for (uint32_t l = 0; l < 32; l++)
                         next[l] = v[l] + v[l ^ offset];

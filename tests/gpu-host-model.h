@@ -5,6 +5,7 @@
  * order of the device's shuffles: test-gpu-math holds it to the CPU backend's reference, and
  * test-gpu holds the device to it bit for bit. */
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -60,22 +61,30 @@ static inline void host_words(const void *p, uint32_t *words, uint32_t n) {
         memcpy(words, p, n * sizeof(uint32_t));
 }
 
-/* k_matmul_q's result for one row and token. */
+/* k_matmul_q's result for one row and token: the CPU's order (gpu-math.h). */
 static inline float host_row_dot(enum gpu_weight_kind kind, const uint8_t *quants, const uint32_t *scales, uint32_t nb,
-                                 const int8_t *xq, const float *ds) {
-        uint32_t lanes = gpu_lanes_per_row(nb), qb = gpu_block_quant_bytes(kind);
-        float v[32] = { 0 };
-        for (uint32_t sub = 0; sub < lanes; sub++) {
-                float acc = 0.0f;
-                for (uint32_t b = sub; b < nb; b += lanes) {
-                        uint32_t w[8], a[8];
-                        host_words(quants + (size_t) b * qb, w, qb / 4);
-                        host_words(xq + (size_t) b * GPU_QBLOCK, a, 8);
-                        acc = gpu_block_dot(kind, w, scales[b], a, ds[2 * b], ds[2 * b + 1], acc);
+                                 const int8_t *xq, const float *ds, bool logits_product) {
+        uint32_t qb = gpu_block_quant_bytes(kind);
+        float lanes[GPU_ROW_LANES] = { 0 }, off = 0.0f, acc = 0.0f;
+        logits_product = logits_product && kind == GPU_WEIGHT_Q8_0;
+        for (uint32_t b = 0; b < nb; b++) {
+                uint32_t words[8], a[8];
+                host_words(quants + (size_t) b * qb, words, qb / 4);
+                host_words(xq + (size_t) b * GPU_QBLOCK, a, 8);
+                float wd = gpu_f16_to_f32(scales[b] & 0xffff), scale = wd * ds[2 * b];
+                int32_t block_sum = 0;
+                for (uint32_t l = 0; l < GPU_ROW_LANES; l++) {
+                        int32_t isum = gpu_lane_isum(kind, words[gpu_lane_word(kind, l)], l, a[l]);
+                        block_sum += isum;
+                        lanes[l] = fmaf((float) isum, scale, lanes[l]);
                 }
-                v[sub] = acc;
+                acc = fmaf((float) block_sum, scale, acc);
+                if (kind == GPU_WEIGHT_Q4_1)
+                        off = fmaf(gpu_f16_to_f32(scales[b] >> 16), ds[2 * b + 1], off);
         }
-        return gpu_lane_tree_sum(v, lanes);
+        if (logits_product)
+                return acc;
+        return kind == GPU_WEIGHT_Q4_1 ? gpu_lanes_sum8(lanes) + off : gpu_lanes_sum8(lanes);
 }
 
 /* k_matmul_f's result for one row (F32, F16 or BF16, as in the file) and token. */
@@ -87,5 +96,5 @@ static inline float host_row_dot_float(enum gpu_weight_kind kind, const void *ro
                         acc = fmaf(gpu_float_weight(kind, row, i), x[i], acc);
                 v[lane] = acc;
         }
-        return gpu_lane_tree_sum(v, 32);
+        return gpu_lane_tree_sum(v);
 }

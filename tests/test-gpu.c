@@ -95,7 +95,8 @@ static void check_matmuls(void) {
                                 random_weight(types[ti], rows, cols, data, &w);
                                 for (uint32_t i = 0; i < n * cols; i++)
                                         x[i] = next_float(ni % 2 ? 8.0f : 1.0f);
-                                if (cuda_ops_matmul(&w, x, n, out, xq, ds, &err) < 0) {
+                                bool logits = types[ti] == TENSOR_Q8_0 && si == 0;
+                                if (cuda_ops_matmul(&w, x, n, logits, out, xq, ds, &err) < 0) {
                                         CHECK(0, "%s", err.message);
                                         return;
                                 }
@@ -110,7 +111,7 @@ static void check_matmuls(void) {
                                                 float want;
                                                 if (kind <= GPU_WEIGHT_Q8_0) {
                                                         host_repack_row(&w, r, quants, scales);
-                                                        want = host_row_dot(kind, quants, scales, cols / 32, want_q, want_ds);
+                                                        want = host_row_dot(kind, quants, scales, cols / 32, want_q, want_ds, logits);
                                                 } else
                                                         want = host_row_dot_float(kind, w.data + r * w.row_bytes, cols, x + t * cols);
                                                 if (bits(want) != bits(out[t * rows + r]) && mismatches++ < 3)
