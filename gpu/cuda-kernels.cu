@@ -11,19 +11,29 @@ static uint32_t ceil_div(uint32_t a, uint32_t b) {
         return (a + b - 1) / b;
 }
 
-/* q8_1 blocks of a row of n floats (n a multiple of 32), one warp per block in turn. */
+/* Where token t's activation row starts: quants and scales (gpu-math.h's layout). */
+__device__ static size_t act_quants_offset(uint32_t width, size_t t) {
+        return t * gpu_padded_blocks(width / GPU_QBLOCK) * GPU_QBLOCK;
+}
+
+__device__ static size_t act_scales_offset(uint32_t width, size_t t) {
+        return t * 2 * gpu_padded_blocks(width / GPU_QBLOCK);
+}
+
+/* q8_1 blocks of a row of n floats (n a multiple of 32) into a lane-major activation row,
+ * one warp per block in turn. */
 __device__ static void quantize_blocks(const float *row, uint32_t n, int8_t *q, float *ds) {
-        uint32_t lane = threadIdx.x % 32, n_warps = blockDim.x / 32;
+        uint32_t lane = threadIdx.x % 32, n_warps = blockDim.x / 32, nbp = gpu_padded_blocks(n / GPU_QBLOCK);
         for (uint32_t b = threadIdx.x / 32; b < n / GPU_QBLOCK; b += n_warps) {
                 float v = row[b * GPU_QBLOCK + lane], amax = fabsf(v);
                 for (int offset = 16; offset > 0; offset /= 2)
                         amax = fmaxf(amax, __shfl_xor_sync(FULL_MASK, amax, offset));
                 int32_t qi = gpu_q8_quantize(v, gpu_q8_inverse_scale(amax)), sum = qi;
-                q[b * GPU_QBLOCK + lane] = (int8_t) qi;
+                q[gpu_lane_major_offset(nbp, b, lane)] = (int8_t) qi;
                 for (int offset = 16; offset > 0; offset /= 2)
                         sum += __shfl_xor_sync(FULL_MASK, sum, offset);
                 if (lane == 0)
-                        gpu_q8_block_scales(amax, sum, &ds[2 * b], &ds[2 * b + 1]);
+                        gpu_q8_block_scales(amax, sum, &ds[b], &ds[nbp + b]);
         }
 }
 
@@ -32,9 +42,9 @@ __global__ static void k_embed(struct gpu_weight w, const int32_t *tokens, float
         size_t row = (size_t) tokens[t];
         for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
                 float v;
+                uint32_t nbp = gpu_padded_blocks(n / GPU_QBLOCK);
                 if (w.kind <= GPU_WEIGHT_Q8_0)
-                        v = gpu_dequant(w.kind, w.quants + row * (n / GPU_QBLOCK) * gpu_block_quant_bytes(w.kind),
-                                        w.scales + row * (n / GPU_QBLOCK), i);
+                        v = gpu_dequant(w.kind, w.quants + row * nbp * gpu_block_quant_bytes(w.kind), w.scales + row * nbp, nbp, i);
                 else
                         v = gpu_float_weight(w.kind, (const uint8_t *) w.rows + row * n * (w.kind == GPU_WEIGHT_F32 ? 4 : 2), i);
                 x[(size_t) t * n + i] = v;
@@ -69,7 +79,7 @@ __global__ static void k_rms_norm_quantize(const float *x, const int32_t *rows, 
         for (uint32_t i = tid; i < n; i += ROW_THREADS)
                 out[i] = xr[i] * scale * weight[i];
         __syncthreads();
-        quantize_blocks(out, n, oq + (size_t) r * n, ods + (size_t) r * (n / GPU_QBLOCK) * 2);
+        quantize_blocks(out, n, oq + act_quants_offset(n, r), ods + act_scales_offset(n, r));
 }
 
 cudaError_t gpu_rms_norm_quantize(cudaStream_t s, const float *x, const int32_t *rows, uint32_t n, const float *weight,
@@ -80,7 +90,7 @@ cudaError_t gpu_rms_norm_quantize(cudaStream_t s, const float *x, const int32_t 
 
 __global__ static void k_quantize(const float *x, uint32_t width, int8_t *q, float *ds) {
         size_t t = blockIdx.x;
-        quantize_blocks(x + t * width, width, q + t * width, ds + t * (width / GPU_QBLOCK) * 2);
+        quantize_blocks(x + t * width, width, q + act_quants_offset(width, t), ds + act_scales_offset(width, t));
 }
 
 cudaError_t gpu_quantize(cudaStream_t s, uint32_t n, const struct gpu_activations *a) {
@@ -94,7 +104,7 @@ __global__ static void k_swiglu_quantize(const float *gate, const float *up, uin
         for (uint32_t i = threadIdx.x; i < width; i += blockDim.x)
                 h[base + i] = gpu_silu_mul(gate[base + i], up[base + i]);
         __syncthreads();
-        quantize_blocks(h + base, width, q + base, ds + t * (width / GPU_QBLOCK) * 2);
+        quantize_blocks(h + base, width, q + act_quants_offset(width, t), ds + act_scales_offset(width, t));
 }
 
 cudaError_t gpu_swiglu_quantize(cudaStream_t s, uint32_t n, const float *gate, const float *up,
@@ -104,9 +114,9 @@ cudaError_t gpu_swiglu_quantize(cudaStream_t s, uint32_t n, const float *gate, c
 }
 
 /* Quantized weights in the CPU's order (gpu-math.h): GPU_ROW_LANES threads per row, thread
- * l keeping lane l's sums over every block for TT tokens; a warp holds 4 rows. With
- * logits_product, the lanes' integer sums of a block are added first (exactly) and each
- * thread keeps the row's single accumulator. */
+ * l keeping lane l's sums over the blocks for TT tokens, four blocks' words loaded at once
+ * from the lane-major rows; a warp holds 4 rows. With logits_product, the lanes' integer sums
+ * of a block are added first (exactly) and each thread keeps the row's single accumulator. */
 #define ROWS_PER_WARP (32 / GPU_ROW_LANES)
 template <int TT>
 __global__ static void __launch_bounds__(MATMUL_WARPS * 32)
@@ -114,32 +124,42 @@ __global__ static void __launch_bounds__(MATMUL_WARPS * 32)
                    uint32_t out_stride, bool accumulate, bool logits_product) {
         uint32_t lane = threadIdx.x % 32, l = lane % GPU_ROW_LANES;
         uint32_t row = (blockIdx.x * MATMUL_WARPS + threadIdx.x / 32) * ROWS_PER_WARP + lane / GPU_ROW_LANES;
-        uint32_t nb = w.n_cols / GPU_QBLOCK, t0 = blockIdx.y * TT, qb = gpu_block_quant_bytes(w.kind);
-        uint32_t word_index = gpu_lane_word(w.kind, l), group = 0xffu << (lane / GPU_ROW_LANES * GPU_ROW_LANES);
+        uint32_t nb = w.n_cols / GPU_QBLOCK, nbp = gpu_padded_blocks(nb), t0 = blockIdx.y * TT;
+        uint32_t words_per_block = gpu_block_quant_bytes(w.kind) / 4;
+        uint32_t group = 0xffu << (lane / GPU_ROW_LANES * GPU_ROW_LANES);
         float acc[TT], off[TT];
         for (int t = 0; t < TT; t++)
                 acc[t] = off[t] = 0.0f;
         if (row < w.n_rows) {
-                const uint32_t *wq = (const uint32_t *) (w.quants + (size_t) row * nb * qb);
-                const uint32_t *ws = w.scales + (size_t) row * nb;
-#pragma unroll 2
-                for (uint32_t b = 0; b < nb; b++) {
-                        uint32_t word = wq[b * (qb / 4) + word_index], scale = ws[b];
-                        float wd = gpu_f16_to_f32(scale & 0xffffu), wm = gpu_f16_to_f32(scale >> 16);
+                const uint32_t *wq = (const uint32_t *) w.quants + ((size_t) row * words_per_block + gpu_lane_word(w.kind, l)) * nbp;
+                const uint32_t *ws = w.scales + (size_t) row * nbp;
+                for (uint32_t b4 = 0; b4 < nb; b4 += 4) {
+                        uint4 wv = *(const uint4 *) (wq + b4), sv = *(const uint4 *) (ws + b4);
+                        uint32_t words[4] = { wv.x, wv.y, wv.z, wv.w }, scales[4] = { sv.x, sv.y, sv.z, sv.w };
 #pragma unroll
                         for (int t = 0; t < TT; t++) {
                                 if (t0 + t >= n)
                                         break;
                                 size_t tok = t0 + t;
-                                uint32_t a = ((const uint32_t *) (xq + tok * width))[b * 8 + l];
-                                float2 d = ((const float2 *) xds)[tok * (width / GPU_QBLOCK) + b];
-                                int32_t isum = gpu_lane_isum(w.kind, word, l, a);
-                                if (logits_product)
-                                        for (int offset = GPU_ROW_LANES / 2; offset > 0; offset /= 2)
-                                                isum += __shfl_xor_sync(group, isum, offset, GPU_ROW_LANES);
-                                acc[t] = fmaf((float) isum, wd * d.x, acc[t]);
-                                if (w.kind == GPU_WEIGHT_Q4_1)
-                                        off[t] = fmaf(wm, d.y, off[t]);
+                                const uint32_t *aq = (const uint32_t *) (xq + act_quants_offset(width, tok)) + (size_t) l * nbp;
+                                const float *ad = xds + act_scales_offset(width, tok);
+                                uint4 av = *(const uint4 *) (aq + b4);
+                                float4 dv = *(const float4 *) (ad + b4), s4 = *(const float4 *) (ad + nbp + b4);
+                                uint32_t act[4] = { av.x, av.y, av.z, av.w };
+                                float d[4] = { dv.x, dv.y, dv.z, dv.w }, sums[4] = { s4.x, s4.y, s4.z, s4.w };
+#pragma unroll
+                                for (uint32_t k = 0; k < 4; k++) {
+                                        if (b4 + k >= nb)
+                                                break;
+                                        float wd = gpu_f16_to_f32(scales[k] & 0xffffu);
+                                        int32_t isum = gpu_lane_isum(w.kind, words[k], l, act[k]);
+                                        if (logits_product)
+                                                for (int offset = GPU_ROW_LANES / 2; offset > 0; offset /= 2)
+                                                        isum += __shfl_xor_sync(group, isum, offset, GPU_ROW_LANES);
+                                        acc[t] = fmaf((float) isum, wd * d[k], acc[t]);
+                                        if (w.kind == GPU_WEIGHT_Q4_1)
+                                                off[t] = fmaf(gpu_f16_to_f32(scales[k] >> 16), sums[k], off[t]);
+                                }
                         }
                 }
         }
@@ -223,7 +243,8 @@ __device__ static size_t kv_slot(const struct gpu_kv_layer *kv, const struct gpu
 }
 
 __global__ static void k_rope_store_kv(struct gpu_step st, float *q, float *k, const float *v, uint32_t n_head,
-                                       uint32_t rope_dim, float theta_scale, struct gpu_kv_layer kv) {
+                                       uint32_t rope_dim, const float *rope_cos, const float *rope_sin,
+                                       struct gpu_kv_layer kv) {
         uint32_t t = blockIdx.x, hd = kv.head_dim, half = hd / 2, q_pairs = n_head * half;
         uint32_t pos = (uint32_t) st.positions[t];
         int32_t seq = st.seq_ids[t];
@@ -234,8 +255,8 @@ __global__ static void k_rope_store_kv(struct gpu_step st, float *q, float *k, c
                 uint32_t head = (is_q ? p : p - q_pairs) / half, i = (is_q ? p : p - q_pairs) % half;
                 float *x = (is_q ? qt : kt) + (size_t) head * hd + 2 * i;
                 if (2 * i < rope_dim) {
-                        float angle = gpu_rope_angle((int32_t) pos, i, theta_scale);
-                        gpu_rope_pair(&x[0], &x[1], cosf(angle), sinf(angle));
+                        size_t at = (size_t) pos * (rope_dim / 2) + i;
+                        gpu_rope_pair(&x[0], &x[1], rope_cos[at], rope_sin[at]);
                 }
                 if (!is_q) {
                         size_t slot = kv_slot(&kv, &st, seq, pos, head) + 2 * i;
@@ -249,8 +270,9 @@ __global__ static void k_rope_store_kv(struct gpu_step st, float *q, float *k, c
 }
 
 cudaError_t gpu_rope_store_kv(cudaStream_t s, const struct gpu_step *step, float *q, float *k, const float *v,
-                              uint32_t n_head, uint32_t rope_dim, float theta_scale, const struct gpu_kv_layer *kv) {
-        k_rope_store_kv<<<step->n_tokens, ROW_THREADS / 2, 0, s>>>(*step, q, k, v, n_head, rope_dim, theta_scale, *kv);
+                              uint32_t n_head, uint32_t rope_dim, const float *rope_cos, const float *rope_sin,
+                              const struct gpu_kv_layer *kv) {
+        k_rope_store_kv<<<step->n_tokens, ROW_THREADS / 2, 0, s>>>(*step, q, k, v, n_head, rope_dim, rope_cos, rope_sin, *kv);
         return cudaGetLastError();
 }
 

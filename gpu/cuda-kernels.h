@@ -22,13 +22,22 @@ struct gpu_weight {
 };
 
 /* Activations of a matmul: float rows (read by float weights) and their q8_1 quantization
- * (read by quantized ones), width elements per token. */
+ * (read by quantized ones, lane-major: gpu-math.h), width elements per token. */
 struct gpu_activations {
         float *x;     /* (tokens, width) */
-        int8_t *q;    /* (tokens, width) */
-        float *ds;    /* (tokens, width / 32, 2) */
+        int8_t *q;    /* (tokens, nbp * 32) with nbp = gpu_padded_blocks(width / 32) */
+        float *ds;    /* (tokens, 2, nbp): each row's d, then its s */
         uint32_t width;
 };
+
+/* Bytes of a->q and floats of a->ds for n tokens of width elements. */
+static inline size_t gpu_activation_quant_bytes(uint32_t width, size_t n) {
+        return n * gpu_padded_blocks(width / GPU_QBLOCK) * GPU_QBLOCK;
+}
+
+static inline size_t gpu_activation_scale_floats(uint32_t width, size_t n) {
+        return n * 2 * gpu_padded_blocks(width / GPU_QBLOCK);
+}
 
 /* The paged KV pool of one layer: (n_blocks, n_head_kv, block_size, head_dim) f16 each. */
 struct gpu_kv_layer {
@@ -62,10 +71,12 @@ cudaError_t gpu_swiglu_quantize(cudaStream_t s, uint32_t n, const float *gate, c
 cudaError_t gpu_matmul(cudaStream_t s, const struct gpu_weight *w, const struct gpu_activations *a, uint32_t n,
                        float *out, uint32_t out_stride, bool accumulate, bool logits_product);
 
-/* RoPE on each token's query and key heads (in place in q and k), then its key and value
+/* RoPE on each token's query and key heads (in place in q and k), the cosines and sines of
+ * position p's pairs at rope_cos and rope_sin + p * rope_dim / 2, then its key and value
  * stored at its position's slot, in f16. */
 cudaError_t gpu_rope_store_kv(cudaStream_t s, const struct gpu_step *step, float *q, float *k, const float *v,
-                              uint32_t n_head, uint32_t rope_dim, float theta_scale, const struct gpu_kv_layer *kv);
+                              uint32_t n_head, uint32_t rope_dim, const float *rope_cos, const float *rope_sin,
+                              const struct gpu_kv_layer *kv);
 
 /* Causal attention of each token over its sequence's positions up to its own, read through
  * its block table; out is (n_tokens, n_head * head_dim). */

@@ -30,7 +30,11 @@ extern "C" int cuda_ops_matmul(const struct weight *w, const float *x, uint32_t 
         uint8_t *arena = NULL, *image = NULL;
         float *out_device = NULL;
         size_t bytes = cuda_place_weight(w, &gw, NULL, NULL, 0), x_floats = (size_t) n_tokens * w->n_cols;
-        size_t n_blocks = x_floats / GPU_QBLOCK, out_floats = (size_t) n_tokens * w->n_rows;
+        size_t out_floats = (size_t) n_tokens * w->n_rows;
+        size_t q_bytes = gpu_activation_quant_bytes(a.width, n_tokens), s_floats = gpu_activation_scale_floats(a.width, n_tokens);
+        uint32_t nb = a.width / GPU_QBLOCK, nbp = gpu_padded_blocks(nb);
+        int8_t *q_host = NULL;
+        float *s_host = NULL;
         int rc = 0;
         if (!(image = (uint8_t *) malloc(bytes)))
                 return error_set(err, ENOMEM, "out of memory");
@@ -38,8 +42,8 @@ extern "C" int cuda_ops_matmul(const struct weight *w, const float *x, uint32_t 
         cuda_place_weight(w, &gw, arena, image, 0);
         OPS_TRY(cudaMemcpy(arena, image, bytes, cudaMemcpyHostToDevice));
         OPS_TRY(cudaMalloc((void **) &a.x, x_floats * sizeof(float)));
-        OPS_TRY(cudaMalloc((void **) &a.q, x_floats));
-        OPS_TRY(cudaMalloc((void **) &a.ds, n_blocks * 2 * sizeof(float)));
+        OPS_TRY(cudaMalloc((void **) &a.q, q_bytes));
+        OPS_TRY(cudaMalloc((void **) &a.ds, s_floats * sizeof(float)));
         OPS_TRY(cudaMalloc((void **) &out_device, out_floats * sizeof(float)));
         OPS_TRY(cudaMemset(out_device, 0xff, out_floats * sizeof(float))); /* NaN: every element must be written */
         OPS_TRY(cudaMemcpy(a.x, x, x_floats * sizeof(float), cudaMemcpyHostToDevice));
@@ -47,9 +51,25 @@ extern "C" int cuda_ops_matmul(const struct weight *w, const float *x, uint32_t 
         OPS_TRY(gpu_matmul(0, &gw, &a, n_tokens, out_device, (uint32_t) w->n_rows, false, logits_product));
         OPS_TRY(cudaDeviceSynchronize());
         OPS_TRY(cudaMemcpy(out, out_device, out_floats * sizeof(float), cudaMemcpyDeviceToHost));
-        OPS_TRY(cudaMemcpy(xq, a.q, x_floats, cudaMemcpyDeviceToHost));
-        OPS_TRY(cudaMemcpy(ds, a.ds, n_blocks * 2 * sizeof(float), cudaMemcpyDeviceToHost));
+        /* the activations back in block order: token t's block b at xq + t * n_cols + 32 b,
+         * its d and s at ds[2 (t * nb + b)] and the next */
+        if (!(q_host = (int8_t *) malloc(q_bytes)) || !(s_host = (float *) malloc(s_floats * sizeof(float)))) {
+                rc = error_set(err, ENOMEM, "out of memory");
+                goto out;
+        }
+        OPS_TRY(cudaMemcpy(q_host, a.q, q_bytes, cudaMemcpyDeviceToHost));
+        OPS_TRY(cudaMemcpy(s_host, a.ds, s_floats * sizeof(float), cudaMemcpyDeviceToHost));
+        for (uint32_t t = 0; t < n_tokens; t++)
+                for (uint32_t b = 0; b < nb; b++) {
+                        for (uint32_t e = 0; e < GPU_QBLOCK; e++)
+                                xq[((size_t) t * nb + b) * GPU_QBLOCK + e] =
+                                        q_host[(size_t) t * nbp * GPU_QBLOCK + gpu_lane_major_offset(nbp, b, e)];
+                        ds[2 * ((size_t) t * nb + b)] = s_host[(size_t) t * 2 * nbp + b];
+                        ds[2 * ((size_t) t * nb + b) + 1] = s_host[(size_t) t * 2 * nbp + nbp + b];
+                }
 out:
+        free(q_host);
+        free(s_host);
         cudaFree(arena);
         cudaFree(a.x);
         cudaFree(a.q);

@@ -59,7 +59,11 @@ struct cuda_runner {
         uint32_t logits_rows;
         uint64_t scratch_bytes;
 
-        float theta_scale, attention_scale;
+        /* RoPE's cosines and sines, (max_model_len, rope_dim / 2) each, made on the host as
+         * the CPU makes them (its angles, the C library's cosf and sinf), so that both
+         * backends turn the pairs by the same bits */
+        float *rope_cos, *rope_sin;
+        float attention_scale;
 };
 
 static int cuda_error(struct error *err, cudaError_t e, const char *what) {
@@ -186,8 +190,8 @@ static int alloc_scratch(struct cuda_runner *r, struct error *err) {
                 { (void **) &r->gate, T * hp->n_ff * sizeof(float) },
                 { (void **) &r->up, T * hp->n_ff * sizeof(float) },
                 { (void **) &r->act.x, T * r->max_dim * sizeof(float) },
-                { (void **) &r->act.q, T * r->max_dim },
-                { (void **) &r->act.ds, T * (r->max_dim / GPU_QBLOCK) * 2 * sizeof(float) },
+                { (void **) &r->act.q, gpu_activation_quant_bytes(r->max_dim, T) },
+                { (void **) &r->act.ds, gpu_activation_scale_floats(r->max_dim, T) * sizeof(float) },
                 { (void **) &r->inputs_device, r->inputs_capacity * sizeof(int32_t) },
         };
         for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
@@ -197,6 +201,33 @@ static int alloc_scratch(struct cuda_runner *r, struct error *err) {
         CUDA_TRY(cudaHostAlloc((void **) &r->inputs_host, r->inputs_capacity * sizeof(int32_t), cudaHostAllocDefault));
         r->scratch_bytes += r->inputs_capacity * sizeof(int32_t);
         return alloc_logits(r, LOGITS_ROWS_MIN, err);
+}
+
+static int upload_rope_tables(struct cuda_runner *r, struct error *err) {
+        const struct model_hparams *hp = &r->model->hp;
+        uint32_t half = hp->rope_dim / 2;
+        size_t n = (size_t) r->config.max_model_len * half;
+        float *table = (float *) malloc(2 * n * sizeof(float));
+        if (!table)
+                return error_set(err, ENOMEM, "out of memory for the RoPE tables");
+        /* the angle advances by repeated multiplication, as the CPU's rope_tables() does */
+        float theta_scale = powf(hp->rope_theta, -2.0f / (float) hp->rope_dim);
+        for (uint32_t p = 0; p < r->config.max_model_len; p++) {
+                float theta = (float) p;
+                for (uint32_t i = 0; i < half; i++) {
+                        table[(size_t) p * half + i] = cosf(theta);
+                        table[n + (size_t) p * half + i] = sinf(theta);
+                        theta *= theta_scale;
+                }
+        }
+        cudaError_t e = cudaMalloc((void **) &r->rope_cos, 2 * n * sizeof(float));
+        if (e == cudaSuccess) {
+                r->rope_sin = r->rope_cos + n;
+                r->scratch_bytes += 2 * n * sizeof(float);
+                e = cudaMemcpy(r->rope_cos, table, 2 * n * sizeof(float), cudaMemcpyHostToDevice);
+        }
+        free(table);
+        return e == cudaSuccess ? 0 : cuda_error(err, e, "the RoPE tables");
 }
 
 static int alloc_kv_pool(struct cuda_runner *r, struct error *err) {
@@ -264,7 +295,6 @@ extern "C" int cuda_runner_new(const struct model *model, const struct cuda_runn
                 r->max_dim = hp->n_ff;
         r->max_blocks_per_seq = (config->max_model_len + config->block_size - 1) / config->block_size;
         r->inputs_capacity = 4 * (size_t) config->max_batch_tokens + (size_t) config->max_batch_tokens * r->max_blocks_per_seq;
-        r->theta_scale = powf(hp->rope_theta, -2.0f / (float) hp->rope_dim);
         r->attention_scale = 1.0f / sqrtf((float) hp->head_dim);
         r->layers = (struct layer_weights *) calloc(hp->n_layer, sizeof(*r->layers));
         if (!r->layers) {
@@ -277,7 +307,8 @@ extern "C" int cuda_runner_new(const struct model *model, const struct cuda_runn
                 free(r);
                 return cuda_error(err, e, "cudaStreamCreate");
         }
-        if ((rc = upload_weights(r, err)) < 0 || (rc = alloc_scratch(r, err)) < 0 || (rc = size_kv_pool(r, err)) < 0 ||
+        if ((rc = upload_weights(r, err)) < 0 || (rc = alloc_scratch(r, err)) < 0 || (rc = upload_rope_tables(r, err)) < 0 ||
+            (rc = size_kv_pool(r, err)) < 0 ||
             (rc = alloc_kv_pool(r, err)) < 0) {
                 cuda_runner_free(r);
                 return rc;
@@ -293,7 +324,7 @@ extern "C" void cuda_runner_free(struct cuda_runner *r) {
         if (r->stream)
                 cudaStreamSynchronize(r->stream);
         void *device[] = { r->arena, r->k_pool, r->v_pool, r->x, r->q, r->k, r->v, r->gate, r->up,
-                           r->act.x, r->act.q, r->act.ds, r->inputs_device, r->logits_device };
+                           r->act.x, r->act.q, r->act.ds, r->inputs_device, r->logits_device, r->rope_cos };
         for (size_t i = 0; i < sizeof(device) / sizeof(device[0]); i++)
                 if (device[i])
                         cudaFree(device[i]);
@@ -365,7 +396,7 @@ static int run_layers(struct cuda_runner *r, const struct gpu_step *st, struct e
                 LAUNCH(gpu_matmul(r->stream, &l->wq, a, T, r->q, r->q_dim, false, false));
                 LAUNCH(gpu_matmul(r->stream, &l->wk, a, T, r->k, r->kv_dim, false, false));
                 LAUNCH(gpu_matmul(r->stream, &l->wv, a, T, r->v, r->kv_dim, false, false));
-                LAUNCH(gpu_rope_store_kv(r->stream, st, r->q, r->k, r->v, hp->n_head, hp->rope_dim, r->theta_scale, &kv));
+                LAUNCH(gpu_rope_store_kv(r->stream, st, r->q, r->k, r->v, hp->n_head, hp->rope_dim, r->rope_cos, r->rope_sin, &kv));
                 a->width = r->q_dim;
                 LAUNCH(gpu_attention(r->stream, st, r->q, hp->n_head, r->attention_scale, &kv, a->x));
                 LAUNCH(gpu_quantize(r->stream, T, a));

@@ -39,22 +39,15 @@ size_t cuda_place_weight(const struct weight *w, struct gpu_weight *gw, uint8_t 
                         memcpy(image + at, w->data, bytes);
                 return cuda_arena_align(at + bytes);
         }
-        size_t nb = w->n_cols / GPU_QBLOCK, qb = gpu_block_quant_bytes(kind), n = (size_t) w->n_rows * nb;
-        size_t scales_at = cuda_arena_align(at + n * qb);
+        uint32_t nb = (uint32_t) (w->n_cols / GPU_QBLOCK), nbp = gpu_padded_blocks(nb), qb = gpu_block_quant_bytes(kind);
+        size_t n = (size_t) w->n_rows * nbp, scales_at = cuda_arena_align(at + n * qb);
         gw->quants = base + at;
         gw->scales = (const uint32_t *) (base + scales_at);
         if (image) {
-                uint8_t *quants = image + at;
-                uint32_t *scales = (uint32_t *) (image + scales_at);
-                for (size_t i = 0; i < n; i++) {
-                        const uint8_t *block = w->data + (i / nb) * w->row_bytes + (i % nb) * tensor_type_info(w->type)->block_bytes;
-                        uint16_t d, m = 0;
-                        memcpy(&d, block, 2);
-                        if (kind == GPU_WEIGHT_Q4_1)
-                                memcpy(&m, block + 2, 2);
-                        memcpy(quants + i * qb, block + (kind == GPU_WEIGHT_Q4_1 ? 4 : 2), qb);
-                        scales[i] = (uint32_t) d | (uint32_t) m << 16;
-                }
+                uint32_t block_bytes = tensor_type_info(w->type)->block_bytes;
+                for (uint64_t r = 0; r < w->n_rows; r++)
+                        gpu_repack_row(kind, w->data + r * w->row_bytes, block_bytes, nb, image + at + r * nbp * qb,
+                                       (uint32_t *) (image + scales_at) + r * nbp);
         }
         return cuda_arena_align(scales_at + n * 4);
 }

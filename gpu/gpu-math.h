@@ -19,11 +19,14 @@
 #define GPU_MATH static inline
 #endif
 
-/* Repacked quantized weights (gpu/cuda-weights): per row, the blocks' quants side by side
- * (16 bytes of nibbles for the 4-bit types, 32 int8 for Q8_0) and, in a separate array, one
- * 32-bit word per block: the f16 scale d in the low half, the f16 minimum m (Q4_1) in the
- * high half. Activations: int8 quants per token row and two floats per block, d and
- * s = d * sum(quants), both rounded to f16 as the CPU's q8_1 blocks hold them. */
+/* The device's layouts are lane-major, so that a thread loads the words it multiplies for
+ * four blocks at once (16 bytes): a row of nb blocks is padded to gpu_padded_blocks(nb)
+ * blocks (nbp), and word w (of the 4 words of a 4-bit block's nibbles, or the 8 of a Q8_0
+ * block's or an activation block's int8 quants) of block b lies at word w * nbp + b of the
+ * row. A weight row's scales are one word per block (nbp of them): the f16 scale d in the low
+ * half, the f16 minimum m (Q4_1) in the high half. An activation row's scales are nbp floats
+ * d, then nbp floats s = d * sum(quants), both rounded to f16 as the CPU's q8_1 blocks hold
+ * them. Padding is zero and never enters a product. */
 #define GPU_QBLOCK 32
 
 enum gpu_weight_kind {
@@ -37,6 +40,15 @@ enum gpu_weight_kind {
 
 GPU_MATH uint32_t gpu_block_quant_bytes(enum gpu_weight_kind kind) {
         return kind == GPU_WEIGHT_Q8_0 ? 32 : 16;
+}
+
+GPU_MATH uint32_t gpu_padded_blocks(uint32_t n_blocks) {
+        return (n_blocks + 3) / 4 * 4;
+}
+
+/* Byte `byte` (0 .. 31, or 0 .. 15 for nibbles) of block b of a lane-major row of nbp blocks. */
+GPU_MATH uint32_t gpu_lane_major_offset(uint32_t nbp, uint32_t b, uint32_t byte) {
+        return ((byte / 4) * nbp + b) * 4 + byte % 4;
 }
 
 GPU_MATH float gpu_bits_to_f32(uint32_t u) {
@@ -139,16 +151,40 @@ GPU_MATH float gpu_lanes_sum8(const float l[8]) {
         return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
 }
 
-/* The element i of a repacked quantized row, as float (the embedding's gather). */
-GPU_MATH float gpu_dequant(enum gpu_weight_kind kind, const uint8_t *quants, const uint32_t *scales, uint32_t i) {
+/* Element i of a repacked quantized row (quants and scales lane-major, nbp blocks), as float
+ * (the embedding's gather). */
+GPU_MATH float gpu_dequant(enum gpu_weight_kind kind, const uint8_t *quants, const uint32_t *scales, uint32_t nbp,
+                           uint32_t i) {
         uint32_t b = i / GPU_QBLOCK, j = i % GPU_QBLOCK, scale = scales[b];
         float d = gpu_f16_to_f32(scale & 0xffffu);
         if (kind == GPU_WEIGHT_Q8_0)
-                return (float) (int8_t) quants[b * 32 + j] * d;
-        uint32_t byte = quants[b * 16 + (j % 16)], q = j < 16 ? byte & 15 : byte >> 4;
+                return (float) (int8_t) quants[gpu_lane_major_offset(nbp, b, j)] * d;
+        uint32_t byte = quants[gpu_lane_major_offset(nbp, b, j % 16)], q = j < 16 ? byte & 15 : byte >> 4;
         if (kind == GPU_WEIGHT_Q4_0)
                 return (float) ((int32_t) q - 8) * d;
         return fmaf((float) q, d, gpu_f16_to_f32(scale >> 16));
+}
+
+/* A GGUF row of nb blocks (Q4_0, Q4_1 or Q8_0, block_bytes each) repacked lane-major into
+ * quants (nbp * block_quant_bytes) and scales (nbp words), the padding zeroed: what the
+ * device reads, made on the host when the weights are uploaded. */
+GPU_MATH void gpu_repack_row(enum gpu_weight_kind kind, const uint8_t *row, uint32_t block_bytes, uint32_t nb,
+                             uint8_t *quants, uint32_t *scales) {
+        uint32_t nbp = gpu_padded_blocks(nb), qb = gpu_block_quant_bytes(kind), head = kind == GPU_WEIGHT_Q4_1 ? 4 : 2;
+        for (uint32_t b = 0; b < nbp; b++) {
+                uint32_t d = 0, m = 0;
+                for (uint32_t k = 0; k < qb; k++)
+                        quants[gpu_lane_major_offset(nbp, b, k)] = 0;
+                if (b < nb) {
+                        const uint8_t *block = row + (size_t) b * block_bytes;
+                        d = (uint32_t) block[0] | (uint32_t) block[1] << 8;
+                        if (kind == GPU_WEIGHT_Q4_1)
+                                m = (uint32_t) block[2] | (uint32_t) block[3] << 8;
+                        for (uint32_t k = 0; k < qb; k++)
+                                quants[gpu_lane_major_offset(nbp, b, k)] = block[head + k];
+                }
+                scales[b] = d | m << 16;
+        }
 }
 
 /* A float weight's element (F32, F16 or BF16 rows, as in the file). */
@@ -207,15 +243,6 @@ GPU_MATH void gpu_rope_pair(float *x0, float *x1, float c, float s) {
         float a = *x0, b = *x1;
         *x0 = fmaf(a, c, -(b * s));
         *x1 = fmaf(a, s, b * c);
-}
-
-/* The RoPE angle of pair i at position pos, advanced by repeated multiplication as the CPU
- * does, so that each angle rounds the same way. */
-GPU_MATH float gpu_rope_angle(int32_t pos, uint32_t i, float theta_scale) {
-        float theta = (float) pos;
-        for (uint32_t k = 0; k < i; k++)
-                theta *= theta_scale;
-        return theta;
 }
 
 /* Sums 32 lanes' values v[0..31] the way the device's butterfly of shuffles does: each

@@ -99,20 +99,25 @@ static void random_blocks(enum tensor_type type, uint8_t *row, uint32_t nb, bool
 
 static const enum tensor_type quant_types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q8_0 };
 
-/* Every element's dequantized value is the CPU's. */
+/* The device's repacked rows (lane-major, padded to four blocks) hold every element: its
+ * dequantized value is the CPU's. */
 START_TEST(test_dequant_gives_the_cpu_values) {
-        static uint8_t row[MAX_BLOCKS * 34], quants[MAX_BLOCKS * 32];
-        static uint32_t scales[MAX_BLOCKS];
+        static uint8_t row[MAX_BLOCKS * 34], quants[(MAX_BLOCKS + 3) * 32];
+        static uint32_t scales[MAX_BLOCKS + 3];
         static float ref[MAX_BLOCKS * 32];
         for (size_t t = 0; t < 3; t++) {
                 enum tensor_type type = quant_types[t];
                 uint32_t nb = 1 + next_u32() % MAX_BLOCKS;
                 random_blocks(type, row, nb, false);
-                struct weight w = { type, 1, (uint64_t) nb * 32, tensor_row_bytes(type, (uint64_t) nb * 32), row };
-                host_repack_row(&w, 0, quants, scales);
-                tensor_row_to_float(type, row, ref, w.n_cols);
-                for (uint32_t i = 0; i < w.n_cols; i++)
-                        ck_assert_uint_eq(float_bits(gpu_dequant(host_weight_kind(type), quants, scales, i)), float_bits(ref[i]));
+                uint32_t n = nb * 32;
+                gpu_repack_row(host_weight_kind(type), row, tensor_type_info(type)->block_bytes, nb, quants, scales);
+                tensor_row_to_float(type, row, ref, n);
+                for (uint32_t i = 0; i < n; i++)
+                        ck_assert_uint_eq(float_bits(gpu_dequant(host_weight_kind(type), quants, scales, gpu_padded_blocks(nb), i)),
+                                          float_bits(ref[i]));
+                /* the padding is zero */
+                for (uint32_t b = nb; b < gpu_padded_blocks(nb); b++)
+                        ck_assert_uint_eq(scales[b], 0);
         }
 }
 END_TEST
@@ -192,19 +197,6 @@ START_TEST(test_float_rows_match_double) {
 }
 END_TEST
 
-/* The RoPE angle is the CPU's: theta multiplied up pair by pair from the position. */
-START_TEST(test_rope_angles) {
-        float theta_scale = powf(10000.0f, -2.0f / 64.0f);
-        for (int32_t pos = 0; pos < 9000; pos += 37) {
-                float theta = (float) pos;
-                for (uint32_t i = 0; i < 32; i++) {
-                        ck_assert_uint_eq(float_bits(gpu_rope_angle(pos, i, theta_scale)), float_bits(theta));
-                        theta *= theta_scale;
-                }
-        }
-}
-END_TEST
-
 /* exp, SiLU and the RoPE pair give the CPU's bits. */
 START_TEST(test_exp_silu_rope_give_the_cpu_bits) {
         static const float edges[] = { 0.0f, -0.0f, 1.0f, -1.0f, 88.0f, 89.0f, -103.0f, -105.0f, -1000.0f, INFINITY, -INFINITY };
@@ -237,7 +229,6 @@ int main(void) {
         tcase_add_test(tc, test_dequant_gives_the_cpu_values);
         tcase_add_test(tc, test_row_products_give_the_cpu_bits);
         tcase_add_test(tc, test_float_rows_match_double);
-        tcase_add_test(tc, test_rope_angles);
         tcase_add_test(tc, test_exp_silu_rope_give_the_cpu_bits);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
