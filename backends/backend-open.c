@@ -31,6 +31,7 @@ struct backend_options backend_options_for_engine(const struct engine_config *co
                 .block_size = config->block_size,
                 .kv_cache_bytes = config->kv_cache_space,
                 .gpu_memory_utilization = config->gpu_memory_utilization,
+                .enforce_eager = config->enforce_eager,
         };
 }
 
@@ -76,6 +77,7 @@ int backend_open(const char *device, const struct backend_options *options, cons
                                                ? options->n_kv_blocks
                                                : cpu_backend_kv_blocks(model, options->block_size, options->kv_cache_bytes),
                         .gpu_memory_utilization = options->gpu_memory_utilization,
+                        .enforce_eager = options->enforce_eager,
                 };
                 return cuda_backend_new(model, &config, ret, err);
         }

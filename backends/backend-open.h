@@ -24,6 +24,7 @@ struct backend_options {
          * included; its KV pool gets what they leave (vLLM's --gpu-memory-utilization). 0
          * (and n_kv_blocks 0): the pool is kv_cache_bytes, as on the CPU. */
         double gpu_memory_utilization;
+        bool enforce_eager; /* a GPU backend replays no CUDA graphs */
 };
 
 /* What serves an engine of config (finalized) on n_threads threads: its step and sequence

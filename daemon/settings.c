@@ -60,6 +60,7 @@ enum setting_id {
         KEY_BLOCK_SIZE,
         KEY_KV_CACHE_SPACE,
         KEY_GPU_MEMORY_UTILIZATION,
+        KEY_ENFORCE_EAGER,
         KEY_ENABLE_PREFIX_CACHING,
         KEY_SCHEDULING_POLICY,
         KEY_SLO_ADMISSION,
@@ -176,6 +177,10 @@ static const struct setting table[N_KEYS] = {
         [KEY_GPU_MEMORY_UTILIZATION] = {
                 "gpu-memory-utilization", SETTING_FRACTION, FIELD(engine.gpu_memory_utilization), .arg = "FRACTION",
                 .help = "cuda: the share of the GPU's memory to take, KV cache included (0 = kv-cache-space)",
+        },
+        [KEY_ENFORCE_EAGER] = {
+                "enforce-eager", SETTING_BOOL, FIELD(engine.enforce_eager), .negated = "no-enforce-eager", .arg = "BOOL",
+                .help = "cuda: launch every step's kernels one by one, never replaying CUDA graphs",
         },
         [KEY_ENABLE_PREFIX_CACHING] = {
                 "enable-prefix-caching", SETTING_BOOL, FIELD(engine.enable_prefix_caching),

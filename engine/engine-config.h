@@ -31,6 +31,9 @@ struct engine_config {
         /* A GPU backend's share of the device's memory, weights, buffers and KV pool
          * together (vLLM's gpu_memory_utilization); 0: its pool is kv_cache_space too. */
         double gpu_memory_utilization;
+        /* A GPU backend launches every step's kernels one by one instead of replaying CUDA
+         * graphs for decode steps (vLLM's enforce_eager). */
+        bool enforce_eager;
         bool enable_prefix_caching;
         enum scheduling_policy scheduling_policy;
         uint64_t seed;                   /* seeds requests that bring no seed of their own */

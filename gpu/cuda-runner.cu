@@ -24,6 +24,10 @@ extern "C" {
  * loading, the launch queue). */
 #define DEVICE_HEADROOM ((uint64_t) 256 << 20)
 #define LOGITS_ROWS_MIN 64
+/* Decode steps up to this many sequences replay graphs: sizes 1, 2, 4, 8, then multiples of
+ * 16 (vLLM's ladder of padded batch sizes), each captured the first time it is needed. */
+#define GRAPH_MAX_BATCH 512
+#define GRAPH_SLOTS (3 + GRAPH_MAX_BATCH / 16 + 1)
 
 struct layer_weights {
         const float *attn_norm, *ffn_norm;
@@ -44,10 +48,17 @@ struct cuda_runner {
         struct gpu_weight embd, output;
         const float *output_norm;
 
-        /* KV pool: (n_layer, n_blocks, n_head_kv, block_size, head_dim) f16, keys and values */
+        /* KV pool: (n_layer, n_blocks + 1, n_head_kv, block_size, head_dim) f16, keys and values;
+         * the last block, which the engine never sees, takes what the padding tokens of a
+         * graph's step write */
         uint16_t *k_pool, *v_pool;
         size_t kv_pool_bytes; /* of each */
         uint32_t n_blocks;
+
+        /* Decode graphs by ladder slot (graph_slot()); NULL until captured, and again after
+         * anything they captured moved (the logits rows grew, memory was released). */
+        cudaGraphExec_t graphs[GRAPH_SLOTS];
+        uint32_t graph_max_batch;
 
         /* The step's buffers, for max_batch_tokens tokens. */
         uint32_t q_dim, kv_dim, max_dim, max_blocks_per_seq;
@@ -162,7 +173,16 @@ static int check_model(const struct model *m, struct error *err) {
         return 0;
 }
 
+static void drop_graphs(struct cuda_runner *r) {
+        for (uint32_t i = 0; i < GRAPH_SLOTS; i++)
+                if (r->graphs[i]) {
+                        cudaGraphExecDestroy(r->graphs[i]);
+                        r->graphs[i] = NULL;
+                }
+}
+
 static int alloc_logits(struct cuda_runner *r, uint32_t rows, struct error *err) {
+        drop_graphs(r);
         size_t bytes = (size_t) rows * r->model->hp.n_vocab * sizeof(float);
         if (r->logits_device)
                 cudaFree(r->logits_device);
@@ -231,7 +251,7 @@ static int upload_rope_tables(struct cuda_runner *r, struct error *err) {
 }
 
 static int alloc_kv_pool(struct cuda_runner *r, struct error *err) {
-        size_t elems = (size_t) r->model->hp.n_layer * r->n_blocks * r->config.block_size * r->kv_dim;
+        size_t elems = (size_t) r->model->hp.n_layer * (r->n_blocks + 1) * r->config.block_size * r->kv_dim;
         r->kv_pool_bytes = elems * sizeof(uint16_t);
         CUDA_TRY(cudaMalloc((void **) &r->k_pool, r->kv_pool_bytes));
         CUDA_TRY(cudaMalloc((void **) &r->v_pool, r->kv_pool_bytes));
@@ -255,8 +275,10 @@ static int size_kv_pool(struct cuda_runner *r, struct error *err) {
         if (budget > (double) free_bytes - (double) DEVICE_HEADROOM)
                 budget = (double) free_bytes - (double) DEVICE_HEADROOM;
         uint64_t blocks = budget > 0 ? (uint64_t) (budget / (double) block_bytes) : 0;
-        if (blocks > INT32_MAX)
-                blocks = INT32_MAX;
+        if (blocks > INT32_MAX - 1)
+                blocks = INT32_MAX - 1;
+        if (blocks > 0)
+                blocks--; /* the padding tokens' block */
         if (blocks < per_seq)
                 return error_set(err, ENOMEM,
                                  "--gpu-memory-utilization %.2f leaves %.0f MiB of the GPU's %zu MiB (%zu MiB in use) for the KV cache, under the %" PRIu64
@@ -294,6 +316,8 @@ extern "C" int cuda_runner_new(const struct model *model, const struct cuda_runn
         if (hp->n_ff > r->max_dim)
                 r->max_dim = hp->n_ff;
         r->max_blocks_per_seq = (config->max_model_len + config->block_size - 1) / config->block_size;
+        r->graph_max_batch = config->enforce_eager ? 0
+                           : config->max_batch_tokens < GRAPH_MAX_BATCH ? config->max_batch_tokens : GRAPH_MAX_BATCH;
         r->inputs_capacity = 4 * (size_t) config->max_batch_tokens + (size_t) config->max_batch_tokens * r->max_blocks_per_seq;
         r->attention_scale = 1.0f / sqrtf((float) hp->head_dim);
         r->layers = (struct layer_weights *) calloc(hp->n_layer, sizeof(*r->layers));
@@ -323,6 +347,7 @@ extern "C" void cuda_runner_free(struct cuda_runner *r) {
         cudaSetDevice(r->config.device);
         if (r->stream)
                 cudaStreamSynchronize(r->stream);
+        drop_graphs(r);
         void *device[] = { r->arena, r->k_pool, r->v_pool, r->x, r->q, r->k, r->v, r->gate, r->up,
                            r->act.x, r->act.q, r->act.ds, r->inputs_device, r->logits_device, r->rope_cos };
         for (size_t i = 0; i < sizeof(device) / sizeof(device[0]); i++)
@@ -371,7 +396,7 @@ static int stage_inputs(struct cuda_runner *r, const struct batch *b, struct gpu
 }
 
 static struct gpu_kv_layer kv_layer(const struct cuda_runner *r, uint32_t layer) {
-        size_t per_layer = (size_t) r->n_blocks * r->config.block_size * r->kv_dim;
+        size_t per_layer = (size_t) (r->n_blocks + 1) * r->config.block_size * r->kv_dim;
         return (struct gpu_kv_layer) { r->k_pool + layer * per_layer, r->v_pool + layer * per_layer, r->config.block_size,
                                        r->model->hp.n_head_kv, r->model->hp.head_dim };
 }
@@ -412,6 +437,81 @@ static int run_layers(struct cuda_runner *r, const struct gpu_step *st, struct e
         return 0;
 }
 
+/* The normed final rows of the output tokens and their logits. */
+static int run_logits(struct cuda_runner *r, const int32_t *outputs, uint32_t n_outputs, struct error *err) {
+        const struct model_hparams *hp = &r->model->hp;
+        struct gpu_activations *a = &r->act;
+        a->width = hp->n_embd;
+        LAUNCH(gpu_rms_norm_quantize(r->stream, r->x, outputs, n_outputs, r->output_norm, hp->rms_eps, a));
+        LAUNCH(gpu_matmul(r->stream, &r->output, a, n_outputs, r->logits_device, hp->n_vocab, false, true));
+        return 0;
+}
+
+/* A decode step: one token for each sequence, in the sequences' order, each asking for its
+ * logits. */
+static bool is_decode_step(const struct batch *b) {
+        if (b->n_tokens != b->n_seqs || b->n_outputs != b->n_tokens)
+                return false;
+        for (uint32_t t = 0; t < b->n_tokens; t++)
+                if (b->seq_ids[t] != (int32_t) t || b->output_tokens[t] != (int32_t) t)
+                        return false;
+        return true;
+}
+
+/* The ladder: 1, 2, 4, 8, then multiples of 16. */
+static uint32_t graph_size(uint32_t n) {
+        return n <= 8 ? (n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8) : (n + 15) / 16 * 16;
+}
+
+static uint32_t graph_slot(uint32_t size) {
+        return size <= 8 ? (size == 1 ? 0 : size == 2 ? 1 : size == 4 ? 2 : 3) : 3 + size / 16;
+}
+
+/* A decode step of n sequences padded to size tokens: the padding tokens are token 0 at
+ * position 0 of sequences of their own, whose blocks are all the pool's hidden last block;
+ * every row of the block tables is max_blocks_per_seq wide, so that the graph's arguments
+ * stay the same. */
+static int stage_graph_inputs(struct cuda_runner *r, const struct batch *b, uint32_t size, struct gpu_step *step,
+                              const int32_t **outputs, struct error *err) {
+        uint32_t n = b->n_tokens, width = r->max_blocks_per_seq;
+        int32_t *h = r->inputs_host, *tables = h + 4 * (size_t) size;
+        for (uint32_t t = 0; t < size; t++) {
+                bool real = t < n;
+                h[t] = real ? b->tokens[t] : 0;
+                h[size + t] = real ? b->positions[t] : 0;
+                h[2 * size + t] = (int32_t) t;
+                h[3 * size + t] = (int32_t) t;
+                uint32_t have = real ? (b->seqs[t].n_blocks < width ? b->seqs[t].n_blocks : width) : 0;
+                if (have)
+                        memcpy(tables + (size_t) t * width, b->seqs[t].block_table, have * sizeof(int32_t));
+                for (uint32_t j = have; j < width; j++)
+                        tables[(size_t) t * width + j] = real ? 0 : (int32_t) r->n_blocks;
+        }
+        size_t count = 4 * (size_t) size + (size_t) size * width;
+        CUDA_TRY(cudaMemcpyAsync(r->inputs_device, h, count * sizeof(int32_t), cudaMemcpyHostToDevice, r->stream));
+        const int32_t *d = r->inputs_device;
+        *step = (struct gpu_step) { size, d, d + size, d + 2 * size, d + 4 * (size_t) size, width };
+        *outputs = d + 3 * size;
+        return 0;
+}
+
+static int capture_graph(struct cuda_runner *r, const struct gpu_step *st, const int32_t *outputs, cudaGraphExec_t *ret,
+                         struct error *err) {
+        cudaGraph_t graph = NULL;
+        CUDA_TRY(cudaStreamBeginCapture(r->stream, cudaStreamCaptureModeThreadLocal));
+        int rc = run_layers(r, st, err);
+        if (rc == 0)
+                rc = run_logits(r, outputs, st->n_tokens, err);
+        cudaError_t e = cudaStreamEndCapture(r->stream, &graph);
+        if (rc == 0 && e != cudaSuccess)
+                rc = cuda_error(err, e, "cudaStreamEndCapture");
+        if (rc == 0 && (e = cudaGraphInstantiate(ret, graph, 0)) != cudaSuccess)
+                rc = cuda_error(err, e, "cudaGraphInstantiate");
+        if (graph)
+                cudaGraphDestroy(graph);
+        return rc;
+}
+
 extern "C" int cuda_runner_forward(struct cuda_runner *r, const struct batch *b, float **logits, struct error *err) {
         const struct model_hparams *hp = &r->model->hp;
         *logits = NULL;
@@ -423,20 +523,29 @@ extern "C" int cuda_runner_forward(struct cuda_runner *r, const struct batch *b,
         if (rc < 0)
                 return rc;
         CUDA_TRY(cudaSetDevice(r->config.device));
-        if (b->n_outputs > r->logits_rows && (rc = alloc_logits(r, b->n_outputs > 2 * r->logits_rows ? b->n_outputs : 2 * r->logits_rows, err)) < 0)
+        bool graph = b->n_tokens <= r->graph_max_batch && is_decode_step(b);
+        uint32_t rows = graph ? graph_size(b->n_tokens) : b->n_outputs;
+        if (rows > r->logits_rows && (rc = alloc_logits(r, rows > 2 * r->logits_rows ? rows : 2 * r->logits_rows, err)) < 0)
                 return rc;
         struct gpu_step st;
         const int32_t *outputs = NULL;
-        if ((rc = stage_inputs(r, b, &st, &outputs, err)) < 0 || (rc = run_layers(r, &st, err)) < 0)
-                return rc;
-        if (b->n_outputs) {
-                struct gpu_activations *a = &r->act;
-                a->width = hp->n_embd;
-                LAUNCH(gpu_rms_norm_quantize(r->stream, r->x, outputs, b->n_outputs, r->output_norm, hp->rms_eps, a));
-                LAUNCH(gpu_matmul(r->stream, &r->output, a, b->n_outputs, r->logits_device, hp->n_vocab, false, true));
+        if (graph) {
+                uint32_t size = graph_size(b->n_tokens);
+                cudaGraphExec_t *exec = &r->graphs[graph_slot(size)];
+                if ((rc = stage_graph_inputs(r, b, size, &st, &outputs, err)) < 0)
+                        return rc;
+                if (!*exec && (rc = capture_graph(r, &st, outputs, exec, err)) < 0)
+                        return rc;
+                CUDA_TRY(cudaGraphLaunch(*exec, r->stream));
+        } else {
+                if ((rc = stage_inputs(r, b, &st, &outputs, err)) < 0 || (rc = run_layers(r, &st, err)) < 0)
+                        return rc;
+                if (b->n_outputs && (rc = run_logits(r, outputs, b->n_outputs, err)) < 0)
+                        return rc;
+        }
+        if (b->n_outputs)
                 CUDA_TRY(cudaMemcpyAsync(r->logits_host, r->logits_device, (size_t) b->n_outputs * hp->n_vocab * sizeof(float),
                                          cudaMemcpyDeviceToHost, r->stream));
-        }
         CUDA_TRY(cudaStreamSynchronize(r->stream));
         *logits = r->logits_host;
         return 0;
@@ -457,6 +566,8 @@ extern "C" const char *cuda_runner_device_name(const struct cuda_runner *r) {
 extern "C" int cuda_runner_release_memory(struct cuda_runner *r, unsigned what, struct error *err) {
         CUDA_TRY(cudaSetDevice(r->config.device));
         CUDA_TRY(cudaStreamSynchronize(r->stream));
+        /* the graphs hold the addresses of what goes */
+        drop_graphs(r);
         if ((what & BACKEND_MEMORY_WEIGHTS) && !(r->released & BACKEND_MEMORY_WEIGHTS)) {
                 CUDA_TRY(cudaFree(r->arena));
                 r->arena = NULL;

@@ -29,6 +29,10 @@ struct cuda_runner_config {
          * pool together, as vLLM's --gpu-memory-utilization; what other processes hold
          * counts against it. */
         double gpu_memory_utilization;
+        /* Every step launched kernel by kernel; otherwise decode steps (one token for each
+         * sequence) replay a CUDA graph captured for their padded size (vLLM's
+         * --enforce-eager). */
+        bool enforce_eager;
 };
 
 struct cuda_runner_usage {

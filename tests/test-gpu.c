@@ -3,8 +3,8 @@
  * matmul kernels of every weight type against the host model of their arithmetic
  * (tests/gpu-host-model.h), bit for bit, at every token count; then the real model through
  * the backend: a sequence's logits the same bits alone, in a batch of 8 or 64 and in any
- * chunking; sleep gives back what it releases on the device and the outputs after wake-up are
- * the same bits. Without a GPU the test says so and exits 77, which the harness counts as a
+ * chunking, replayed from CUDA graphs or launched eagerly; sleep gives back what it releases
+ * on the device and the outputs after wake-up are the same bits. Without a GPU the test says so and exits 77, which the harness counts as a
  * skip, not a pass. scripts/gpu-check runs it with the model tests on the GPU. */
 #include "config.h"
 
@@ -208,7 +208,7 @@ static int compare_doubles(const void *a, const void *b) {
 /* What a step costs through the backend alone, for the notes (no target is checked here):
  * the median wall time of decode steps of n sequences at context 100, and of one 512-token
  * prompt. */
-static void report_step_times(const struct backend *b, uint32_t n_vocab, int32_t *const *tokens) {
+static void report_step_times(const struct backend *b, const char *how, uint32_t n_vocab, int32_t *const *tokens) {
         static struct seqs s;
         static float logits[MAX_SEQS * 49152];
         static const uint32_t batch_sizes[] = { 1, 8, 32, 64 };
@@ -230,7 +230,7 @@ static void report_step_times(const struct backend *b, uint32_t n_vocab, int32_t
                         times[r] = now() - t0;
                 }
                 qsort(times, 64, sizeof(double), compare_doubles);
-                printf("timing: decode step of %u sequences at context 100: median %.3f ms\n", n, times[32] * 1e3);
+                printf("timing: %s decode step of %u sequences at context 100: median %.3f ms\n", how, n, times[32] * 1e3);
         }
         for (int r = 0; r < 9; r++) {
                 seqs_init(&s, 1, 512);
@@ -241,7 +241,7 @@ static void report_step_times(const struct backend *b, uint32_t n_vocab, int32_t
                 times[r] = now() - t0;
         }
         qsort(times, 9, sizeof(double), compare_doubles);
-        printf("timing: one 512-token prompt: median %.3f ms\n", times[4] * 1e3);
+        printf("timing: %s one 512-token prompt: median %.3f ms\n", how, times[4] * 1e3);
 }
 
 static void check_model(const char *path) {
@@ -300,7 +300,24 @@ static void check_model(const char *path) {
         int got = run_sequence(&b, n_vocab, tokens, prompt_len, 7, 32, other);
         CHECK(got == rows && memcmp(alone, other, (size_t) rows * n_vocab * sizeof(float)) == 0,
               "logits after wake-up differ from before sleep");
-        report_step_times(&b, n_vocab, tokens);
+        report_step_times(&b, "graphs,", n_vocab, tokens);
+
+        /* eager: the same bits as the graphs' replays */
+        struct backend eager;
+        options.enforce_eager = true;
+        if (backend_open("cuda", &options, model, &eager, &err) < 0)
+                CHECK(0, "%s", err.message);
+        else {
+                got = run_sequence(&eager, n_vocab, tokens, prompt_len, 7, 512, other);
+                CHECK(got == rows && memcmp(alone, other, (size_t) rows * n_vocab * sizeof(float)) == 0,
+                      "logits launched eagerly differ from the graphs' replays");
+                got = run_sequence(&eager, n_vocab, tokens, prompt_len, 63, 100, other);
+                CHECK(got == rows && memcmp(alone, other, (size_t) rows * n_vocab * sizeof(float)) == 0,
+                      "logits launched eagerly beside 63 others differ from the graphs' replays");
+                printf("graphs: decode steps replayed from CUDA graphs give the eager launches' bits\n");
+                report_step_times(&eager, "eager,", n_vocab, tokens);
+                backend_free(&eager);
+        }
         free(alone);
         free(other);
         backend_free(&b);
