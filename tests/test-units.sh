@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The systemd and D-Bus files in units/: the unit templates substituted as `make` does, then
-#  - systemd-analyze verify on asyncllmd.service and asyncllmd.socket (any complaint about our
-#    files fails, not only a non-zero exit);
-#  - systemd-analyze security --offline=yes with an exposure threshold;
+#  - systemd-analyze verify on asyncllmd.service and asyncllmd.socket, alone and with the CUDA
+#    drop-in (any complaint about our files fails, not only a non-zero exit);
+#  - systemd-analyze security --offline=yes with an exposure threshold for both variants;
 #  - systemd-sysusers creating the user and groups in a scratch root;
 #  - the D-Bus policy and activation file loaded by a private dbus-daemon: the name is
 #    activatable, nobody but asyncllm may own it, the engine interface is open to root and the
@@ -17,6 +17,7 @@ set -u
 
 units=${ASYNCLLMD_UNITS:-$(cd "$(dirname "$0")/../units" && pwd)}
 cpu_threshold=10  # exposure x10: 1.0 (the unit scores 0.4 with systemd 252)
+cuda_threshold=20 # 2.0 (1.2 with systemd 252)
 
 command -v systemd-analyze >/dev/null || { echo "SKIP: systemd-analyze is not installed"; exit 77; }
 [[ -f $units/asyncllmd.service.in ]] || { echo "FAIL: no unit templates in $units"; exit 1; }
@@ -38,17 +39,21 @@ mkdir -p "$tmp/bin"
 printf '#!/bin/sh\nexit 1\n' >"$tmp/bin/asyncllmd"
 chmod 755 "$tmp/bin/asyncllmd"
 bindir=${ASYNCLLMD_BINDIR:-$tmp/bin}
+pkgdatadir=/usr/share/asyncllmd
 
 # The same substitution as the units rule in Makefile.am.
 subst() { # template, output, bindir
-        sed -e "s|@bindir@|$3|g" "$1" >"$2"
+        sed -e "s|@bindir@|$3|g" -e "s|@pkgdatadir@|$pkgdatadir|g" "$1" >"$2"
         if grep -n '@[a-z_]*@' "$2"; then fail "$(basename "$1") keeps a placeholder the rule does not substitute"; fi
 }
 
 # --- systemd-analyze verify ------------------------------------------------------------------
-mkdir -p "$tmp/cpu"
-subst "$units/asyncllmd.service.in" "$tmp/cpu/asyncllmd.service" "$bindir"
-cp "$units/asyncllmd.socket" "$tmp/cpu/"
+mkdir -p "$tmp/cpu" "$tmp/cuda/asyncllmd.service.d"
+for dir in "$tmp/cpu" "$tmp/cuda"; do
+        subst "$units/asyncllmd.service.in" "$dir/asyncllmd.service" "$bindir"
+        cp "$units/asyncllmd.socket" "$dir/"
+done
+subst "$units/asyncllmd-cuda.conf.in" "$tmp/cuda/asyncllmd.service.d/cuda.conf" "$bindir"
 
 verify() { # label, folder
         local out rc
@@ -64,6 +69,7 @@ verify() { # label, folder
         fi
 }
 verify "CPU unit" "$tmp/cpu"
+verify "with the CUDA drop-in" "$tmp/cuda"
 
 # verify must catch what it is here for: a misspelt option, a missing binary.
 sed 's/^ProtectClock=/ProtectClok=/' "$tmp/cpu/asyncllmd.service" >"$tmp/typo.service"
@@ -92,6 +98,7 @@ security() { # label, folder, threshold
         fi
 }
 security "CPU unit" "$tmp/cpu" "$cpu_threshold"
+security "with the CUDA drop-in" "$tmp/cuda" "$cuda_threshold"
 
 # --- sysusers.d ------------------------------------------------------------------------------
 if command -v systemd-sysusers >/dev/null; then
