@@ -136,6 +136,12 @@ __global__ static void __launch_bounds__(MATMUL_WARPS * 32)
                 for (uint32_t b4 = 0; b4 < nb; b4 += 4) {
                         uint4 wv = *(const uint4 *) (wq + b4), sv = *(const uint4 *) (ws + b4);
                         uint32_t words[4] = { wv.x, wv.y, wv.z, wv.w }, scales[4] = { sv.x, sv.y, sv.z, sv.w };
+                        float wd[4], wm[4];
+#pragma unroll
+                        for (uint32_t k = 0; k < 4; k++) {
+                                wd[k] = gpu_f16_to_f32(scales[k] & 0xffffu);
+                                wm[k] = gpu_f16_to_f32(scales[k] >> 16);
+                        }
 #pragma unroll
                         for (int t = 0; t < TT; t++) {
                                 if (t0 + t >= n)
@@ -151,14 +157,13 @@ __global__ static void __launch_bounds__(MATMUL_WARPS * 32)
                                 for (uint32_t k = 0; k < 4; k++) {
                                         if (b4 + k >= nb)
                                                 break;
-                                        float wd = gpu_f16_to_f32(scales[k] & 0xffffu);
                                         int32_t isum = gpu_lane_isum(w.kind, words[k], l, act[k]);
                                         if (logits_product)
                                                 for (int offset = GPU_ROW_LANES / 2; offset > 0; offset /= 2)
                                                         isum += __shfl_xor_sync(group, isum, offset, GPU_ROW_LANES);
-                                        acc[t] = fmaf((float) isum, wd * d[k], acc[t]);
+                                        acc[t] = fmaf((float) isum, wd[k] * d[k], acc[t]);
                                         if (w.kind == GPU_WEIGHT_Q4_1)
-                                                off[t] = fmaf(gpu_f16_to_f32(scales[k] >> 16), sums[k], off[t]);
+                                                off[t] = fmaf(wm[k], sums[k], off[t]);
                                 }
                         }
                 }
@@ -225,11 +230,15 @@ static void launch_matmul(cudaStream_t s, const struct gpu_weight *w, const stru
 cudaError_t gpu_matmul(cudaStream_t s, const struct gpu_weight *w, const struct gpu_activations *a, uint32_t n,
                        float *out, uint32_t out_stride, bool accumulate, bool logits_product) {
         logits_product = logits_product && w->kind == GPU_WEIGHT_Q8_0;
-        if (n == 1)
+        /* Tokens per block of threads: one for a decode step's few tokens, so that the rows
+         * of a narrow weight (576 rows are 36 blocks) still fill the chip; more for a prompt,
+         * whose many blocks each reuse a weight word for several tokens. A token's sums are
+         * the same whatever the tile. */
+        if (n <= 32)
                 launch_matmul<1>(s, w, a, n, out, out_stride, accumulate, logits_product);
-        else if (n == 2)
+        else if (n <= 64)
                 launch_matmul<2>(s, w, a, n, out, out_stride, accumulate, logits_product);
-        else if (n <= 4)
+        else if (n <= 256)
                 launch_matmul<4>(s, w, a, n, out, out_stride, accumulate, logits_product);
         else
                 launch_matmul<8>(s, w, a, n, out, out_stride, accumulate, logits_product);
@@ -276,117 +285,141 @@ cudaError_t gpu_rope_store_kv(cudaStream_t s, const struct gpu_step *step, float
         return cudaGetLastError();
 }
 
-/* Attention as the CPU's reference computes it: the scores of the query (rounded to f16, as
- * it meets f16 keys) with every key up to the token's position, their softmax with its
- * weights rounded to f16 (they meet f16 values), then the weighted sum of the values. One
- * block of ATTN_THREADS threads per (query head, token): thread i scores positions i,
- * i + ATTN_THREADS, ... (recomputed in each of the passes for the maximum, the sum and the
- * weights rather than stored), the maximum and the sum go through a fixed tree, and the
- * values are summed ATTN_CHUNK positions at a time, the chunk's weights and value rows in
- * shared memory: thread i takes dimension i % head_dim (and every 128th after it) over the
- * positions of its group i / head_dim, in order, and the groups are added in order at the
- * end. Every order depends on the position and the head size alone. */
-#define ATTN_THREADS 128
+/* Attention in the CPU's order (gpu-math.h), one block of threads per (query head, token):
+ * the maximum of the scores through a fixed tree; the sum of their exps in runs of 16
+ * positions, each run by one thread, the runs added in order by one thread; then the values,
+ * ATTN_CHUNK positions at a time with the chunk's weights in shared memory, thread i keeping
+ * the lane sums of up to ATTN_PAIRS (row e, dimension d) pairs, each lane over its positions
+ * in order; the rows folded and added as the CPU adds them. The scores are recomputed in
+ * each pass rather than stored. */
 #define ATTN_CHUNK 1024
+#define ATTN_PAIRS 8
 
-__device__ static float attention_score(const uint16_t *key_row, const float *query, uint32_t head_dim, float scale) {
-        const uint4 *key = (const uint4 *) key_row;
-        float dot = 0.0f;
-        for (uint32_t d8 = 0; d8 < head_dim / 8; d8++) {
-                uint4 u = key[d8];
-                uint32_t words[4] = { u.x, u.y, u.z, u.w };
-#pragma unroll
-                for (int w = 0; w < 4; w++) {
-                        dot = fmaf(query[d8 * 8 + 2 * w], gpu_f16_to_f32(words[w] & 0xffffu), dot);
-                        dot = fmaf(query[d8 * 8 + 2 * w + 1], gpu_f16_to_f32(words[w] >> 16), dot);
-                }
-        }
-        return dot * scale;
-}
-
-/* The sum (or, with take_max, the maximum) of each thread's v by a fixed tree; every thread
- * gets it. */
-template <typename T>
-__device__ static T block_reduce(T v, T *scratch, bool take_max) {
+__device__ static float block_max(float v, double *scratch) {
         uint32_t i = threadIdx.x;
         scratch[i] = v;
         __syncthreads();
-        for (uint32_t stride = ATTN_THREADS / 2; stride > 0; stride /= 2) {
-                if (i < stride)
-                        scratch[i] = take_max ? (scratch[i] > scratch[i + stride] ? scratch[i] : scratch[i + stride])
-                                              : scratch[i] + scratch[i + stride];
+        for (uint32_t stride = blockDim.x / 2; stride > 0; stride /= 2) {
+                if (i < stride && scratch[i + stride] > scratch[i])
+                        scratch[i] = scratch[i + stride];
                 __syncthreads();
         }
-        T r = scratch[0];
+        float r = (float) scratch[0];
         __syncthreads();
         return r;
 }
 
-__global__ static void __launch_bounds__(ATTN_THREADS)
-        k_attention(struct gpu_step st, const float *q, uint32_t n_head, float scale, struct gpu_kv_layer kv, float *out) {
-        __shared__ float query[256], weights[ATTN_CHUNK];
-        __shared__ size_t rows[ATTN_CHUNK];
-        __shared__ double scratch[ATTN_THREADS];
-        __shared__ float partial[ATTN_THREADS * 2];
-        uint32_t h = blockIdx.x, t = blockIdx.y, i = threadIdx.x, hd = kv.head_dim;
-        uint32_t kv_head = h / (n_head / kv.n_head_kv), pos = (uint32_t) st.positions[t];
+__global__ static void k_attention(struct gpu_step st, const int32_t *n_prompt, const float *q, uint32_t n_head,
+                                   float scale, struct gpu_kv_layer kv, float *out) {
+        __shared__ float query[256], weights[ATTN_CHUNK], rows[16 * 256];
+        __shared__ size_t slots[ATTN_CHUNK];
+        __shared__ double scratch[512];
+        uint32_t h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x, threads = blockDim.x, hd = kv.head_dim;
+        uint32_t kv_head = h / (n_head / kv.n_head_kv), pos = (uint32_t) st.positions[t], n = pos + 1;
         int32_t seq = st.seq_ids[t];
+        bool generated = pos >= (uint32_t) n_prompt[seq];
         const float *qh = q + ((size_t) t * n_head + h) * hd;
-        for (uint32_t d = i; d < hd; d += ATTN_THREADS)
+        for (uint32_t d = tid; d < hd; d += threads)
                 query[d] = gpu_round_f16(qh[d]);
         __syncthreads();
 
         float max = -INFINITY;
-        for (uint32_t j = i; j <= pos; j += ATTN_THREADS)
-                max = fmaxf(max, attention_score(kv.k + kv_slot(&kv, &st, seq, j, kv_head), query, hd, scale));
-        max = (float) block_reduce<double>((double) max, scratch, true);
-        double sum = 0.0;
-        for (uint32_t j = i; j <= pos; j += ATTN_THREADS)
-                sum += (double) gpu_exp(attention_score(kv.k + kv_slot(&kv, &st, seq, j, kv_head), query, hd, scale) - max);
-        float inverse = (float) (1.0 / block_reduce<double>(sum, scratch, false));
+        for (uint32_t j = tid; j < n; j += threads)
+                max = fmaxf(max, gpu_score_dot(kv.k + kv_slot(&kv, &st, seq, j, kv_head), query, hd, generated) * scale);
+        max = block_max(max, scratch);
 
-        /* thread i: group i / hd of the positions, dimensions i % hd, + 128, ... */
-        uint32_t n_groups = hd < ATTN_THREADS ? ATTN_THREADS / hd : 1, group = i / hd, d0 = i % hd;
-        float acc[2] = { 0.0f, 0.0f };
-        for (uint32_t c0 = 0; c0 <= pos; c0 += ATTN_CHUNK) {
-                uint32_t n = pos + 1 - c0 < ATTN_CHUNK ? pos + 1 - c0 : ATTN_CHUNK;
-                for (uint32_t j = i; j < n; j += ATTN_THREADS) {
-                        size_t slot = kv_slot(&kv, &st, seq, c0 + j, kv_head);
-                        weights[j] = gpu_round_f16(gpu_exp(attention_score(kv.k + slot, query, hd, scale) - max) * inverse);
-                        rows[j] = slot;
-                }
-                __syncthreads();
-                if (group < n_groups)
-#pragma unroll 4
-                        for (uint32_t j = group; j < n; j += n_groups) {
-                                const uint16_t *value = kv.v + rows[j];
-                                acc[0] = fmaf(gpu_f16_to_f32(value[d0]), weights[j], acc[0]);
-                                if (hd > ATTN_THREADS)
-                                        acc[1] = fmaf(gpu_f16_to_f32(value[d0 + ATTN_THREADS]), weights[j], acc[1]);
+        double sum = 0.0; /* thread 0's */
+        for (uint32_t r0 = 0; r0 * 16 < n; r0 += threads) {
+                uint32_t r = r0 + tid;
+                double run_sum = 0.0;
+                if (r * 16 < n) {
+                        float run[16];
+#pragma unroll
+                        for (uint32_t e = 0; e < 16; e++) {
+                                uint32_t j = r * 16 + e;
+                                run[e] = j < n ? gpu_exp(gpu_score_dot(kv.k + kv_slot(&kv, &st, seq, j, kv_head), query, hd, generated) * scale - max)
+                                               : 0.0f;
                         }
+                        run_sum = (double) gpu_lanes_sum16(run);
+                }
+                scratch[tid] = run_sum;
+                __syncthreads();
+                if (tid == 0)
+                        for (uint32_t k = 0; k < threads && (r0 + k) * 16 < n; k++)
+                                sum += scratch[k];
                 __syncthreads();
         }
-        partial[i] = acc[0];
-        partial[ATTN_THREADS + i] = acc[1];
+        if (tid == 0)
+                scratch[0] = sum;
+        __syncthreads();
+        float inverse = (float) (1.0 / scratch[0]);
+        __syncthreads();
+
+        /* pair m of this thread: dimension (tid + m threads) % hd of row (tid + m threads) / hd */
+        uint32_t n_pairs = 16 * hd / threads, lanes_per_row = gpu_value_lanes(generated) / 16;
+        float acc[ATTN_PAIRS][4];
+#pragma unroll
+        for (int m = 0; m < ATTN_PAIRS; m++)
+                acc[m][0] = acc[m][1] = acc[m][2] = acc[m][3] = 0.0f;
+        for (uint32_t c0 = 0; c0 < n; c0 += ATTN_CHUNK) {
+                uint32_t in_chunk = n - c0 < ATTN_CHUNK ? n - c0 : ATTN_CHUNK;
+                for (uint32_t j = tid; j < in_chunk; j += threads) {
+                        size_t slot = kv_slot(&kv, &st, seq, c0 + j, kv_head);
+                        weights[j] = gpu_round_f16(gpu_exp(gpu_score_dot(kv.k + slot, query, hd, generated) * scale - max) * inverse);
+                        slots[j] = slot;
+                }
+                __syncthreads();
+#pragma unroll
+                for (int m = 0; m < ATTN_PAIRS; m++) {
+                        if ((uint32_t) m >= n_pairs)
+                                break;
+                        uint32_t p = tid + m * threads, d = p % hd, e = p / hd;
+                        /* positions 64 apart: lanes e, 16 + e, 32 + e, 48 + e of 64, or all lane e of 16 */
+                        for (uint32_t base = 0; base < in_chunk; base += 64)
+#pragma unroll
+                                for (int k = 0; k < 4; k++) {
+                                        uint32_t j = base + 16 * k + e;
+                                        if (j < in_chunk) {
+                                                int lane = lanes_per_row == 4 ? k : 0;
+                                                float v = gpu_f16_to_f32(kv.v[slots[j] + d]);
+                                                if (lane == 0)
+                                                        acc[m][0] = fmaf(v, weights[j], acc[m][0]);
+                                                else if (lane == 1)
+                                                        acc[m][1] = fmaf(v, weights[j], acc[m][1]);
+                                                else if (lane == 2)
+                                                        acc[m][2] = fmaf(v, weights[j], acc[m][2]);
+                                                else
+                                                        acc[m][3] = fmaf(v, weights[j], acc[m][3]);
+                                        }
+                                }
+                }
+                __syncthreads();
+        }
+#pragma unroll
+        for (int m = 0; m < ATTN_PAIRS; m++) {
+                if ((uint32_t) m >= n_pairs)
+                        break;
+                uint32_t p = tid + m * threads, d = p % hd, e = p / hd;
+                rows[e * hd + d] = lanes_per_row == 4 ? gpu_fold64(acc[m][0], acc[m][1], acc[m][2], acc[m][3]) : acc[m][0];
+        }
         __syncthreads();
         float *o = out + ((size_t) t * n_head + h) * hd;
-        for (uint32_t d = i; d < hd; d += ATTN_THREADS) {
-                /* dimension d: the groups' sums in order (one group for heads of 128 and more) */
-                uint32_t k = d / ATTN_THREADS, e = d % ATTN_THREADS;
-                float v = partial[k * ATTN_THREADS + e];
-                for (uint32_t g = 1; g < n_groups; g++)
-                        v += partial[g * hd + e];
-                o[d] = v;
+        for (uint32_t d = tid; d < hd; d += threads) {
+                float r16[16];
+#pragma unroll
+                for (int e = 0; e < 16; e++)
+                        r16[e] = rows[e * hd + d];
+                o[d] = gpu_lanes_sum16(r16);
         }
 }
 
 cudaError_t gpu_attention(cudaStream_t s, const struct gpu_step *step, const float *q, uint32_t n_head, float scale,
                           const struct gpu_kv_layer *kv, float *out) {
-        dim3 grid(n_head, step->n_tokens);
-        /* a head size that divides ATTN_THREADS (or is a multiple of it, up to 256) */
-        uint32_t hd = kv->head_dim;
-        if (hd % 8 || hd > 256 || (hd < ATTN_THREADS ? ATTN_THREADS % hd : hd % ATTN_THREADS))
+        /* 2 hd threads (at least 128): 16 hd (row, dimension) pairs, ATTN_PAIRS or fewer each */
+        uint32_t hd = kv->head_dim, threads = 2 * hd < 128 ? 128 : 2 * hd;
+        if (hd % 8 || hd > 256 || 16 * hd / threads * threads != 16 * hd)
                 return cudaErrorInvalidValue;
-        k_attention<<<grid, ATTN_THREADS, 0, s>>>(*step, q, n_head, scale, *kv, out);
+        dim3 grid(n_head, step->n_tokens);
+        k_attention<<<grid, threads, 0, s>>>(*step, step->n_prompt, q, n_head, scale, *kv, out);
         return cudaGetLastError();
 }

@@ -51,6 +51,7 @@ struct gpu_step {
         const int32_t *tokens, *positions, *seq_ids; /* (n_tokens) */
         const int32_t *block_tables;                 /* (n_seqs, max_blocks) */
         uint32_t max_blocks;
+        const int32_t *n_prompt;                     /* (n_seqs) positions below it are the prompt */
 };
 
 cudaError_t gpu_embed(cudaStream_t s, const struct gpu_weight *w, const struct gpu_step *step, float *x);
@@ -79,6 +80,7 @@ cudaError_t gpu_rope_store_kv(cudaStream_t s, const struct gpu_step *step, float
                               const struct gpu_kv_layer *kv);
 
 /* Causal attention of each token over its sequence's positions up to its own, read through
- * its block table; out is (n_tokens, n_head * head_dim). */
+ * its block table, in the CPU's order for a prompt position or a generated token; out is
+ * (n_tokens, n_head * head_dim). */
 cudaError_t gpu_attention(cudaStream_t s, const struct gpu_step *step, const float *q, uint32_t n_head, float scale,
                           const struct gpu_kv_layer *kv, float *out);

@@ -318,7 +318,7 @@ extern "C" int cuda_runner_new(const struct model *model, const struct cuda_runn
         r->max_blocks_per_seq = (config->max_model_len + config->block_size - 1) / config->block_size;
         r->graph_max_batch = config->enforce_eager ? 0
                            : config->max_batch_tokens < GRAPH_MAX_BATCH ? config->max_batch_tokens : GRAPH_MAX_BATCH;
-        r->inputs_capacity = 4 * (size_t) config->max_batch_tokens + (size_t) config->max_batch_tokens * r->max_blocks_per_seq;
+        r->inputs_capacity = 5 * (size_t) config->max_batch_tokens + (size_t) config->max_batch_tokens * r->max_blocks_per_seq;
         r->attention_scale = 1.0f / sqrtf((float) hp->head_dim);
         r->layers = (struct layer_weights *) calloc(hp->n_layer, sizeof(*r->layers));
         if (!r->layers) {
@@ -372,7 +372,7 @@ static int stage_inputs(struct cuda_runner *r, const struct batch *b, struct gpu
                         max_blocks = b->seqs[s].n_blocks;
         if (max_blocks > r->max_blocks_per_seq)
                 max_blocks = r->max_blocks_per_seq;
-        size_t n = 4 * (size_t) T + (size_t) b->n_seqs * max_blocks;
+        size_t n = 4 * (size_t) T + (size_t) b->n_seqs * (max_blocks + 1);
         if (n > r->inputs_capacity)
                 return error_set(err, EINVAL, "a step of %u tokens in %u sequences is more than the CUDA runner holds",
                                  T, b->n_seqs);
@@ -388,9 +388,12 @@ static int stage_inputs(struct cuda_runner *r, const struct batch *b, struct gpu
                 for (uint32_t j = have; j < max_blocks; j++)
                         tables[(size_t) s * max_blocks + j] = 0;
         }
+        int32_t *n_prompt = tables + (size_t) b->n_seqs * max_blocks;
+        for (uint32_t s = 0; s < b->n_seqs; s++)
+                n_prompt[s] = (int32_t) b->seqs[s].n_prompt;
         CUDA_TRY(cudaMemcpyAsync(r->inputs_device, h, n * sizeof(int32_t), cudaMemcpyHostToDevice, r->stream));
         const int32_t *d = r->inputs_device;
-        *step = (struct gpu_step) { T, d, d + T, d + 2 * T, d + 4 * T, max_blocks };
+        *step = (struct gpu_step) { T, d, d + T, d + 2 * T, d + 4 * T, max_blocks, d + 4 * T + (size_t) b->n_seqs * max_blocks };
         *outputs = d + 3 * T;
         return 0;
 }
@@ -468,29 +471,32 @@ static uint32_t graph_slot(uint32_t size) {
 }
 
 /* A decode step of n sequences padded to size tokens: the padding tokens are token 0 at
- * position 0 of sequences of their own, whose blocks are all the pool's hidden last block;
+ * position 0 of sequences of their own (prompts of one token), whose blocks are all the
+ * pool's hidden last block;
  * every row of the block tables is max_blocks_per_seq wide, so that the graph's arguments
  * stay the same. */
 static int stage_graph_inputs(struct cuda_runner *r, const struct batch *b, uint32_t size, struct gpu_step *step,
                               const int32_t **outputs, struct error *err) {
         uint32_t n = b->n_tokens, width = r->max_blocks_per_seq;
-        int32_t *h = r->inputs_host, *tables = h + 4 * (size_t) size;
+        int32_t *h = r->inputs_host, *tables = h + 4 * (size_t) size, *n_prompt = tables + (size_t) size * width;
         for (uint32_t t = 0; t < size; t++) {
                 bool real = t < n;
                 h[t] = real ? b->tokens[t] : 0;
                 h[size + t] = real ? b->positions[t] : 0;
                 h[2 * size + t] = (int32_t) t;
                 h[3 * size + t] = (int32_t) t;
+                n_prompt[t] = real ? (int32_t) b->seqs[t].n_prompt : 1;
                 uint32_t have = real ? (b->seqs[t].n_blocks < width ? b->seqs[t].n_blocks : width) : 0;
                 if (have)
                         memcpy(tables + (size_t) t * width, b->seqs[t].block_table, have * sizeof(int32_t));
                 for (uint32_t j = have; j < width; j++)
                         tables[(size_t) t * width + j] = real ? 0 : (int32_t) r->n_blocks;
         }
-        size_t count = 4 * (size_t) size + (size_t) size * width;
+        size_t count = 4 * (size_t) size + (size_t) size * (width + 1);
         CUDA_TRY(cudaMemcpyAsync(r->inputs_device, h, count * sizeof(int32_t), cudaMemcpyHostToDevice, r->stream));
         const int32_t *d = r->inputs_device;
-        *step = (struct gpu_step) { size, d, d + size, d + 2 * size, d + 4 * (size_t) size, width };
+        *step = (struct gpu_step) { size, d, d + size, d + 2 * size, d + 4 * (size_t) size, width,
+                                    d + 4 * (size_t) size + (size_t) size * width };
         *outputs = d + 3 * size;
         return 0;
 }

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #ifdef __CUDACC__
+#include <cuda_fp16.h>
 #define GPU_MATH __host__ __device__ static inline
 #else
 #include <math.h>
@@ -71,8 +72,12 @@ GPU_MATH uint32_t gpu_f32_to_bits(float f) {
 #endif
 }
 
-/* IEEE binary16 to float, exact. */
+/* IEEE binary16 to float, exact (the device's conversion instruction gives the same bits for
+ * every value but NaN payloads). */
 GPU_MATH float gpu_f16_to_f32(uint32_t h) {
+#ifdef __CUDA_ARCH__
+        return __half2float(__ushort_as_half((unsigned short) h));
+#endif
         uint32_t sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
         if (exponent == 0x1f)
                 return gpu_bits_to_f32(sign | 0x7f800000u | (mantissa << 13));
@@ -83,8 +88,12 @@ GPU_MATH float gpu_f16_to_f32(uint32_t h) {
         return gpu_bits_to_f32(sign | ((exponent + 112) << 23) | (mantissa << 13));
 }
 
-/* Float to binary16, round to nearest even: the bits base/float16.h's f32_to_f16 gives. */
+/* Float to binary16, round to nearest even: the bits base/float16.h's f32_to_f16 gives (the
+ * device's instruction too, NaN payloads aside). */
 GPU_MATH uint32_t gpu_f32_to_f16(float f) {
+#ifdef __CUDA_ARCH__
+        return __half_as_ushort(__float2half_rn(f));
+#endif
         uint32_t u = gpu_f32_to_bits(f), sign = (u >> 16) & 0x8000u, abs = u & 0x7fffffffu;
         if (abs >= 0x7f800000u)
                 return sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u);
@@ -243,6 +252,61 @@ GPU_MATH void gpu_rope_pair(float *x0, float *x1, float c, float s) {
         float a = *x0, b = *x1;
         *x0 = fmaf(a, c, -(b * s));
         *x1 = fmaf(a, s, b * c);
+}
+
+/* Attention in the CPU's order (cpu/dot.h: llama.cpp's f16 products on x86), keyed to the
+ * position: a prompt position's score sums element i into lane i % 16 (its tiled product),
+ * a generated token's into lane i % 64 over whole runs of 64 (its vector product), the rest
+ * in double; the softmax sums its exps in runs of 16 positions, the runs in double, in order;
+ * the values are summed in lanes by position, j % 16 for a prompt position and j % 64 for a
+ * generated one, each lane over its positions in order, the 64 lanes folded to 16 rows, and
+ * the rows added by gpu_lanes_sum16(). */
+
+/* lanes_sum16(): (l[e] + l[e + 8]), then 4 apart, then 2 apart, then the last pair. */
+GPU_MATH float gpu_lanes_sum16(const float l[16]) {
+        float a[8], b[4];
+        for (int e = 0; e < 8; e++)
+                a[e] = l[e + 8] + l[e];
+        for (int e = 0; e < 4; e++)
+                b[e] = a[e + 4] + a[e];
+        return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
+/* The four lanes that fold into row e of 64: (lane e + lane 32 + e) + (lane 16 + e + lane 48 + e). */
+GPU_MATH float gpu_fold64(float lane_e, float lane_16e, float lane_32e, float lane_48e) {
+        return (lane_e + lane_32e) + (lane_16e + lane_48e);
+}
+
+/* The score's dot product of an f16 key row (hd elements) with the query rounded to f16. */
+GPU_MATH float gpu_score_dot(const uint16_t *key, const float *query, uint32_t hd, bool generated) {
+        float rows[16];
+        if (!generated) {
+                for (int e = 0; e < 16; e++)
+                        rows[e] = 0.0f;
+                for (uint32_t base = 0; base < hd; base += 16)
+                        for (int e = 0; e < 16; e++)
+                                if (base + e < hd)
+                                        rows[e] = fmaf(gpu_f16_to_f32(key[base + e]), query[base + e], rows[e]);
+                return gpu_lanes_sum16(rows);
+        }
+        uint32_t whole = hd / 64 * 64;
+        for (int e = 0; e < 16; e++) {
+                float lane[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+                for (uint32_t base = 0; base < whole; base += 64)
+                        for (int k = 0; k < 4; k++)
+                                lane[k] = fmaf(gpu_f16_to_f32(key[base + 16 * k + e]), query[base + 16 * k + e], lane[k]);
+                rows[e] = gpu_fold64(lane[0], lane[1], lane[2], lane[3]);
+        }
+        double sum = (double) gpu_lanes_sum16(rows);
+        for (uint32_t i = whole; i < hd; i++)
+                sum += (double) (gpu_f16_to_f32(key[i]) * query[i]);
+        return (float) sum;
+}
+
+/* The lanes positions are summed in for the values: 16 for a prompt position, 64 for a
+ * generated token's. */
+GPU_MATH uint32_t gpu_value_lanes(bool generated) {
+        return generated ? 64 : 16;
 }
 
 /* Sums 32 lanes' values v[0..31] the way the device's butterfly of shuffles does: each

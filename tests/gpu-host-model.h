@@ -98,3 +98,34 @@ static inline float host_row_dot_float(enum gpu_weight_kind kind, const void *ro
         }
         return gpu_lane_tree_sum(v);
 }
+
+/* k_attention's output for one query head of a token at position pos (0-based): keys[j] and
+ * values[j] the f16 rows of position j (hd elements), q the query after RoPE. */
+static inline void host_attention(const uint16_t *const *keys, const uint16_t *const *values, uint32_t pos, const float *q,
+                                  uint32_t hd, bool generated, float scale, float *scores, float *out) {
+        float query[256], max = -INFINITY;
+        uint32_t n = pos + 1, n_lanes = gpu_value_lanes(generated);
+        for (uint32_t i = 0; i < hd; i++)
+                query[i] = gpu_round_f16(q[i]);
+        for (uint32_t j = 0; j < n; j++) {
+                scores[j] = gpu_score_dot(keys[j], query, hd, generated) * scale;
+                max = fmaxf(max, scores[j]);
+        }
+        double sum = 0.0;
+        for (uint32_t r = 0; r * 16 < n; r++) {
+                float run[16];
+                for (uint32_t e = 0; e < 16; e++)
+                        run[e] = r * 16 + e < n ? gpu_exp(scores[r * 16 + e] - max) : 0.0f;
+                sum += (double) gpu_lanes_sum16(run);
+        }
+        float inverse = (float) (1.0 / sum);
+        for (uint32_t i = 0; i < hd; i++) {
+                float lanes[64] = { 0 }, rows[16];
+                for (uint32_t j = 0; j < n; j++)
+                        lanes[j % n_lanes] = fmaf(gpu_f16_to_f32(values[j][i]),
+                                                  gpu_round_f16(gpu_exp(scores[j] - max) * inverse), lanes[j % n_lanes]);
+                for (uint32_t e = 0; e < 16; e++)
+                        rows[e] = generated ? gpu_fold64(lanes[e], lanes[16 + e], lanes[32 + e], lanes[48 + e]) : lanes[e];
+                out[i] = gpu_lanes_sum16(rows);
+        }
+}

@@ -220,6 +220,51 @@ START_TEST(test_exp_silu_rope_give_the_cpu_bits) {
 }
 END_TEST
 
+/* Attention of one query head in the device's order gives the CPU reference's bits (scores,
+ * softmax with f16 weights, value lanes and their sum), for prompt positions and generated
+ * tokens, head sizes 32, 64 and 128 and contexts from 1 to 300 positions. */
+START_TEST(test_attention_gives_the_cpu_bits) {
+        enum { MAX_POS = 300, MAX_HD = 128 };
+        static uint16_t k[MAX_POS * MAX_HD], v[MAX_POS * MAX_HD];
+        static const uint16_t *krows[MAX_POS], *vrows[MAX_POS];
+        static float q[MAX_HD], q16[MAX_HD], scores[MAX_POS + 16], host_scores[MAX_POS], lanes[64 * MAX_HD], want[MAX_HD],
+                got[MAX_HD];
+        static int32_t table[MAX_POS / 16 + 1];
+        static const uint32_t head_sizes[] = { 32, 64, 128 };
+        for (uint32_t b = 0; b <= MAX_POS / 16; b++)
+                table[b] = (int32_t) b;
+        for (size_t h = 0; h < 3; h++)
+                for (int rep = 0; rep < 40; rep++) {
+                        uint32_t hd = head_sizes[h], pos = rep < 20 ? (uint32_t) rep : next_u32() % MAX_POS;
+                        bool generated = rep % 2;
+                        float scale = 1.0f / sqrtf((float) hd);
+                        for (uint32_t i = 0; i < (pos + 1) * hd; i++) {
+                                k[i] = f32_to_f16(next_float(3.0f));
+                                v[i] = f32_to_f16(next_float(2.0f));
+                        }
+                        for (uint32_t j = 0; j <= pos; j++) {
+                                krows[j] = k + j * hd;
+                                vrows[j] = v + j * hd;
+                        }
+                        for (uint32_t i = 0; i < hd; i++) {
+                                q[i] = next_float(4.0f);
+                                q16[i] = f16_to_f32(f32_to_f16(q[i]));
+                        }
+                        struct f16_rows keys = { k, table, 16, hd, 16 * (size_t) hd, NULL }, values = { v, table, 16, hd, 16 * (size_t) hd, NULL };
+                        dot_kernels_scalar.attn_scores(&keys, pos + 1, q16, hd, 1, hd, generated, scale, scores, MAX_POS + 16);
+                        dot_kernels_scalar.softmax_f16(scores, pos + 1);
+                        dot_kernels_scalar.attn_values(&values, pos + 1, scores, MAX_POS + 16, 1, hd, generated ? 64 : 16, 0, 16,
+                                                       lanes, 64 * (size_t) hd);
+                        dot_kernels_scalar.sum_lanes(lanes, hd, pos + 1 < 16 ? pos + 1 : 16, hd, want);
+                        host_attention(krows, vrows, pos, q, hd, generated, scale, host_scores, got);
+                        for (uint32_t i = 0; i < hd; i++)
+                                ck_assert_msg(float_bits(got[i]) == float_bits(want[i]),
+                                              "head size %u, position %u, %s: element %u is %.9g in the device's order, %.9g on the CPU",
+                                              hd, pos, generated ? "generated" : "prompt", i, got[i], want[i]);
+                }
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("gpu-math");
         TCase *tc = tcase_create("host model");
@@ -230,6 +275,7 @@ int main(void) {
         tcase_add_test(tc, test_row_products_give_the_cpu_bits);
         tcase_add_test(tc, test_float_rows_match_double);
         tcase_add_test(tc, test_exp_silu_rope_give_the_cpu_bits);
+        tcase_add_test(tc, test_attention_gives_the_cpu_bits);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);

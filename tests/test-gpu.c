@@ -3,8 +3,8 @@
  * matmul kernels of every weight type against the host model of their arithmetic
  * (tests/gpu-host-model.h), bit for bit, at every token count; then the real model through
  * the backend: a sequence's logits the same bits alone, in a batch of 8 or 64 and in any
- * chunking, replayed from CUDA graphs or launched eagerly; sleep gives back what it releases
- * on the device and the outputs after wake-up are the same bits. Without a GPU the test says so and exits 77, which the harness counts as a
+ * chunking, replayed from CUDA graphs or launched eagerly, and the CPU backend's bits; sleep
+ * gives back what it releases on the device and the outputs after wake-up are the same bits. Without a GPU the test says so and exits 77, which the harness counts as a
  * skip, not a pass. scripts/gpu-check runs it with the model tests on the GPU. */
 #include "config.h"
 
@@ -25,7 +25,7 @@
 
 #define MAX_COLS 1536
 #define MAX_ROWS 300
-#define MAX_TOKENS 13
+#define MAX_TOKENS 300
 #define BLOCK_SIZE 16
 #define MAX_LEN 1024
 #define MAX_SEQS 64
@@ -79,7 +79,7 @@ static void random_weight(enum tensor_type type, uint32_t n_rows, uint32_t n_col
 static void check_matmuls(void) {
         static const enum tensor_type types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q8_0, TENSOR_F16, TENSOR_BF16, TENSOR_F32 };
         static const uint32_t shapes[][2] = { { 300, 576 }, { 77, 1536 }, { 5, 32 }, { 192, 64 } };
-        static const uint32_t token_counts[] = { 1, 2, 3, 5, 8, 13 };
+        static const uint32_t token_counts[] = { 1, 2, 3, 5, 8, 13, 40, 100, 300 }; /* every tile width */
         static uint8_t data[MAX_ROWS * MAX_COLS * 4], quants[MAX_COLS];
         static uint32_t scales[MAX_COLS / 32];
         static float x[MAX_TOKENS * MAX_COLS], out[MAX_TOKENS * MAX_ROWS], ds[MAX_TOKENS * MAX_COLS / 16],
@@ -273,16 +273,36 @@ static void check_model(const char *path) {
         uint32_t prompt_len = 100;
         size_t trace_floats = (size_t) 8 * n_vocab;
         float *alone = malloc(trace_floats * sizeof(float)), *other = malloc(trace_floats * sizeof(float));
-        int rows = run_sequence(&b, n_vocab, tokens, prompt_len, 0, prompt_len, alone);
+        int rows = run_sequence(&b, n_vocab, tokens, prompt_len, 0, prompt_len, alone), got;
         CHECK(rows == 5, "the sequence alone gave %d rows of logits", rows);
         static const struct { uint32_t others, chunk; } cases[] = { { 0, 7 }, { 0, 64 }, { 7, 512 }, { 7, 13 }, { 63, 100 }, { 63, 9 } };
         for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]) && rows == 5; c++) {
-                int got = run_sequence(&b, n_vocab, tokens, prompt_len, cases[c].others, cases[c].chunk, other);
+                got = run_sequence(&b, n_vocab, tokens, prompt_len, cases[c].others, cases[c].chunk, other);
                 CHECK(got == rows && memcmp(alone, other, (size_t) rows * n_vocab * sizeof(float)) == 0,
                       "sequence 0 beside %u others, prompt in chunks of %u: logits differ from its run alone", cases[c].others,
                       cases[c].chunk);
         }
         printf("invariance: one sequence's logits checked alone, in batches of 8 and 64, in chunks of 7 to 512\n");
+
+        /* the CPU backend's bits: every product, RoPE and attention follow its order */
+        struct backend cpu;
+        options.n_threads = 4;
+        if (backend_open("cpu", &options, model, &cpu, &err) < 0)
+                CHECK(0, "%s", err.message);
+        else {
+                got = run_sequence(&cpu, n_vocab, tokens, prompt_len, 0, 64, other);
+                size_t differ = 0;
+                double worst = 0;
+                for (size_t i = 0; got == rows && i < (size_t) rows * n_vocab; i++)
+                        if (bits(alone[i]) != bits(other[i])) {
+                                differ++;
+                                worst = fmax(worst, fabs((double) alone[i] - other[i]));
+                        }
+                printf("cpu: %zu of %zu logits differ from the CPU backend's (largest difference %.3g)\n", differ,
+                       (size_t) rows * n_vocab, worst);
+                CHECK(got == rows && differ == 0, "the GPU's logits are not the CPU backend's bits");
+                backend_free(&cpu);
+        }
 
         /* sleep: the device's free memory grows by what is released; outputs after wake-up
          * are the same bits */
@@ -297,7 +317,7 @@ static void check_model(const char *path) {
         CHECK(b.restore_memory(b.impl, BACKEND_MEMORY_WEIGHTS | BACKEND_MEMORY_KV_CACHE, &err) == 0, "restore: %s", err.message);
         b.memory_usage(b.impl, 0, &awake);
         CHECK(awake.released == 0 && awake.weights_bytes == before.weights_bytes, "wake-up left memory released");
-        int got = run_sequence(&b, n_vocab, tokens, prompt_len, 7, 32, other);
+        got = run_sequence(&b, n_vocab, tokens, prompt_len, 7, 32, other);
         CHECK(got == rows && memcmp(alone, other, (size_t) rows * n_vocab * sizeof(float)) == 0,
               "logits after wake-up differ from before sleep");
         report_step_times(&b, "graphs,", n_vocab, tokens);
