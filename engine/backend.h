@@ -6,6 +6,7 @@
  * laid out. backends/backend-open.h opens one by device name; the engine never includes a
  * device header. */
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -60,6 +61,9 @@ struct backend {
          * where the weights are read from each step ("cached", "streamed"). */
         const char *kernels;
         const char *weights;
+        /* The weights live in device memory, which sleep level 1 frees too (vLLM's level 1
+         * moves them off the GPU; they come back from the model on wake-up). */
+        bool weights_on_device;
         /* Frees impl and everything it holds; NULL in a table that does not own its impl (a
          * wrapper around another backend). */
         void (*free)(void *impl);

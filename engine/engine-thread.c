@@ -467,7 +467,8 @@ static void do_resume(struct engine_thread *et, struct command *c) {
 
 static void do_sleep(struct engine_thread *et, struct command *c) {
         struct error err = { 0 };
-        unsigned what = BACKEND_MEMORY_KV_CACHE | (c->value >= 2 ? BACKEND_MEMORY_WEIGHTS : 0);
+        unsigned what = BACKEND_MEMORY_KV_CACHE |
+                        (c->value >= 2 || et->backend.weights_on_device ? BACKEND_MEMORY_WEIGHTS : 0);
         /* running requests lose their KV: back to waiting, recomputed after wake-up */
         engine_core_reset_prefix_cache(et->core, true);
         int r = et->backend.release_memory(et->backend.impl, what & ~et->released, &err);

@@ -54,6 +54,7 @@ int cuda_backend_new(const struct model *model, const struct cuda_runner_config 
                 },
                 .kernels = cuda_runner_device_name(runner),
                 .weights = "device",
+                .weights_on_device = true,
                 .free = backend_free_impl,
         };
         return 0;

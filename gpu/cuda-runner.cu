@@ -18,6 +18,7 @@ extern "C" {
 }
 #include "cuda-kernels.h"
 #include "cuda-runner.h"
+#include "cuda-vmm.h"
 #include "cuda-weights.h"
 
 /* The KV pool leaves this much of the device free for the runtime's own needs (module
@@ -41,8 +42,9 @@ struct cuda_runner {
         cudaStream_t stream;
         unsigned released; /* enum backend_memory bits */
 
-        /* Weights: one device arena, laid out by place_weights(). */
-        uint8_t *arena;
+        /* Weights: one device arena, laid out by place_weights(), whose address survives sleep
+         * where the driver has the virtual-memory API. */
+        struct vmm_region weights;
         size_t arena_bytes;
         struct layer_weights *layers;
         struct gpu_weight embd, output;
@@ -51,7 +53,8 @@ struct cuda_runner {
         /* KV pool: (n_layer, n_blocks + 1, n_head_kv, block_size, head_dim) f16, keys and values;
          * the last block, which the engine never sees, takes what the padding tokens of a
          * graph's step write */
-        uint16_t *k_pool, *v_pool;
+        struct vmm_region kv;
+        uint16_t *k_pool, *v_pool; /* in kv */
         size_t kv_pool_bytes; /* of each */
         uint32_t n_blocks;
 
@@ -122,25 +125,21 @@ static size_t place_weights(struct cuda_runner *r, uint8_t *base, uint8_t *image
         return at;
 }
 
+/* The weights into their region, mapped (again) first; with a stable region every pointer
+ * comes out as before. */
 static int upload_weights(struct cuda_runner *r, struct error *err) {
         size_t bytes = place_weights(r, NULL, NULL);
+        int rc = r->weights.base ? vmm_region_map(&r->weights, err) : vmm_region_new(&r->weights, r->config.device, bytes, err);
+        if (rc < 0)
+                return error_prefix(err, rc, "the weights (%zu MiB): ", bytes >> 20);
         uint8_t *image = (uint8_t *) malloc(bytes);
         if (!image)
                 return error_set(err, ENOMEM, "cannot stage %zu MiB of weights for the GPU", bytes >> 20);
-        cudaError_t e = cudaMalloc((void **) &r->arena, bytes);
-        if (e != cudaSuccess) {
-                free(image);
-                r->arena = NULL;
-                return cuda_error(err, e, "cudaMalloc of the weights");
-        }
-        place_weights(r, r->arena, image);
-        e = cudaMemcpy(r->arena, image, bytes, cudaMemcpyHostToDevice);
+        place_weights(r, (uint8_t *) r->weights.base, image);
+        cudaError_t e = cudaMemcpy(r->weights.base, image, bytes, cudaMemcpyHostToDevice);
         free(image);
-        if (e != cudaSuccess) {
-                cudaFree(r->arena);
-                r->arena = NULL;
+        if (e != cudaSuccess)
                 return cuda_error(err, e, "cudaMemcpy of the weights");
-        }
         r->arena_bytes = bytes;
         return 0;
 }
@@ -250,13 +249,16 @@ static int upload_rope_tables(struct cuda_runner *r, struct error *err) {
         return e == cudaSuccess ? 0 : cuda_error(err, e, "the RoPE tables");
 }
 
+/* The KV pool mapped (again) and zeroed: keys, then values, in one region. */
 static int alloc_kv_pool(struct cuda_runner *r, struct error *err) {
         size_t elems = (size_t) r->model->hp.n_layer * (r->n_blocks + 1) * r->config.block_size * r->kv_dim;
         r->kv_pool_bytes = elems * sizeof(uint16_t);
-        CUDA_TRY(cudaMalloc((void **) &r->k_pool, r->kv_pool_bytes));
-        CUDA_TRY(cudaMalloc((void **) &r->v_pool, r->kv_pool_bytes));
-        CUDA_TRY(cudaMemset(r->k_pool, 0, r->kv_pool_bytes));
-        CUDA_TRY(cudaMemset(r->v_pool, 0, r->kv_pool_bytes));
+        int rc = r->kv.base ? vmm_region_map(&r->kv, err) : vmm_region_new(&r->kv, r->config.device, 2 * r->kv_pool_bytes, err);
+        if (rc < 0)
+                return error_prefix(err, rc, "the KV cache (%zu MiB): ", (2 * r->kv_pool_bytes) >> 20);
+        r->k_pool = (uint16_t *) r->kv.base;
+        r->v_pool = r->k_pool + elems;
+        CUDA_TRY(cudaMemset(r->kv.base, 0, 2 * r->kv_pool_bytes));
         return 0;
 }
 
@@ -348,7 +350,9 @@ extern "C" void cuda_runner_free(struct cuda_runner *r) {
         if (r->stream)
                 cudaStreamSynchronize(r->stream);
         drop_graphs(r);
-        void *device[] = { r->arena, r->k_pool, r->v_pool, r->x, r->q, r->k, r->v, r->gate, r->up,
+        vmm_region_free(&r->weights);
+        vmm_region_free(&r->kv);
+        void *device[] = { r->x, r->q, r->k, r->v, r->gate, r->up,
                            r->act.x, r->act.q, r->act.ds, r->inputs_device, r->logits_device, r->rope_cos };
         for (size_t i = 0; i < sizeof(device) / sizeof(device[0]); i++)
                 if (device[i])
@@ -570,20 +574,23 @@ extern "C" const char *cuda_runner_device_name(const struct cuda_runner *r) {
 }
 
 extern "C" int cuda_runner_release_memory(struct cuda_runner *r, unsigned what, struct error *err) {
+        int rc;
         CUDA_TRY(cudaSetDevice(r->config.device));
         CUDA_TRY(cudaStreamSynchronize(r->stream));
-        /* the graphs hold the addresses of what goes */
-        drop_graphs(r);
-        if ((what & BACKEND_MEMORY_WEIGHTS) && !(r->released & BACKEND_MEMORY_WEIGHTS)) {
-                CUDA_TRY(cudaFree(r->arena));
-                r->arena = NULL;
+        bool weights = (what & BACKEND_MEMORY_WEIGHTS) && !(r->released & BACKEND_MEMORY_WEIGHTS);
+        bool kv = (what & BACKEND_MEMORY_KV_CACHE) && !(r->released & BACKEND_MEMORY_KV_CACHE);
+        /* the graphs hold the addresses of what goes: they outlive it only where it comes back
+         * at the same address */
+        if ((weights && !r->weights.stable) || (kv && !r->kv.stable))
+                drop_graphs(r);
+        if (weights) {
+                if ((rc = vmm_region_release(&r->weights, err)) < 0)
+                        return rc;
                 r->released |= BACKEND_MEMORY_WEIGHTS;
         }
-        if ((what & BACKEND_MEMORY_KV_CACHE) && !(r->released & BACKEND_MEMORY_KV_CACHE)) {
-                CUDA_TRY(cudaFree(r->k_pool));
-                r->k_pool = NULL;
-                CUDA_TRY(cudaFree(r->v_pool));
-                r->v_pool = NULL;
+        if (kv) {
+                if ((rc = vmm_region_release(&r->kv, err)) < 0)
+                        return rc;
                 r->released |= BACKEND_MEMORY_KV_CACHE;
         }
         return 0;
@@ -598,12 +605,8 @@ extern "C" int cuda_runner_restore_memory(struct cuda_runner *r, unsigned what, 
                 r->released &= ~(unsigned) BACKEND_MEMORY_WEIGHTS;
         }
         if ((what & BACKEND_MEMORY_KV_CACHE) && (r->released & BACKEND_MEMORY_KV_CACHE)) {
-                if ((rc = alloc_kv_pool(r, err)) < 0) {
-                        cudaFree(r->k_pool);
-                        cudaFree(r->v_pool);
-                        r->k_pool = r->v_pool = NULL;
+                if ((rc = alloc_kv_pool(r, err)) < 0)
                         return rc;
-                }
                 r->released &= ~(unsigned) BACKEND_MEMORY_KV_CACHE;
         }
         return 0;
