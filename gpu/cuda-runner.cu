@@ -62,6 +62,7 @@ struct cuda_runner {
          * anything they captured moved (the logits rows grew, memory was released). */
         cudaGraphExec_t graphs[GRAPH_SLOTS];
         uint32_t graph_max_batch;
+        uint64_t graphs_captured;
 
         /* The step's buffers, for max_batch_tokens tokens. */
         uint32_t q_dim, kv_dim, max_dim, max_blocks_per_seq;
@@ -544,8 +545,11 @@ extern "C" int cuda_runner_forward(struct cuda_runner *r, const struct batch *b,
                 cudaGraphExec_t *exec = &r->graphs[graph_slot(size)];
                 if ((rc = stage_graph_inputs(r, b, size, &st, &outputs, err)) < 0)
                         return rc;
-                if (!*exec && (rc = capture_graph(r, &st, outputs, exec, err)) < 0)
-                        return rc;
+                if (!*exec) {
+                        if ((rc = capture_graph(r, &st, outputs, exec, err)) < 0)
+                                return rc;
+                        r->graphs_captured++;
+                }
                 CUDA_TRY(cudaGraphLaunch(*exec, r->stream));
         } else {
                 if ((rc = stage_inputs(r, b, &st, &outputs, err)) < 0 || (rc = run_layers(r, &st, err)) < 0)
@@ -624,5 +628,6 @@ extern "C" void cuda_runner_usage(const struct cuda_runner *r, struct cuda_runne
                 .released = r->released,
                 .device_free = free_bytes,
                 .device_total = total_bytes,
+                .graphs_captured = r->graphs_captured,
         };
 }

@@ -42,6 +42,7 @@ struct cuda_runner_usage {
         unsigned released;       /* enum backend_memory bits */
         uint64_t device_free;    /* the device's free and total memory, as the driver says */
         uint64_t device_total;
+        uint64_t graphs_captured; /* CUDA graphs captured since the start */
 };
 
 struct cuda_runner;

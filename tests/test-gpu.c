@@ -4,7 +4,8 @@
  * (tests/gpu-host-model.h), bit for bit, at every token count; then the real model through
  * the backend: a sequence's logits the same bits alone, in a batch of 8 or 64 and in any
  * chunking, replayed from CUDA graphs or launched eagerly, and the CPU backend's bits; sleep
- * gives back what it releases on the device and the outputs after wake-up are the same bits. Without a GPU the test says so and exits 77, which the harness counts as a
+ * gives back what it releases on the device, and after wake-up the outputs are the same bits
+ * and no graph is captured again. Without a GPU the test says so and exits 77, which the harness counts as a
  * skip, not a pass. scripts/gpu-check runs it with the model tests on the GPU. */
 #include "config.h"
 
@@ -17,6 +18,7 @@
 
 #include "backend-open.h"
 #include "cuda-ops.h"
+#include "cuda-runner.h"
 #include "float16.h"
 #include "gpu-device.h"
 #include "gpu-host-model.h"
@@ -308,6 +310,8 @@ static void check_model(const char *path) {
          * are the same bits */
         struct backend_memory_usage before, asleep, awake;
         b.memory_usage(b.impl, 0, &before);
+        struct cuda_runner_usage runner_before, runner_after;
+        cuda_runner_usage(b.impl, &runner_before);
         CHECK(b.release_memory(b.impl, BACKEND_MEMORY_WEIGHTS | BACKEND_MEMORY_KV_CACHE, &err) == 0, "release: %s", err.message);
         b.memory_usage(b.impl, 0, &asleep);
         uint64_t released = before.weights_bytes + before.kv_cache_bytes, gained = asleep.device_free_bytes - before.device_free_bytes;
@@ -320,6 +324,13 @@ static void check_model(const char *path) {
         got = run_sequence(&b, n_vocab, tokens, prompt_len, 7, 32, other);
         CHECK(got == rows && memcmp(alone, other, (size_t) rows * n_vocab * sizeof(float)) == 0,
               "logits after wake-up differ from before sleep");
+        /* the same decode sizes as before sleep: the graphs kept their addresses */
+        cuda_runner_usage(b.impl, &runner_after);
+        printf("sleep: %" PRIu64 " graph(s) captured again after wake-up\n",
+               runner_after.graphs_captured - runner_before.graphs_captured);
+        CHECK(runner_after.graphs_captured == runner_before.graphs_captured,
+              "wake-up made the decode graphs be captured again (%" PRIu64 " more)",
+              runner_after.graphs_captured - runner_before.graphs_captured);
         report_step_times(&b, "graphs,", n_vocab, tokens);
 
         /* eager: the same bits as the graphs' replays */
