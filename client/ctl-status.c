@@ -196,6 +196,13 @@ int ctl_status(struct ctl *ctl, int argc, char **argv) {
                 print_row("Prefix cache hit rate:", "-");
         else
                 print_row("Prefix cache hit rate:", "%.1f%% (%.0f of %.0f prompt tokens)", hit_rate * 100, hits, queries);
+        double mib = 1024.0 * 1024.0, device_total = number(stats, "device_memory_total_bytes");
+        if (!isnan(number(stats, "memory_weights_bytes")))
+                print_row("Memory:", "weights %.1f MiB, KV cache %.1f MiB", number(stats, "memory_weights_bytes") / mib,
+                          number(stats, "memory_kv_cache_bytes") / mib);
+        if (device_total > 0)
+                print_row("Device memory:", "%.1f of %.1f GiB used", (device_total - number(stats, "device_memory_free_bytes")) / (1024 * mib),
+                          device_total / (1024 * mib));
         print_row("Prompt tokens/s:", "%.1f", prompt_rate);
         print_row("Generation tokens/s:", "%.1f", generation_rate);
         const char *policy = json_object_get_string(ctl_json_member(stats, "scheduling_policy"));

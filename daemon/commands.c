@@ -409,6 +409,11 @@ size_t commands_stats(struct server *s, struct stats_entry ret[static COMMANDS_S
         ret[n++] = (struct stats_entry) { "step_model_samples", 't', .t = e->step_model_samples };
         ret[n++] = (struct stats_entry) { "step_model_error_p50", 'd', .d = e->step_model_error_p50 };
         ret[n++] = (struct stats_entry) { "step_model_error_p99", 'd', .d = e->step_model_error_p99 };
+        const struct backend_memory_usage *mem = &st.engine.memory;
+        ret[n++] = (struct stats_entry) { "memory_weights_bytes", 't', .t = mem->weights_bytes };
+        ret[n++] = (struct stats_entry) { "memory_kv_cache_bytes", 't', .t = mem->kv_cache_bytes };
+        ret[n++] = (struct stats_entry) { "device_memory_free_bytes", 't', .t = mem->device_free_bytes };
+        ret[n++] = (struct stats_entry) { "device_memory_total_bytes", 't', .t = mem->device_total_bytes };
         return n;
 }
 

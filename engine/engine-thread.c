@@ -83,6 +83,8 @@ struct engine_thread {
         struct event *out, **out_tail;             /* events of this iteration, not yet published */
         bool was_busy;
         double progress_time;
+        double memory_time;       /* when state.memory was taken */
+        unsigned memory_released; /* released, as it was then */
         char dead_message[ERROR_MESSAGE_MAX + 16];
 };
 
@@ -581,8 +583,20 @@ static bool can_step(struct engine_thread *et) {
         return !et->paused && !et->released && engine_core_has_work(et->core);
 }
 
+/* How often the published memory figures are taken again: a device backend asks its driver,
+ * which costs more than a step's bookkeeping should. */
+#define MEMORY_REFRESH 1.0
+
 static void publish(struct engine_thread *et) {
         bool busy = can_step(et);
+        double now = monotonic_seconds();
+        struct backend_memory_usage memory;
+        bool refresh = now - et->memory_time >= MEMORY_REFRESH || et->released != et->memory_released;
+        if (refresh) {
+                et->backend.memory_usage(et->backend.impl, 0, &memory);
+                et->memory_time = now;
+                et->memory_released = et->released;
+        }
         if (busy && !et->was_busy)
                 et->progress_time = monotonic_seconds(); /* idle time is not a stall */
         et->was_busy = busy;
@@ -597,6 +611,8 @@ static void publish(struct engine_thread *et) {
         memcpy(et->state.dead_message, et->dead_message, sizeof(et->dead_message));
         et->state.busy = busy;
         et->state.progress_time = et->progress_time;
+        if (refresh)
+                et->state.memory = memory;
         bool any = et->out != NULL;
         if (any) {
                 *et->events_tail = et->out;

@@ -67,6 +67,8 @@ struct engine_thread_state {
         char dead_message[ERROR_MESSAGE_MAX + 16];
         bool busy;            /* work is pending and allowed to run: progress is expected */
         double progress_time; /* monotonic seconds of the last step, or of becoming busy */
+        /* What the backend's first worker holds, at most MEMORY_REFRESH old */
+        struct backend_memory_usage memory;
 };
 
 /* Starts the thread with a core of its own over backend (which the caller keeps alive). */

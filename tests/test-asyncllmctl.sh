@@ -302,7 +302,7 @@ expect "health says ok" grep -qx ok "$tmp/out"
 check "health --json" 0 "" "$ctl" "${S[@]}" health --json
 expect "health --json" grep -qF '{"healthy":true,"status":"ok"}' "$tmp/out"
 check "status" 0 "" "$ctl" "${S[@]}" status
-for row in "Model:" "State:" "Running:" "Waiting:" "KV cache usage:" "Prefix cache hit rate:" "Prompt tokens/s:" "Generation tokens/s:"; do
+for row in "Model:" "State:" "Running:" "Waiting:" "KV cache usage:" "Prefix cache hit rate:" "Memory:" "Prompt tokens/s:" "Generation tokens/s:"; do
     expect "status shows $row" grep -qF "$row" "$tmp/out"
 done
 expect "status shows the policy" grep -qE "^Scheduling policy: +fcfs$" "$tmp/out"
@@ -311,7 +311,8 @@ expect "status has no colour when stdout is not a terminal" bash -c "! grep -q $
 check "status --json" 0 "" "$ctl" "${S[@]}" status --json
 for key in model state num_requests_running num_requests_waiting kv_cache_usage prefix_cache_hit_rate \
     prompt_tokens_per_second generation_tokens_per_second requests_in_flight scheduling_policy slo_rejected slo_demoted \
-    step_model_samples step_model_error_p50 step_model_error_p99; do
+    step_model_samples step_model_error_p50 step_model_error_p99 memory_weights_bytes memory_kv_cache_bytes \
+    device_memory_free_bytes device_memory_total_bytes; do
     expect "status --json has $key" grep -qF "\"$key\":" "$tmp/out"
 done
 check "list" 0 "" "$ctl" "${S[@]}" list
