@@ -309,7 +309,8 @@ __device__ static float block_max(float v, double *scratch) {
         return r;
 }
 
-__global__ static void k_attention(struct gpu_step st, const int32_t *n_prompt, const float *q, uint32_t n_head,
+__global__ static void __launch_bounds__(512)
+        k_attention(struct gpu_step st, const int32_t *n_prompt, const float *q, uint32_t n_head,
                                    float scale, struct gpu_kv_layer kv, float *out) {
         __shared__ float query[256], weights[ATTN_CHUNK], rows[16 * 256];
         __shared__ size_t slots[ATTN_CHUNK];

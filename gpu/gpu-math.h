@@ -277,25 +277,65 @@ GPU_MATH float gpu_fold64(float lane_e, float lane_16e, float lane_32e, float la
         return (lane_e + lane_32e) + (lane_16e + lane_48e);
 }
 
-/* The score's dot product of an f16 key row (hd elements) with the query rounded to f16. */
+/* Eight f16 elements from p (16-byte aligned) as floats: one 16-byte load on the device. */
+GPU_MATH void gpu_load8_f16(const uint16_t *p, float out[8]) {
+#ifdef __CUDA_ARCH__
+        uint4 u = *(const uint4 *) p;
+        uint32_t w[4] = { u.x, u.y, u.z, u.w };
+        for (int k = 0; k < 4; k++) {
+                out[2 * k] = gpu_f16_to_f32(w[k] & 0xffffu);
+                out[2 * k + 1] = gpu_f16_to_f32(w[k] >> 16);
+        }
+#else
+        for (int k = 0; k < 8; k++)
+                out[k] = gpu_f16_to_f32(p[k]);
+#endif
+}
+
+/* Lanes 8g .. 8g + 7 of a generated token's score (64 lanes): lane x sums elements x, x + 64,
+ * ... below whole in rising order. */
+GPU_MATH void gpu_wide_lanes(const uint16_t *key, const float *query, uint32_t whole, int g, float out[8]) {
+        float k8[8];
+        for (int e = 0; e < 8; e++)
+                out[e] = 0.0f;
+        for (uint32_t base = 0; base < whole; base += 64) {
+                gpu_load8_f16(key + base + 8 * g, k8);
+                for (int e = 0; e < 8; e++)
+                        out[e] = fmaf(k8[e], query[base + 8 * g + e], out[e]);
+        }
+}
+
+/* The score's dot product of an f16 key row (hd elements, a multiple of 8, 16-byte aligned)
+ * with the query rounded to f16. Each lane takes its elements in rising order, eight
+ * elements loaded at a time. */
 GPU_MATH float gpu_score_dot(const uint16_t *key, const float *query, uint32_t hd, bool generated) {
-        float rows[16];
+        float rows[16], k8[8];
         if (!generated) {
                 for (int e = 0; e < 16; e++)
                         rows[e] = 0.0f;
-                for (uint32_t base = 0; base < hd; base += 16)
-                        for (int e = 0; e < 16; e++)
-                                if (base + e < hd)
-                                        rows[e] = fmaf(gpu_f16_to_f32(key[base + e]), query[base + e], rows[e]);
+                for (uint32_t base = 0; base < hd; base += 16) {
+                        gpu_load8_f16(key + base, k8);
+                        for (int e = 0; e < 8; e++)
+                                rows[e] = fmaf(k8[e], query[base + e], rows[e]);
+                        if (base + 8 < hd) {
+                                gpu_load8_f16(key + base + 8, k8);
+                                for (int e = 0; e < 8; e++)
+                                        rows[8 + e] = fmaf(k8[e], query[base + 8 + e], rows[8 + e]);
+                        }
+                }
                 return gpu_lanes_sum16(rows);
         }
+        /* lanes_sum64's rows, e < 8 for h = 0 and 8 + e for h = 1: (lane e + lane 32 + e) +
+         * (lane 16 + e + lane 48 + e), each lane's whole sum (eight lanes at a time) first */
         uint32_t whole = hd / 64 * 64;
-        for (int e = 0; e < 16; e++) {
-                float lane[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
-                for (uint32_t base = 0; base < whole; base += 64)
-                        for (int k = 0; k < 4; k++)
-                                lane[k] = fmaf(gpu_f16_to_f32(key[base + 16 * k + e]), query[base + 16 * k + e], lane[k]);
-                rows[e] = gpu_fold64(lane[0], lane[1], lane[2], lane[3]);
+        for (int h = 0; h < 2; h++) {
+                float l0[8], l32[8], l16[8], l48[8];
+                gpu_wide_lanes(key, query, whole, h, l0);
+                gpu_wide_lanes(key, query, whole, h + 4, l32);
+                gpu_wide_lanes(key, query, whole, h + 2, l16);
+                gpu_wide_lanes(key, query, whole, h + 6, l48);
+                for (int e = 0; e < 8; e++)
+                        rows[8 * h + e] = gpu_fold64(l0[e], l16[e], l32[e], l48[e]);
         }
         double sum = (double) gpu_lanes_sum16(rows);
         for (uint32_t i = whole; i < hd; i++)
