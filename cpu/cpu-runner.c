@@ -81,11 +81,7 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
         r->use_packed = !tiles_only;
         r->q_dim = hp->n_head * hp->head_dim;
         r->kv_dim = hp->n_head_kv * hp->head_dim;
-        r->max_dim = hp->n_embd;
-        if (r->q_dim > r->max_dim)
-                r->max_dim = r->q_dim;
-        if (hp->n_ff > r->max_dim)
-                r->max_dim = hp->n_ff;
+        r->max_dim = model_max_width(hp);
 
         if ((rc = thread_pool_new(config->n_threads, &r->pool, err)) < 0 ||
             (rc = kv_pool_new(hp->n_layer, config->n_kv_blocks, config->block_size, r->kv_dim, &r->kv, err)) < 0 ||

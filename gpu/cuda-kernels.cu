@@ -357,7 +357,7 @@ __global__ static void __launch_bounds__(512)
         __syncthreads();
 
         /* pair m of this thread: dimension (tid + m threads) % hd of row (tid + m threads) / hd */
-        uint32_t n_pairs = 16 * hd / threads, lanes_per_row = gpu_value_lanes(generated) / 16;
+        uint32_t n_pairs = 16 * hd / threads;
         float acc[ATTN_PAIRS][4];
 #pragma unroll
         for (int m = 0; m < ATTN_PAIRS; m++)
@@ -381,16 +381,12 @@ __global__ static void __launch_bounds__(512)
                                 for (int k = 0; k < 4; k++) {
                                         uint32_t j = base + 16 * k + e;
                                         if (j < in_chunk) {
-                                                int lane = lanes_per_row == 4 ? k : 0;
+                                                /* k is a constant once unrolled: no run-time index */
                                                 float v = gpu_f16_to_f32(kv.v[slots[j] + d]);
-                                                if (lane == 0)
-                                                        acc[m][0] = fmaf(v, weights[j], acc[m][0]);
-                                                else if (lane == 1)
-                                                        acc[m][1] = fmaf(v, weights[j], acc[m][1]);
-                                                else if (lane == 2)
-                                                        acc[m][2] = fmaf(v, weights[j], acc[m][2]);
+                                                if (generated)
+                                                        acc[m][k] = fmaf(v, weights[j], acc[m][k]);
                                                 else
-                                                        acc[m][3] = fmaf(v, weights[j], acc[m][3]);
+                                                        acc[m][0] = fmaf(v, weights[j], acc[m][0]);
                                         }
                                 }
                 }
@@ -401,7 +397,7 @@ __global__ static void __launch_bounds__(512)
                 if ((uint32_t) m >= n_pairs)
                         break;
                 uint32_t p = tid + m * threads, d = p % hd, e = p / hd;
-                rows[e * hd + d] = lanes_per_row == 4 ? gpu_fold64(acc[m][0], acc[m][1], acc[m][2], acc[m][3]) : acc[m][0];
+                rows[e * hd + d] = generated ? gpu_fold64(acc[m][0], acc[m][1], acc[m][2], acc[m][3]) : acc[m][0];
         }
         __syncthreads();
         float *o = out + ((size_t) t * n_head + h) * hd;

@@ -145,24 +145,25 @@ static int upload_weights(struct cuda_runner *r, struct error *err) {
         return 0;
 }
 
+/* Whether the kernels read w's type; err says which type when not. */
+static bool kernel_for(const struct weight *w, struct error *err) {
+        if (gpu_weight_kind_of(w->type) != GPU_WEIGHT_UNSUPPORTED)
+                return true;
+        const struct tensor_type_info *info = tensor_type_info(w->type);
+        error_set(err, EOPNOTSUPP, "the CUDA backend has no kernel for tensor type %s", info ? info->name : "?");
+        return false;
+}
+
 static int check_model(const struct model *m, struct error *err) {
         const struct model_hparams *hp = &m->hp;
-        const struct weight *all[] = { &m->token_embd, &m->output };
-        for (size_t i = 0; i < 2; i++) {
-                enum gpu_weight_kind kind;
-                if (cuda_weight_kind(all[i]->type, &kind) < 0)
-                        return error_set(err, EOPNOTSUPP, "the CUDA backend has no kernel for tensor type %s",
-                                         tensor_type_info(all[i]->type) ? tensor_type_info(all[i]->type)->name : "?");
-        }
+        if (!kernel_for(&m->token_embd, err) || !kernel_for(&m->output, err))
+                return -EOPNOTSUPP;
         for (uint32_t i = 0; i < hp->n_layer; i++) {
                 const struct model_layer *l = &m->layers[i];
                 const struct weight *w[] = { &l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down };
-                for (size_t j = 0; j < 7; j++) {
-                        enum gpu_weight_kind kind;
-                        if (cuda_weight_kind(w[j]->type, &kind) < 0)
-                                return error_set(err, EOPNOTSUPP, "the CUDA backend has no kernel for tensor type %s (layer %u)",
-                                                 tensor_type_info(w[j]->type) ? tensor_type_info(w[j]->type)->name : "?", i);
-                }
+                for (size_t j = 0; j < sizeof(w) / sizeof(w[0]); j++)
+                        if (!kernel_for(w[j], err))
+                                return error_prefix(err, -EOPNOTSUPP, "layer %u: ", i);
         }
         uint32_t hd = hp->head_dim;
         if (hd != 8 && hd != 16 && hd != 32 && hd != 64 && hd != 128 && hd != 256)
@@ -313,11 +314,7 @@ extern "C" int cuda_runner_new(const struct model *model, const struct cuda_runn
         snprintf(r->device_name, sizeof(r->device_name), "%s (sm_%d%d)", prop.name, prop.major, prop.minor);
         r->q_dim = hp->n_head * hp->head_dim;
         r->kv_dim = hp->n_head_kv * hp->head_dim;
-        r->max_dim = hp->n_embd;
-        if (r->q_dim > r->max_dim)
-                r->max_dim = r->q_dim;
-        if (hp->n_ff > r->max_dim)
-                r->max_dim = hp->n_ff;
+        r->max_dim = model_max_width(hp);
         r->max_blocks_per_seq = (config->max_model_len + config->block_size - 1) / config->block_size;
         r->graph_max_batch = config->enforce_eager ? 0
                            : config->max_batch_tokens < GRAPH_MAX_BATCH ? config->max_batch_tokens : GRAPH_MAX_BATCH;

@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
 
-#include <errno.h>
 #include <string.h>
 
 extern "C" {
@@ -13,24 +12,11 @@ size_t cuda_arena_align(size_t n) {
         return (n + CUDA_ARENA_ALIGN - 1) / CUDA_ARENA_ALIGN * CUDA_ARENA_ALIGN;
 }
 
-int cuda_weight_kind(enum tensor_type type, enum gpu_weight_kind *ret) {
-        switch (type) {
-        case TENSOR_Q4_0: *ret = GPU_WEIGHT_Q4_0; return 0;
-        case TENSOR_Q4_1: *ret = GPU_WEIGHT_Q4_1; return 0;
-        case TENSOR_Q8_0: *ret = GPU_WEIGHT_Q8_0; return 0;
-        case TENSOR_F32: *ret = GPU_WEIGHT_F32; return 0;
-        case TENSOR_F16: *ret = GPU_WEIGHT_F16; return 0;
-        case TENSOR_BF16: *ret = GPU_WEIGHT_BF16; return 0;
-        default: return -EOPNOTSUPP;
-        }
-}
-
 /* Where a weight goes in the arena, and, with image set, its bytes written there: the
  * quantized kinds as quants and scales side by side (gpu-math.h), the float kinds as the
  * file's rows. Returns the arena's new end. */
 size_t cuda_place_weight(const struct weight *w, struct gpu_weight *gw, uint8_t *base, uint8_t *image, size_t at) {
-        enum gpu_weight_kind kind = GPU_WEIGHT_F32;
-        cuda_weight_kind(w->type, &kind);
+        enum gpu_weight_kind kind = gpu_weight_kind_of(w->type);
         *gw = (struct gpu_weight) { kind, (uint32_t) w->n_rows, (uint32_t) w->n_cols, NULL, NULL, NULL };
         if (kind > GPU_WEIGHT_Q8_0) {
                 size_t bytes = (size_t) w->n_rows * w->row_bytes;

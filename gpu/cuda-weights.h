@@ -16,9 +16,6 @@ extern "C" {
 
 size_t cuda_arena_align(size_t n);
 
-/* The kernels' kind for a tensor type; -EOPNOTSUPP for a type they do not read. */
-int cuda_weight_kind(enum tensor_type type, enum gpu_weight_kind *ret);
-
-/* Places w in the arena at offset at from base, filling *gw with its device pointers, and,
+/* Places w (of a type gpu_weight_kind_of() knows) in the arena at offset at from base, filling *gw with its device pointers, and,
  * with image set, writes its bytes to image + at. Returns the offset after it. */
 size_t cuda_place_weight(const struct weight *w, struct gpu_weight *gw, uint8_t *base, uint8_t *image, size_t at);

@@ -11,6 +11,8 @@
 
 #include <stdint.h>
 
+#include "tensor-types.h"
+
 #ifdef __CUDACC__
 #include <cuda_fp16.h>
 #define GPU_MATH __host__ __device__ static inline
@@ -37,7 +39,21 @@ enum gpu_weight_kind {
         GPU_WEIGHT_F32,
         GPU_WEIGHT_F16,
         GPU_WEIGHT_BF16,
+        GPU_WEIGHT_UNSUPPORTED, /* a tensor type the kernels do not read */
 };
+
+/* The kernels' kind for a tensor type. */
+GPU_MATH enum gpu_weight_kind gpu_weight_kind_of(enum tensor_type type) {
+        switch (type) {
+        case TENSOR_Q4_0: return GPU_WEIGHT_Q4_0;
+        case TENSOR_Q4_1: return GPU_WEIGHT_Q4_1;
+        case TENSOR_Q8_0: return GPU_WEIGHT_Q8_0;
+        case TENSOR_F32: return GPU_WEIGHT_F32;
+        case TENSOR_F16: return GPU_WEIGHT_F16;
+        case TENSOR_BF16: return GPU_WEIGHT_BF16;
+        default: return GPU_WEIGHT_UNSUPPORTED;
+        }
+}
 
 GPU_MATH uint32_t gpu_block_quant_bytes(enum gpu_weight_kind kind) {
         return kind == GPU_WEIGHT_Q8_0 ? 32 : 16;
@@ -77,7 +93,7 @@ GPU_MATH uint32_t gpu_f32_to_bits(float f) {
 GPU_MATH float gpu_f16_to_f32(uint32_t h) {
 #ifdef __CUDA_ARCH__
         return __half2float(__ushort_as_half((unsigned short) h));
-#endif
+#else
         uint32_t sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1f, mantissa = h & 0x3ff;
         if (exponent == 0x1f)
                 return gpu_bits_to_f32(sign | 0x7f800000u | (mantissa << 13));
@@ -86,6 +102,7 @@ GPU_MATH float gpu_f16_to_f32(uint32_t h) {
                 return sign ? -v : v;
         }
         return gpu_bits_to_f32(sign | ((exponent + 112) << 23) | (mantissa << 13));
+#endif
 }
 
 /* Float to binary16, round to nearest even: the bits base/float16.h's f32_to_f16 gives (the
@@ -93,7 +110,7 @@ GPU_MATH float gpu_f16_to_f32(uint32_t h) {
 GPU_MATH uint32_t gpu_f32_to_f16(float f) {
 #ifdef __CUDA_ARCH__
         return __half_as_ushort(__float2half_rn(f));
-#endif
+#else
         uint32_t u = gpu_f32_to_bits(f), sign = (u >> 16) & 0x8000u, abs = u & 0x7fffffffu;
         if (abs >= 0x7f800000u)
                 return sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u);
@@ -103,6 +120,7 @@ GPU_MATH uint32_t gpu_f32_to_f16(float f) {
                 return sign | (gpu_f32_to_bits(gpu_bits_to_f32(abs) + 0.5f) - 0x3f000000u);
         abs += 0xfffu + ((abs >> 13) & 1);
         return sign | ((abs - 0x38000000u) >> 13);
+#endif
 }
 
 GPU_MATH float gpu_round_f16(float f) {

@@ -25,6 +25,15 @@ struct model_hparams {
         float rms_eps;
 };
 
+/* The widest row of activations a forward pass keeps: the hidden state (n_embd), the
+ * attention's output (n_head * head_dim) or the feed-forward's (n_ff). */
+static inline uint32_t model_max_width(const struct model_hparams *hp) {
+        uint32_t w = hp->n_embd, q = hp->n_head * hp->head_dim;
+        if (q > w)
+                w = q;
+        return hp->n_ff > w ? hp->n_ff : w;
+}
+
 /* A 2-D weight: rows of n_cols elements, each row a run of quant blocks. */
 struct weight {
         enum tensor_type type;

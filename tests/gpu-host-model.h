@@ -12,17 +12,6 @@
 #include "gpu-math.h"
 #include "model.h"
 
-static inline enum gpu_weight_kind host_weight_kind(enum tensor_type type) {
-        switch (type) {
-        case TENSOR_Q4_0: return GPU_WEIGHT_Q4_0;
-        case TENSOR_Q4_1: return GPU_WEIGHT_Q4_1;
-        case TENSOR_Q8_0: return GPU_WEIGHT_Q8_0;
-        case TENSOR_F16: return GPU_WEIGHT_F16;
-        case TENSOR_BF16: return GPU_WEIGHT_BF16;
-        default: return GPU_WEIGHT_F32;
-        }
-}
-
 /* q8_1 quantization of a row of n floats (k_quantize's work). */
 static inline void host_quantize_row(const float *x, uint32_t n, int8_t *q, float *ds) {
         for (uint32_t b = 0; b < n / GPU_QBLOCK; b++) {
@@ -40,36 +29,22 @@ static inline void host_quantize_row(const float *x, uint32_t n, int8_t *q, floa
         }
 }
 
-/* One row of a quantized GGUF weight repacked as the device holds it: quants (16 or 32
- * bytes a block) and one scale word a block. */
-static inline void host_repack_row(const struct weight *w, uint64_t row, uint8_t *quants, uint32_t *scales) {
-        enum gpu_weight_kind kind = host_weight_kind(w->type);
-        uint32_t nb = (uint32_t) (w->n_cols / GPU_QBLOCK), qb = gpu_block_quant_bytes(kind);
-        uint32_t block_bytes = tensor_type_info(w->type)->block_bytes;
-        for (uint32_t b = 0; b < nb; b++) {
-                const uint8_t *block = w->data + row * w->row_bytes + (size_t) b * block_bytes;
-                uint16_t d, m = 0;
-                memcpy(&d, block, 2);
-                if (kind == GPU_WEIGHT_Q4_1)
-                        memcpy(&m, block + 2, 2);
-                memcpy(quants + (size_t) b * qb, block + (kind == GPU_WEIGHT_Q4_1 ? 4 : 2), qb);
-                scales[b] = (uint32_t) d | (uint32_t) m << 16;
-        }
-}
-
 static inline void host_words(const void *p, uint32_t *words, uint32_t n) {
         memcpy(words, p, n * sizeof(uint32_t));
 }
 
-/* k_matmul_q's result for one row and token: the CPU's order (gpu-math.h). */
+/* k_matmul_q's result for one row and token: the CPU's order (gpu-math.h), from the row as
+ * the device holds it (gpu_repack_row(): lane-major quants and scales) and the token's
+ * activations in block order. */
 static inline float host_row_dot(enum gpu_weight_kind kind, const uint8_t *quants, const uint32_t *scales, uint32_t nb,
                                  const int8_t *xq, const float *ds, bool logits_product) {
-        uint32_t qb = gpu_block_quant_bytes(kind);
+        uint32_t nbp = gpu_padded_blocks(nb);
         float lanes[GPU_ROW_LANES] = { 0 }, off = 0.0f, acc = 0.0f;
         logits_product = logits_product && kind == GPU_WEIGHT_Q8_0;
         for (uint32_t b = 0; b < nb; b++) {
                 uint32_t words[8], a[8];
-                host_words(quants + (size_t) b * qb, words, qb / 4);
+                for (uint32_t w = 0; w < gpu_block_quant_bytes(kind) / 4; w++)
+                        host_words(quants + gpu_lane_major_offset(nbp, b, 4 * w), &words[w], 1);
                 host_words(xq + (size_t) b * GPU_QBLOCK, a, 8);
                 float wd = gpu_f16_to_f32(scales[b] & 0xffff), scale = wd * ds[2 * b];
                 int32_t block_sum = 0;

@@ -23,31 +23,19 @@
 
 #define MAX_BLOCKS 100
 
-static uint32_t float_bits(float f) {
-        uint32_t u;
-        memcpy(&u, &f, sizeof(u));
-        return u;
-}
-
-static float float_from_bits(uint32_t u) {
-        float f;
-        memcpy(&f, &u, sizeof(f));
-        return f;
-}
-
 START_TEST(test_f16_conversions) {
         for (uint32_t h = 0; h < 65536; h++)
-                ck_assert_uint_eq(float_bits(gpu_f16_to_f32(h)), float_bits(f16_to_f32((uint16_t) h)));
+                ck_assert_uint_eq(f32_to_bits(gpu_f16_to_f32(h)), f32_to_bits(f16_to_f32((uint16_t) h)));
         static const float edges[] = { 0.0f, -0.0f, 65504.0f, 65519.99f, 65520.0f, 6.1035156e-05f, 5.9604645e-08f,
                                        2.9802322e-08f, 1e-10f, INFINITY, -INFINITY, NAN };
         for (size_t i = 0; i < sizeof(edges) / sizeof(edges[0]); i++)
                 ck_assert_uint_eq(gpu_f32_to_f16(edges[i]), f32_to_f16(edges[i]));
         for (int i = 0; i < 1000000; i++) {
-                float f = float_from_bits(next_u32() ^ (next_u32() << 16));
+                float f = f32_from_bits(next_u32() ^ (next_u32() << 16));
                 ck_assert_uint_eq(gpu_f32_to_f16(f), f32_to_f16(f));
         }
         for (uint32_t b = 0; b < 65536; b++)
-                ck_assert_uint_eq(float_bits(gpu_bf16_to_f32(b)), float_bits(bf16_to_f32((uint16_t) b)));
+                ck_assert_uint_eq(f32_to_bits(gpu_bf16_to_f32(b)), f32_to_bits(bf16_to_f32((uint16_t) b)));
 }
 END_TEST
 
@@ -76,8 +64,8 @@ START_TEST(test_quantization_gives_the_cpu_bits) {
                         host_quantize_row(x, n, q, ds);
                         quantize_row_q8_1(x, ref, n);
                         for (uint32_t b = 0; b < n / 32; b++) {
-                                ck_assert_uint_eq(float_bits(ds[2 * b]), float_bits(f16_to_f32(ref[b].d)));
-                                ck_assert_uint_eq(float_bits(ds[2 * b + 1]), float_bits(f16_to_f32(ref[b].s)));
+                                ck_assert_uint_eq(f32_to_bits(ds[2 * b]), f32_to_bits(f16_to_f32(ref[b].d)));
+                                ck_assert_uint_eq(f32_to_bits(ds[2 * b + 1]), f32_to_bits(f16_to_f32(ref[b].s)));
                                 ck_assert_mem_eq(q + 32 * b, ref[b].qs, 32);
                         }
                 }
@@ -110,11 +98,11 @@ START_TEST(test_dequant_gives_the_cpu_values) {
                 uint32_t nb = 1 + next_u32() % MAX_BLOCKS;
                 random_blocks(type, row, nb, false);
                 uint32_t n = nb * 32;
-                gpu_repack_row(host_weight_kind(type), row, tensor_type_info(type)->block_bytes, nb, quants, scales);
+                gpu_repack_row(gpu_weight_kind_of(type), row, tensor_type_info(type)->block_bytes, nb, quants, scales);
                 tensor_row_to_float(type, row, ref, n);
                 for (uint32_t i = 0; i < n; i++)
-                        ck_assert_uint_eq(float_bits(gpu_dequant(host_weight_kind(type), quants, scales, gpu_padded_blocks(nb), i)),
-                                          float_bits(ref[i]));
+                        ck_assert_uint_eq(f32_to_bits(gpu_dequant(gpu_weight_kind_of(type), quants, scales, gpu_padded_blocks(nb), i)),
+                                          f32_to_bits(ref[i]));
                 /* the padding is zero */
                 for (uint32_t b = nb; b < gpu_padded_blocks(nb); b++)
                         ck_assert_uint_eq(scales[b], 0);
@@ -132,8 +120,8 @@ static dot_packed_fn reference_product(enum tensor_type type, bool logits) {
  * packed product, and the logits product for Q8_0), on random rows, extreme quants and
  * widths from one block to a hundred. */
 START_TEST(test_row_products_give_the_cpu_bits) {
-        static uint8_t rows[4 * MAX_BLOCKS * 34], quants[MAX_BLOCKS * 32];
-        static uint32_t scales[MAX_BLOCKS];
+        static uint8_t rows[4 * MAX_BLOCKS * 34], quants[(MAX_BLOCKS + 3) * 32];
+        static uint32_t scales[MAX_BLOCKS + 3];
         static float x[MAX_BLOCKS * 32], ds[MAX_BLOCKS * 2], ref[4];
         static int8_t q[MAX_BLOCKS * 32];
         static struct block_q8_1 act[MAX_BLOCKS];
@@ -159,11 +147,11 @@ START_TEST(test_row_products_give_the_cpu_bits) {
                                         struct packed_activations pa = { act, ds, NULL, nb, NULL };
                                         reference_product(type, logits)(&packed, 0, packed.n_groups, &pa, 1, ref, 1, false);
                                         packed_weights_free(&packed);
-                                        struct weight w = { type, n_rows, n, row_bytes, rows };
                                         for (uint32_t r = 0; r < n_rows; r++) {
-                                                host_repack_row(&w, r, quants, scales);
-                                                float got = host_row_dot(host_weight_kind(type), quants, scales, nb, q, ds, logits);
-                                                ck_assert_msg(float_bits(got) == float_bits(ref[r]),
+                                                gpu_repack_row(gpu_weight_kind_of(type), rows + r * row_bytes,
+                                                               tensor_type_info(type)->block_bytes, nb, quants, scales);
+                                                float got = host_row_dot(gpu_weight_kind_of(type), quants, scales, nb, q, ds, logits);
+                                                ck_assert_msg(f32_to_bits(got) == f32_to_bits(ref[r]),
                                                               "%s%s, %u blocks, row %u: %.9g in the device's order, %.9g on the CPU",
                                                               tensor_type_info(type)->name, logits ? " logits" : "", nb, r, got, ref[r]);
                                                 n_checked++;
@@ -184,7 +172,7 @@ START_TEST(test_float_rows_match_double) {
                         for (uint32_t i = 0; i < n; i++) {
                                 x[i] = next_float(2.0f);
                                 w32[i] = next_float(0.1f);
-                                w16[i] = kinds[k] == GPU_WEIGHT_F16 ? f32_to_f16(w32[i]) : (uint16_t) (float_bits(w32[i]) >> 16);
+                                w16[i] = kinds[k] == GPU_WEIGHT_F16 ? f32_to_f16(w32[i]) : (uint16_t) (f32_to_bits(w32[i]) >> 16);
                                 float wi = kinds[k] == GPU_WEIGHT_F32 ? w32[i] : gpu_float_weight(kinds[k], w16, i);
                                 exact += (double) wi * x[i];
                                 magnitude += fabs((double) wi * x[i]);
@@ -201,21 +189,21 @@ END_TEST
 START_TEST(test_exp_silu_rope_give_the_cpu_bits) {
         static const float edges[] = { 0.0f, -0.0f, 1.0f, -1.0f, 88.0f, 89.0f, -103.0f, -105.0f, -1000.0f, INFINITY, -INFINITY };
         for (size_t i = 0; i < sizeof(edges) / sizeof(edges[0]); i++)
-                ck_assert_uint_eq(float_bits(gpu_exp(edges[i])), float_bits(exp_poly(edges[i])));
+                ck_assert_uint_eq(f32_to_bits(gpu_exp(edges[i])), f32_to_bits(exp_poly(edges[i])));
         for (int i = 0; i < 1000000; i++) {
                 float x = next_float(120.0f);
-                ck_assert_uint_eq(float_bits(gpu_exp(x)), float_bits(exp_poly(x)));
+                ck_assert_uint_eq(f32_to_bits(gpu_exp(x)), f32_to_bits(exp_poly(x)));
         }
         for (int i = 0; i < 10000; i++) {
                 float g = next_float(20.0f), u = next_float(5.0f), h;
                 dot_kernels_scalar.swiglu(&h, &g, &u, 1);
-                ck_assert_uint_eq(float_bits(gpu_silu_mul(g, u)), float_bits(h));
+                ck_assert_uint_eq(f32_to_bits(gpu_silu_mul(g, u)), f32_to_bits(h));
                 float pair[2] = { next_float(3.0f), next_float(3.0f) }, c = next_float(1.0f), sn = next_float(1.0f);
                 float x0 = pair[0], x1 = pair[1];
                 rope_rows(pair, 1, 2, 1, &c, &sn);
                 gpu_rope_pair(&x0, &x1, c, sn);
-                ck_assert_uint_eq(float_bits(x0), float_bits(pair[0]));
-                ck_assert_uint_eq(float_bits(x1), float_bits(pair[1]));
+                ck_assert_uint_eq(f32_to_bits(x0), f32_to_bits(pair[0]));
+                ck_assert_uint_eq(f32_to_bits(x1), f32_to_bits(pair[1]));
         }
 }
 END_TEST
@@ -258,7 +246,7 @@ START_TEST(test_attention_gives_the_cpu_bits) {
                         dot_kernels_scalar.sum_lanes(lanes, hd, pos + 1 < 16 ? pos + 1 : 16, hd, want);
                         host_attention(krows, vrows, pos, q, hd, generated, scale, host_scores, got);
                         for (uint32_t i = 0; i < hd; i++)
-                                ck_assert_msg(float_bits(got[i]) == float_bits(want[i]),
+                                ck_assert_msg(f32_to_bits(got[i]) == f32_to_bits(want[i]),
                                               "head size %u, position %u, %s: element %u is %.9g in the device's order, %.9g on the CPU",
                                               hd, pos, generated ? "generated" : "prompt", i, got[i], want[i]);
                 }

@@ -44,12 +44,6 @@ static int failures;
                 }                                           \
         } while (0)
 
-static uint32_t bits(float f) {
-        uint32_t u;
-        memcpy(&u, &f, sizeof(u));
-        return u;
-}
-
 /* Random rows of a weight of type in the file's layout. */
 static void random_weight(enum tensor_type type, uint32_t n_rows, uint32_t n_cols, uint8_t *data, struct weight *w) {
         uint64_t row_bytes = tensor_row_bytes(type, n_cols);
@@ -65,7 +59,7 @@ static void random_weight(enum tensor_type type, uint32_t n_rows, uint32_t n_col
                                 memcpy(p, &v, 4);
                         } else if (type == TENSOR_F16 || type == TENSOR_BF16) {
                                 float v = next_float(0.1f);
-                                uint16_t h = type == TENSOR_F16 ? f32_to_f16(v) : (uint16_t) (bits(v) >> 16);
+                                uint16_t h = type == TENSOR_F16 ? f32_to_f16(v) : (uint16_t) (f32_to_bits(v) >> 16);
                                 memcpy(p, &h, 2);
                         } else {
                                 f16_bits d = f32_to_f16(next_float(0.05f)), m = f32_to_f16(next_float(0.1f));
@@ -82,8 +76,8 @@ static void check_matmuls(void) {
         static const enum tensor_type types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q8_0, TENSOR_F16, TENSOR_BF16, TENSOR_F32 };
         static const uint32_t shapes[][2] = { { 300, 576 }, { 77, 1536 }, { 5, 32 }, { 192, 64 } };
         static const uint32_t token_counts[] = { 1, 2, 3, 5, 8, 13, 40, 100, 300 }; /* every tile width */
-        static uint8_t data[MAX_ROWS * MAX_COLS * 4], quants[MAX_COLS];
-        static uint32_t scales[MAX_COLS / 32];
+        static uint8_t data[MAX_ROWS * MAX_COLS * 4], quants[MAX_COLS + 3 * 32];
+        static uint32_t scales[MAX_COLS / 32 + 3];
         static float x[MAX_TOKENS * MAX_COLS], out[MAX_TOKENS * MAX_ROWS], ds[MAX_TOKENS * MAX_COLS / 16],
                 want_ds[MAX_COLS / 16];
         static int8_t xq[MAX_TOKENS * MAX_COLS], want_q[MAX_COLS];
@@ -102,21 +96,22 @@ static void check_matmuls(void) {
                                         CHECK(0, "%s", err.message);
                                         return;
                                 }
-                                enum gpu_weight_kind kind = host_weight_kind(types[ti]);
+                                enum gpu_weight_kind kind = gpu_weight_kind_of(types[ti]);
                                 uint32_t mismatches = 0;
                                 for (uint32_t t = 0; t < n; t++) {
                                         host_quantize_row(x + t * cols, cols, want_q, want_ds);
                                         mismatches += memcmp(want_q, xq + t * cols, cols) != 0;
                                         for (uint32_t b = 0; b < cols / 16; b++)
-                                                mismatches += bits(want_ds[b]) != bits(ds[t * cols / 16 + b]);
+                                                mismatches += f32_to_bits(want_ds[b]) != f32_to_bits(ds[t * cols / 16 + b]);
                                         for (uint32_t r = 0; r < rows; r++) {
                                                 float want;
                                                 if (kind <= GPU_WEIGHT_Q8_0) {
-                                                        host_repack_row(&w, r, quants, scales);
+                                                        gpu_repack_row(kind, w.data + r * w.row_bytes,
+                                                                       tensor_type_info(types[ti])->block_bytes, cols / 32, quants, scales);
                                                         want = host_row_dot(kind, quants, scales, cols / 32, want_q, want_ds, logits);
                                                 } else
                                                         want = host_row_dot_float(kind, w.data + r * w.row_bytes, cols, x + t * cols);
-                                                if (bits(want) != bits(out[t * rows + r]) && mismatches++ < 3)
+                                                if (f32_to_bits(want) != f32_to_bits(out[t * rows + r]) && mismatches++ < 3)
                                                         printf("  %s %ux%u, %u tokens: token %u row %u: device %.9g, host %.9g\n",
                                                                tensor_type_info(types[ti])->name, rows, cols, n, t, r,
                                                                out[t * rows + r], want);
@@ -296,7 +291,7 @@ static void check_model(const char *path) {
                 size_t differ = 0;
                 double worst = 0;
                 for (size_t i = 0; got == rows && i < (size_t) rows * n_vocab; i++)
-                        if (bits(alone[i]) != bits(other[i])) {
+                        if (f32_to_bits(alone[i]) != f32_to_bits(other[i])) {
                                 differ++;
                                 worst = fmax(worst, fabs((double) alone[i] - other[i]));
                         }
