@@ -285,13 +285,14 @@ cudaError_t gpu_rope_store_kv(cudaStream_t s, const struct gpu_step *step, float
         return cudaGetLastError();
 }
 
-/* Attention in the CPU's order (gpu-math.h), one block of threads per (query head, token):
- * the maximum of the scores through a fixed tree; the sum of their exps in runs of 16
- * positions, each run by one thread, the runs added in order by one thread; then the values,
- * ATTN_CHUNK positions at a time with the chunk's weights in shared memory, thread i keeping
- * the lane sums of up to ATTN_PAIRS (row e, dimension d) pairs, each lane over its positions
- * in order; the rows folded and added as the CPU adds them. The scores are recomputed in
- * each pass rather than stored. */
+/* Attention in the CPU's order (gpu-math.h), one block of threads per (query head, token),
+ * ATTN_CHUNK positions at a time: each thread scores its own positions of the chunk (one key
+ * each, all in parallel) into shared memory; the maximum of the scores through a fixed tree;
+ * the sum of their exps in runs of 16 positions, each run by one thread, the runs added in
+ * order by one thread; then the values, thread i keeping the lane sums of up to ATTN_PAIRS
+ * (row e, dimension d) pairs, each lane over its positions in order; the rows folded and
+ * added as the CPU adds them. A context of one chunk is scored once; a longer one is scored
+ * again in each pass, as shared memory holds one chunk. */
 #define ATTN_CHUNK 1024
 #define ATTN_PAIRS 8
 
@@ -309,52 +310,81 @@ __device__ static float block_max(float v, double *scratch) {
         return r;
 }
 
+struct attention_row {
+        const struct gpu_step *st;
+        const struct gpu_kv_layer *kv;
+        const float *query;
+        int32_t seq;
+        uint32_t kv_head;
+        bool generated;
+        float scale;
+};
+
+/* Positions c0 .. c0 + in_chunk - 1: the scaled score and the KV slot of each, thread i
+ * taking positions i, i + threads, ... (the passes read back only their own thread's). */
+__device__ static void score_chunk(const struct attention_row *a, uint32_t c0, uint32_t in_chunk, float *scores,
+                                   size_t *slots) {
+        for (uint32_t j = threadIdx.x; j < in_chunk; j += blockDim.x) {
+                size_t slot = kv_slot(a->kv, a->st, a->seq, c0 + j, a->kv_head);
+                scores[j] = gpu_score_dot(a->kv->k + slot, a->query, a->kv->head_dim, a->generated) * a->scale;
+                slots[j] = slot;
+        }
+}
+
 __global__ static void __launch_bounds__(512)
         k_attention(struct gpu_step st, const int32_t *n_prompt, const float *q, uint32_t n_head,
                                    float scale, struct gpu_kv_layer kv, float *out) {
-        __shared__ float query[256], weights[ATTN_CHUNK], rows[16 * 256];
+        __shared__ float query[256], scores[ATTN_CHUNK], rows[16 * 256];
         __shared__ size_t slots[ATTN_CHUNK];
         __shared__ double scratch[512];
         uint32_t h = blockIdx.x, t = blockIdx.y, tid = threadIdx.x, threads = blockDim.x, hd = kv.head_dim;
-        uint32_t kv_head = h / (n_head / kv.n_head_kv), pos = (uint32_t) st.positions[t], n = pos + 1;
+        uint32_t pos = (uint32_t) st.positions[t], n = pos + 1;
         int32_t seq = st.seq_ids[t];
-        bool generated = pos >= (uint32_t) n_prompt[seq];
+        bool generated = pos >= (uint32_t) n_prompt[seq], one_chunk = n <= ATTN_CHUNK;
+        struct attention_row a = { &st, &kv, query, seq, h / (n_head / kv.n_head_kv), generated, scale };
         const float *qh = q + ((size_t) t * n_head + h) * hd;
         for (uint32_t d = tid; d < hd; d += threads)
                 query[d] = gpu_round_f16(qh[d]);
         __syncthreads();
 
         float max = -INFINITY;
-        for (uint32_t j = tid; j < n; j += threads)
-                max = fmaxf(max, gpu_score_dot(kv.k + kv_slot(&kv, &st, seq, j, kv_head), query, hd, generated) * scale);
+        for (uint32_t c0 = 0; c0 < n; c0 += ATTN_CHUNK) {
+                uint32_t in_chunk = n - c0 < ATTN_CHUNK ? n - c0 : ATTN_CHUNK;
+                score_chunk(&a, c0, in_chunk, scores, slots);
+                for (uint32_t j = tid; j < in_chunk; j += threads)
+                        max = fmaxf(max, scores[j]);
+        }
         max = block_max(max, scratch);
 
         double sum = 0.0; /* thread 0's */
-        for (uint32_t r0 = 0; r0 * 16 < n; r0 += threads) {
-                uint32_t r = r0 + tid;
-                double run_sum = 0.0;
-                if (r * 16 < n) {
+        for (uint32_t c0 = 0; c0 < n; c0 += ATTN_CHUNK) {
+                uint32_t in_chunk = n - c0 < ATTN_CHUNK ? n - c0 : ATTN_CHUNK;
+                if (!one_chunk) {
+                        __syncthreads();
+                        score_chunk(&a, c0, in_chunk, scores, slots);
+                }
+                __syncthreads();
+                /* ATTN_CHUNK is a multiple of 16: the chunk's runs are the context's */
+                uint32_t n_runs = (in_chunk + 15) / 16;
+                for (uint32_t r = tid; r < n_runs; r += threads) {
                         float run[16];
 #pragma unroll
                         for (uint32_t e = 0; e < 16; e++) {
                                 uint32_t j = r * 16 + e;
-                                run[e] = j < n ? gpu_exp(gpu_score_dot(kv.k + kv_slot(&kv, &st, seq, j, kv_head), query, hd, generated) * scale - max)
-                                               : 0.0f;
+                                run[e] = j < in_chunk ? gpu_exp(scores[j] - max) : 0.0f;
                         }
-                        run_sum = (double) gpu_lanes_sum16(run);
+                        scratch[r] = (double) gpu_lanes_sum16(run);
                 }
-                scratch[tid] = run_sum;
                 __syncthreads();
                 if (tid == 0)
-                        for (uint32_t k = 0; k < threads && (r0 + k) * 16 < n; k++)
-                                sum += scratch[k];
-                __syncthreads();
+                        for (uint32_t r = 0; r < n_runs; r++)
+                                sum += scratch[r];
         }
+        __syncthreads();
         if (tid == 0)
                 scratch[0] = sum;
         __syncthreads();
         float inverse = (float) (1.0 / scratch[0]);
-        __syncthreads();
 
         /* pair m of this thread: dimension (tid + m threads) % hd of row (tid + m threads) / hd */
         uint32_t n_pairs = 16 * hd / threads;
@@ -364,11 +394,10 @@ __global__ static void __launch_bounds__(512)
                 acc[m][0] = acc[m][1] = acc[m][2] = acc[m][3] = 0.0f;
         for (uint32_t c0 = 0; c0 < n; c0 += ATTN_CHUNK) {
                 uint32_t in_chunk = n - c0 < ATTN_CHUNK ? n - c0 : ATTN_CHUNK;
-                for (uint32_t j = tid; j < in_chunk; j += threads) {
-                        size_t slot = kv_slot(&kv, &st, seq, c0 + j, kv_head);
-                        weights[j] = gpu_round_f16(gpu_exp(gpu_score_dot(kv.k + slot, query, hd, generated) * scale - max) * inverse);
-                        slots[j] = slot;
-                }
+                if (!one_chunk)
+                        score_chunk(&a, c0, in_chunk, scores, slots);
+                for (uint32_t j = tid; j < in_chunk; j += threads)
+                        scores[j] = gpu_round_f16(gpu_exp(scores[j] - max) * inverse);
                 __syncthreads();
 #pragma unroll
                 for (int m = 0; m < ATTN_PAIRS; m++) {
@@ -384,9 +413,9 @@ __global__ static void __launch_bounds__(512)
                                                 /* k is a constant once unrolled: no run-time index */
                                                 float v = gpu_f16_to_f32(kv.v[slots[j] + d]);
                                                 if (generated)
-                                                        acc[m][k] = fmaf(v, weights[j], acc[m][k]);
+                                                        acc[m][k] = fmaf(v, scores[j], acc[m][k]);
                                                 else
-                                                        acc[m][0] = fmaf(v, weights[j], acc[m][0]);
+                                                        acc[m][0] = fmaf(v, scores[j], acc[m][0]);
                                         }
                                 }
                 }
