@@ -8,6 +8,7 @@
 #include "cpu-backend.h"
 #ifdef HAVE_CUDA
 #include "cuda-backend.h"
+#include "cuda-group.h"
 #include "gpu-device.h"
 #endif
 
@@ -32,6 +33,7 @@ struct backend_options backend_options_for_engine(const struct engine_config *co
                 .kv_cache_bytes = config->kv_cache_space,
                 .gpu_memory_utilization = config->gpu_memory_utilization,
                 .enforce_eager = config->enforce_eager,
+                .tensor_parallel_size = config->tensor_parallel_size,
         };
 }
 
@@ -62,6 +64,9 @@ int backend_open(const char *device, const struct backend_options *options, cons
         int r = backend_check_device(device, err);
         if (r < 0)
                 return r;
+        if (strcmp(device, "cuda") != 0 && options->tensor_parallel_size > 1)
+                return error_set(err, EINVAL, "a tensor-parallel size of %u splits the model over GPUs: it needs --device cuda",
+                                 options->tensor_parallel_size);
 #ifdef HAVE_CUDA
         if (strcmp(device, "cuda") == 0) {
                 struct error probe;
@@ -79,6 +84,9 @@ int backend_open(const char *device, const struct backend_options *options, cons
                         .gpu_memory_utilization = options->gpu_memory_utilization,
                         .enforce_eager = options->enforce_eager,
                 };
+                if (options->tensor_parallel_size > 1)
+                        return cuda_group_backend_new(model, &config, options->tensor_parallel_size,
+                                                      options->tensor_parallel_loopback, ret, err);
                 return cuda_backend_new(model, &config, ret, err);
         }
 #endif

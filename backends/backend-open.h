@@ -25,6 +25,11 @@ struct backend_options {
          * (and n_kv_blocks 0): the pool is kv_cache_bytes, as on the CPU. */
         double gpu_memory_utilization;
         bool enforce_eager; /* a GPU backend replays no CUDA graphs */
+        /* GPUs a GPU backend splits the model over (0 or 1: one); with
+         * tensor_parallel_loopback every rank runs on the first GPU (a test of the split on
+         * one device) */
+        uint32_t tensor_parallel_size;
+        bool tensor_parallel_loopback;
 };
 
 /* What serves an engine of config (finalized) on n_threads threads: its step and sequence

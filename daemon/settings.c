@@ -104,7 +104,6 @@ struct setting {
         bool dmin_open;             /* dmin itself is out of range (an SLO of 0 s means nothing) */
         const char *zero;           /* what 0 means, when it means something special */
         const char *const *choices; /* SETTING_CHOICE, SETTING_NAME; NULL-terminated */
-        const char *not_yet;        /* why integers above max are refused */
         const char *negated;        /* SETTING_BOOL: the flag that sets false */
         bool reloadable;            /* SIGHUP applies a new value */
         bool flag_only;             /* not a key of the file */
@@ -136,9 +135,8 @@ static const struct setting table[N_KEYS] = {
                 .help = "where the model runs: the CPU, or the first NVIDIA GPU",
         },
         [KEY_TENSOR_PARALLEL_SIZE] = {
-                "tensor-parallel-size", SETTING_U32, FIELD(tensor_parallel_size), .min = 1, .max = 1,
-                .not_yet = "the CUDA backend runs on one GPU; sharding over several (NCCL) is not built yet",
-                .arg = "N", .help = "GPUs the weights are sharded over (only 1 so far)",
+                "tensor-parallel-size", SETTING_U32, FIELD(engine.tensor_parallel_size), .min = 1, .max = 64,
+                .arg = "N", .help = "GPUs the model is split over, one rank each (--device cuda)",
         },
         [KEY_THREADS] = {
                 "threads", SETTING_U32, FIELD(threads), .min = 0, .max = MAX_THREADS, .zero = "online CPUs",
@@ -560,8 +558,6 @@ static int parse_value(const struct setting *st, const char *who, const char *v,
                 if (r == -EINVAL)
                         return refuse_value(err, EINVAL, st, who, "'%s' is not %s", v,
                                             st->type == SETTING_SIZE ? "a size" : "an integer");
-                if (r == 0 && u > st->max && st->not_yet)
-                        return refuse_value(err, EOPNOTSUPP, st, who, "%s is not supported yet: %s", v, st->not_yet);
                 if (r < 0 || u < st->min || u > st->max)
                         return refuse_value(err, ERANGE, st, who, "%s is out of range", v);
                 ret->u = u;
@@ -750,7 +746,6 @@ static void format_value(const struct daemon_settings *s, const struct setting *
 int daemon_settings_init(struct daemon_settings *s) {
         *s = (struct daemon_settings) {
                 .device = device_names[0],
-                .tensor_parallel_size = 1,
                 .threads = 0,
                 .bus = DAEMON_BUS_NONE,
                 .log_level = LOG_INFO,

@@ -52,7 +52,6 @@ struct daemon_settings {
 
         char *model;                  /* path of the GGUF file; set by daemon_settings_resolve() */
         const char *device;           /* "cpu", the only device that serves (a static string) */
-        uint32_t tensor_parallel_size; /* 1 until a GPU backend serves */
         uint32_t threads;             /* 0 = online CPUs; never 0 after daemon_settings_resolve() */
         char *socket;                 /* path; set by daemon_settings_resolve() */
         enum daemon_bus bus;

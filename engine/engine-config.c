@@ -14,6 +14,7 @@ void engine_config_init_default(struct engine_config *c) {
                 .block_size = 16,
                 .kv_cache_space = UINT64_C(256) << 20,
                 .gpu_memory_utilization = 0.9,
+                .tensor_parallel_size = 1,
                 .enable_prefix_caching = true,
                 .scheduling_policy = SCHEDULING_FCFS,
                 .seed = 0,
@@ -56,6 +57,8 @@ int engine_config_finalize(struct engine_config *c, uint32_t model_context_len, 
                 return error_set(err, EINVAL, "default_slo must be in (0, 3600] seconds per token, got %g", c->default_slo);
         if (!(c->default_ttft_slo > 0 && c->default_ttft_slo <= 3600))
                 return error_set(err, EINVAL, "default_ttft_slo must be in (0, 3600] seconds, got %g", c->default_ttft_slo);
+        if (c->tensor_parallel_size < 1)
+                return error_set(err, EINVAL, "tensor_parallel_size must be at least 1, got %u", c->tensor_parallel_size);
         if (!(c->gpu_memory_utilization >= 0 && c->gpu_memory_utilization < 1))
                 return error_set(err, EINVAL, "gpu_memory_utilization must be a fraction in [0, 1), got %g",
                                  c->gpu_memory_utilization);

@@ -34,6 +34,9 @@ struct engine_config {
         /* A GPU backend launches every step's kernels one by one instead of replaying CUDA
          * graphs for decode steps (vLLM's enforce_eager). */
         bool enforce_eager;
+        /* GPUs a GPU backend splits the model over, one rank each (vLLM's
+         * tensor_parallel_size). */
+        uint32_t tensor_parallel_size;
         bool enable_prefix_caching;
         enum scheduling_policy scheduling_policy;
         uint64_t seed;                   /* seeds requests that bring no seed of their own */

@@ -15,10 +15,9 @@ static int backend_restore_memory(void *impl, unsigned what, struct error *err) 
         return cuda_runner_restore_memory(impl, what, err);
 }
 
-static void backend_memory_usage(void *impl, unsigned worker, struct backend_memory_usage *ret) {
+void cuda_backend_usage(const struct cuda_runner *runner, struct backend_memory_usage *ret) {
         struct cuda_runner_usage u;
-        (void) worker;
-        cuda_runner_usage(impl, &u);
+        cuda_runner_usage(runner, &u);
         *ret = (struct backend_memory_usage) {
                 .weights_bytes = u.weights_bytes,
                 .kv_cache_bytes = u.kv_cache_bytes,
@@ -27,6 +26,11 @@ static void backend_memory_usage(void *impl, unsigned worker, struct backend_mem
                 .device_free_bytes = u.device_free,
                 .device_total_bytes = u.device_total,
         };
+}
+
+static void backend_memory_usage(void *impl, unsigned worker, struct backend_memory_usage *ret) {
+        (void) worker;
+        cuda_backend_usage(impl, ret);
 }
 
 static void backend_free_impl(void *impl) {

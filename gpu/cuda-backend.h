@@ -9,3 +9,6 @@
 /* Starts a runner with config; backend_free() stops it. */
 int cuda_backend_new(const struct model *model, const struct cuda_runner_config *config, struct backend *ret,
                      struct error *err);
+
+/* What runner holds, as struct backend's memory_usage reports it. */
+void cuda_backend_usage(const struct cuda_runner *runner, struct backend_memory_usage *ret);

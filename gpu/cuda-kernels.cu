@@ -113,6 +113,33 @@ cudaError_t gpu_swiglu_quantize(cudaStream_t s, uint32_t n, const float *gate, c
         return cudaGetLastError();
 }
 
+__global__ static void k_swiglu(size_t count, const float *gate, const float *up, float *out) {
+        for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t) gridDim.x * blockDim.x)
+                out[i] = gpu_silu_mul(gate[i], up[i]);
+}
+
+cudaError_t gpu_swiglu(cudaStream_t s, uint32_t n, uint32_t width, const float *gate, const float *up, float *out) {
+        size_t count = (size_t) n * width, blocks = (count + ROW_THREADS - 1) / ROW_THREADS;
+        k_swiglu<<<(uint32_t) (blocks < 4096 ? blocks : 4096), ROW_THREADS, 0, s>>>(count, gate, up, out);
+        return cudaGetLastError();
+}
+
+__global__ static void k_gather_rows(const float *gathered, uint32_t n_tokens, uint32_t chunk, uint32_t rows, float *out,
+                                     bool accumulate) {
+        uint32_t t = blockIdx.x;
+        for (uint32_t i = threadIdx.x; i < rows; i += blockDim.x) {
+                float v = gathered[((size_t) (i / chunk) * n_tokens + t) * chunk + i % chunk];
+                float *o = &out[(size_t) t * rows + i];
+                *o = accumulate ? *o + v : v;
+        }
+}
+
+cudaError_t gpu_gather_rows(cudaStream_t s, const float *gathered, uint32_t n_tokens, uint32_t chunk, uint32_t rows,
+                            float *out, bool accumulate) {
+        k_gather_rows<<<n_tokens, ROW_THREADS, 0, s>>>(gathered, n_tokens, chunk, rows, out, accumulate);
+        return cudaGetLastError();
+}
+
 /* Quantized weights in the CPU's order (gpu-math.h): GPU_ROW_LANES threads per row, thread
  * l keeping lane l's sums over the blocks for TT tokens, four blocks' words loaded at once
  * from the lane-major rows; a warp holds 4 rows. With logits_product, the lanes' integer sums

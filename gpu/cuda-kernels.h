@@ -67,6 +67,15 @@ cudaError_t gpu_quantize(cudaStream_t s, uint32_t n, const struct gpu_activation
 cudaError_t gpu_swiglu_quantize(cudaStream_t s, uint32_t n, const float *gate, const float *up,
                                 const struct gpu_activations *a);
 
+/* out = silu(gate) * up over n rows of width floats, not quantized (a tensor-parallel rank's
+ * columns of the hidden layer, gathered before they are quantized whole). */
+cudaError_t gpu_swiglu(cudaStream_t s, uint32_t n, uint32_t width, const float *gate, const float *up, float *out);
+
+/* The rows of an all-gather put in order: out[t * rows + i] (+)= gathered[(rank, t, i % chunk)]
+ * for rank = i / chunk (model/tensor-parallel.h's layout), t < n_tokens, i < rows. */
+cudaError_t gpu_gather_rows(cudaStream_t s, const float *gathered, uint32_t n_tokens, uint32_t chunk, uint32_t rows,
+                            float *out, bool accumulate);
+
 /* out[t * out_stride + row] (+)= W[row] . x[t] for n tokens; logits_product: the output
  * weight's product when it is Q8_0 (gpu-math.h), as the CPU makes the logits. */
 cudaError_t gpu_matmul(cudaStream_t s, const struct gpu_weight *w, const struct gpu_activations *a, uint32_t n,

@@ -29,7 +29,7 @@ extern "C" int cuda_ops_matmul(const struct weight *w, const float *x, uint32_t 
         struct gpu_activations a = { NULL, NULL, NULL, (uint32_t) w->n_cols };
         uint8_t *arena = NULL, *image = NULL;
         float *out_device = NULL;
-        size_t bytes = cuda_place_weight(w, &gw, NULL, NULL, 0), x_floats = (size_t) n_tokens * w->n_cols;
+        size_t bytes = cuda_place_weight(w, 0, (uint32_t) w->n_rows, &gw, NULL, NULL, 0), x_floats = (size_t) n_tokens * w->n_cols;
         size_t out_floats = (size_t) n_tokens * w->n_rows;
         size_t q_bytes = gpu_activation_quant_bytes(a.width, n_tokens), s_floats = gpu_activation_scale_floats(a.width, n_tokens);
         uint32_t nb = a.width / GPU_QBLOCK, nbp = gpu_padded_blocks(nb);
@@ -39,7 +39,7 @@ extern "C" int cuda_ops_matmul(const struct weight *w, const float *x, uint32_t 
         if (!(image = (uint8_t *) malloc(bytes)))
                 return error_set(err, ENOMEM, "out of memory");
         OPS_TRY(cudaMalloc((void **) &arena, bytes));
-        cuda_place_weight(w, &gw, arena, image, 0);
+        cuda_place_weight(w, 0, (uint32_t) w->n_rows, &gw, arena, image, 0);
         OPS_TRY(cudaMemcpy(arena, image, bytes, cudaMemcpyHostToDevice));
         OPS_TRY(cudaMalloc((void **) &a.x, x_floats * sizeof(float)));
         OPS_TRY(cudaMalloc((void **) &a.q, q_bytes));

@@ -20,6 +20,7 @@ extern "C" {
 #include "cuda-runner.h"
 #include "cuda-vmm.h"
 #include "cuda-weights.h"
+#include "tp-comm.h"
 
 /* The KV pool leaves this much of the device free for the runtime's own needs (module
  * loading, the launch queue). */
@@ -38,6 +39,7 @@ struct layer_weights {
 struct cuda_runner {
         const struct model *model;
         struct cuda_runner_config config;
+        const struct tp_shard *shard; /* &config.shard */
         char device_name[320];
         cudaStream_t stream;
         unsigned released; /* enum backend_memory bits */
@@ -64,9 +66,15 @@ struct cuda_runner {
         uint32_t graph_max_batch;
         uint64_t graphs_captured;
 
-        /* The step's buffers, for max_batch_tokens tokens. */
-        uint32_t q_dim, kv_dim, max_dim, max_blocks_per_seq;
+        /* The step's buffers, for max_batch_tokens tokens; q, k, v, gate and up hold this
+         * rank's rows (all of them alone). */
+        uint32_t q_local, kv_local, max_dim, max_blocks_per_seq;
         float *x, *q, *k, *v, *gate, *up;
+        /* A rank of a group: what it sends to an all-gather and what comes back, (tokens,
+         * send_chunk) and (size, tokens, send_chunk); the logits' own pair grows with the
+         * logits rows. */
+        uint32_t send_chunk;
+        float *send, *gathered, *logits_send, *logits_gathered;
         struct gpu_activations act;
         int32_t *inputs_host, *inputs_device; /* tokens, positions, seq ids, outputs, block tables */
         size_t inputs_capacity;               /* int32s */
@@ -103,25 +111,27 @@ static size_t place_floats(const float *v, uint32_t n, const float **ret, uint8_
  * otherwise) and returns the arena's size. */
 static size_t place_weights(struct cuda_runner *r, uint8_t *base, uint8_t *image) {
         const struct model *m = r->model;
+        const struct tp_shard *s = r->shard;
         size_t at = 0;
-        at = cuda_place_weight(&m->token_embd, &r->embd, base, image, at);
+        /* the embeddings whole on every rank (any token's row); the logits' rows split */
+        at = cuda_place_weight(&m->token_embd, 0, m->hp.n_vocab, &r->embd, base, image, at);
         if (m->output.data == m->token_embd.data)
-                r->output = r->embd;
+                r->output = cuda_weight_rows(&r->embd, s->vocab.first, s->vocab.count);
         else
-                at = cuda_place_weight(&m->output, &r->output, base, image, at);
+                at = cuda_place_weight(&m->output, s->vocab.first, s->vocab.count, &r->output, base, image, at);
         at = place_floats(m->output_norm, m->hp.n_embd, &r->output_norm, base, image, at);
         for (uint32_t i = 0; i < m->hp.n_layer; i++) {
                 const struct model_layer *l = &m->layers[i];
                 struct layer_weights *g = &r->layers[i];
                 at = place_floats(l->attn_norm, m->hp.n_embd, &g->attn_norm, base, image, at);
                 at = place_floats(l->ffn_norm, m->hp.n_embd, &g->ffn_norm, base, image, at);
-                at = cuda_place_weight(&l->wq, &g->wq, base, image, at);
-                at = cuda_place_weight(&l->wk, &g->wk, base, image, at);
-                at = cuda_place_weight(&l->wv, &g->wv, base, image, at);
-                at = cuda_place_weight(&l->wo, &g->wo, base, image, at);
-                at = cuda_place_weight(&l->w_gate, &g->gate, base, image, at);
-                at = cuda_place_weight(&l->w_up, &g->up, base, image, at);
-                at = cuda_place_weight(&l->w_down, &g->down, base, image, at);
+                at = cuda_place_weight(&l->wq, s->q.first, s->q.count, &g->wq, base, image, at);
+                at = cuda_place_weight(&l->wk, s->kv.first, s->kv.count, &g->wk, base, image, at);
+                at = cuda_place_weight(&l->wv, s->kv.first, s->kv.count, &g->wv, base, image, at);
+                at = cuda_place_weight(&l->wo, s->embd.first, s->embd.count, &g->wo, base, image, at);
+                at = cuda_place_weight(&l->w_gate, s->ff.first, s->ff.count, &g->gate, base, image, at);
+                at = cuda_place_weight(&l->w_up, s->ff.first, s->ff.count, &g->up, base, image, at);
+                at = cuda_place_weight(&l->w_down, s->embd.first, s->embd.count, &g->down, base, image, at);
         }
         return at;
 }
@@ -182,40 +192,57 @@ static void drop_graphs(struct cuda_runner *r) {
                 }
 }
 
+/* A rank of a group's logits: its rows of the vocabulary, sent, and every rank's, gathered. */
+static size_t logits_gather_floats(const struct cuda_runner *r, uint32_t rows) {
+        return r->shard->size > 1 ? (size_t) rows * r->shard->vocab.chunk : 0;
+}
+
 static int alloc_logits(struct cuda_runner *r, uint32_t rows, struct error *err) {
         drop_graphs(r);
         size_t bytes = (size_t) rows * r->model->hp.n_vocab * sizeof(float);
-        if (r->logits_device)
-                cudaFree(r->logits_device);
+        size_t send = logits_gather_floats(r, rows) * sizeof(float);
+        void *old[] = { r->logits_device, r->logits_send, r->logits_gathered };
+        for (size_t i = 0; i < sizeof(old) / sizeof(old[0]); i++)
+                if (old[i])
+                        cudaFree(old[i]);
         if (r->logits_host)
                 cudaFreeHost(r->logits_host);
-        r->scratch_bytes -= 2 * (uint64_t) r->logits_rows * r->model->hp.n_vocab * sizeof(float);
-        r->logits_device = NULL;
+        r->scratch_bytes -= 2 * (uint64_t) r->logits_rows * r->model->hp.n_vocab * sizeof(float) +
+                            (1 + r->shard->size) * logits_gather_floats(r, r->logits_rows) * sizeof(float);
+        r->logits_device = r->logits_send = r->logits_gathered = NULL;
         r->logits_host = NULL;
         r->logits_rows = 0;
         CUDA_TRY(cudaMalloc((void **) &r->logits_device, bytes));
         CUDA_TRY(cudaHostAlloc((void **) &r->logits_host, bytes, cudaHostAllocDefault));
+        if (send) {
+                CUDA_TRY(cudaMalloc((void **) &r->logits_send, send));
+                CUDA_TRY(cudaMalloc((void **) &r->logits_gathered, r->shard->size * send));
+        }
         r->logits_rows = rows;
-        r->scratch_bytes += 2 * (uint64_t) bytes;
+        r->scratch_bytes += 2 * (uint64_t) bytes + (1 + r->shard->size) * (uint64_t) send;
         return 0;
 }
 
 static int alloc_scratch(struct cuda_runner *r, struct error *err) {
         const struct model_hparams *hp = &r->model->hp;
-        size_t T = r->config.max_batch_tokens;
+        size_t T = r->config.max_batch_tokens, size = r->shard->size, send = size > 1 ? T * r->send_chunk : 0;
         struct { void **p; size_t bytes; } bufs[] = {
                 { (void **) &r->x, T * hp->n_embd * sizeof(float) },
-                { (void **) &r->q, T * r->q_dim * sizeof(float) },
-                { (void **) &r->k, T * r->kv_dim * sizeof(float) },
-                { (void **) &r->v, T * r->kv_dim * sizeof(float) },
-                { (void **) &r->gate, T * hp->n_ff * sizeof(float) },
-                { (void **) &r->up, T * hp->n_ff * sizeof(float) },
+                { (void **) &r->q, T * r->q_local * sizeof(float) },
+                { (void **) &r->k, T * r->kv_local * sizeof(float) },
+                { (void **) &r->v, T * r->kv_local * sizeof(float) },
+                { (void **) &r->gate, T * r->shard->ff.chunk * sizeof(float) },
+                { (void **) &r->up, T * r->shard->ff.chunk * sizeof(float) },
+                { (void **) &r->send, send * sizeof(float) },
+                { (void **) &r->gathered, size * send * sizeof(float) },
                 { (void **) &r->act.x, T * r->max_dim * sizeof(float) },
                 { (void **) &r->act.q, gpu_activation_quant_bytes(r->max_dim, T) },
                 { (void **) &r->act.ds, gpu_activation_scale_floats(r->max_dim, T) * sizeof(float) },
                 { (void **) &r->inputs_device, r->inputs_capacity * sizeof(int32_t) },
         };
         for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
+                if (!bufs[i].bytes)
+                        continue;
                 CUDA_TRY(cudaMalloc(bufs[i].p, bufs[i].bytes));
                 r->scratch_bytes += bufs[i].bytes;
         }
@@ -253,7 +280,7 @@ static int upload_rope_tables(struct cuda_runner *r, struct error *err) {
 
 /* The KV pool mapped (again) and zeroed: keys, then values, in one region. */
 static int alloc_kv_pool(struct cuda_runner *r, struct error *err) {
-        size_t elems = (size_t) r->model->hp.n_layer * (r->n_blocks + 1) * r->config.block_size * r->kv_dim;
+        size_t elems = (size_t) r->model->hp.n_layer * (r->n_blocks + 1) * r->config.block_size * r->kv_local;
         r->kv_pool_bytes = elems * sizeof(uint16_t);
         int rc = r->kv.base ? vmm_region_map(&r->kv, err) : vmm_region_new(&r->kv, r->config.device, 2 * r->kv_pool_bytes, err);
         if (rc < 0)
@@ -311,12 +338,26 @@ extern "C" int cuda_runner_new(const struct model *model, const struct cuda_runn
         const struct model_hparams *hp = &model->hp;
         r->model = model;
         r->config = *config;
+        r->shard = &r->config.shard;
+        if (r->shard->size <= 1 && (rc = tp_shard_plan(hp, 1, 0, &r->config.shard, err)) < 0) {
+                free(r);
+                return rc;
+        }
+        if (r->shard->size > 1 && !config->comm) {
+                free(r);
+                return error_set(err, EINVAL, "a rank of a tensor-parallel group needs the group's communicator");
+        }
         snprintf(r->device_name, sizeof(r->device_name), "%s (sm_%d%d)", prop.name, prop.major, prop.minor);
-        r->q_dim = hp->n_head * hp->head_dim;
-        r->kv_dim = hp->n_head_kv * hp->head_dim;
+        r->q_local = r->shard->q.count;
+        r->kv_local = r->shard->kv.count;
+        r->send_chunk = r->shard->q.chunk;
+        if (r->shard->embd.chunk > r->send_chunk)
+                r->send_chunk = r->shard->embd.chunk;
+        if (r->shard->ff.chunk > r->send_chunk)
+                r->send_chunk = r->shard->ff.chunk;
         r->max_dim = model_max_width(hp);
         r->max_blocks_per_seq = (config->max_model_len + config->block_size - 1) / config->block_size;
-        r->graph_max_batch = config->enforce_eager ? 0
+        r->graph_max_batch = config->enforce_eager || r->shard->size > 1 ? 0
                            : config->max_batch_tokens < GRAPH_MAX_BATCH ? config->max_batch_tokens : GRAPH_MAX_BATCH;
         r->inputs_capacity = 5 * (size_t) config->max_batch_tokens + (size_t) config->max_batch_tokens * r->max_blocks_per_seq;
         r->attention_scale = 1.0f / sqrtf((float) hp->head_dim);
@@ -350,7 +391,7 @@ extern "C" void cuda_runner_free(struct cuda_runner *r) {
         drop_graphs(r);
         vmm_region_free(&r->weights);
         vmm_region_free(&r->kv);
-        void *device[] = { r->x, r->q, r->k, r->v, r->gate, r->up,
+        void *device[] = { r->x, r->q, r->k, r->v, r->gate, r->up, r->send, r->gathered, r->logits_send, r->logits_gathered,
                            r->act.x, r->act.q, r->act.ds, r->inputs_device, r->logits_device, r->rope_cos };
         for (size_t i = 0; i < sizeof(device) / sizeof(device[0]); i++)
                 if (device[i])
@@ -401,9 +442,9 @@ static int stage_inputs(struct cuda_runner *r, const struct batch *b, struct gpu
 }
 
 static struct gpu_kv_layer kv_layer(const struct cuda_runner *r, uint32_t layer) {
-        size_t per_layer = (size_t) (r->n_blocks + 1) * r->config.block_size * r->kv_dim;
+        size_t per_layer = (size_t) (r->n_blocks + 1) * r->config.block_size * r->kv_local;
         return (struct gpu_kv_layer) { r->k_pool + layer * per_layer, r->v_pool + layer * per_layer, r->config.block_size,
-                                       r->model->hp.n_head_kv, r->model->hp.head_dim };
+                                       r->shard->n_head_kv, r->model->hp.head_dim };
 }
 
 #define LAUNCH(call)                                                  \
@@ -413,43 +454,117 @@ static struct gpu_kv_layer kv_layer(const struct cuda_runner *r, uint32_t layer)
                         return cuda_error(err, launch_, #call);       \
         } while (0)
 
-static int run_layers(struct cuda_runner *r, const struct gpu_step *st, struct error *err) {
+/* A rank's rows of n tokens (send, (n, chunk)) all-gathered and put in order into out, (n,
+ * rows); added to out with accumulate. */
+static int gather_rows(struct cuda_runner *r, const float *send, float *gathered, uint32_t n, uint32_t chunk,
+                       uint32_t rows, float *out, bool accumulate, struct error *err) {
+        int rc = tp_comm_all_gather(r->config.comm, r->shard->rank, send, gathered, (size_t) n * chunk, r->stream, err);
+        if (rc < 0)
+                return rc;
+        LAUNCH(gpu_gather_rows(r->stream, gathered, n, chunk, rows, out, accumulate));
+        return 0;
+}
+
+/* A layer's queries, keys and values for this runner's heads, RoPE turned and the keys and
+ * values stored. */
+static int run_qkv(struct cuda_runner *r, const struct layer_weights *l, const struct gpu_kv_layer *kv,
+                   const struct gpu_step *st, struct error *err) {
         const struct model_hparams *hp = &r->model->hp;
         uint32_t T = st->n_tokens;
         struct gpu_activations *a = &r->act;
+        a->width = hp->n_embd;
+        LAUNCH(gpu_rms_norm_quantize(r->stream, r->x, NULL, T, l->attn_norm, hp->rms_eps, a));
+        LAUNCH(gpu_matmul(r->stream, &l->wq, a, T, r->q, r->q_local, false, false));
+        LAUNCH(gpu_matmul(r->stream, &l->wk, a, T, r->k, r->kv_local, false, false));
+        LAUNCH(gpu_matmul(r->stream, &l->wv, a, T, r->v, r->kv_local, false, false));
+        LAUNCH(gpu_rope_store_kv(r->stream, st, r->q, r->k, r->v, r->shard->n_head, hp->rope_dim, r->rope_cos, r->rope_sin,
+                                 kv));
+        return 0;
+}
+
+/* A layer alone on its device. */
+static int run_layer_whole(struct cuda_runner *r, const struct layer_weights *l, const struct gpu_kv_layer *kv,
+                           const struct gpu_step *st, struct error *err) {
+        const struct model_hparams *hp = &r->model->hp;
+        uint32_t T = st->n_tokens;
+        struct gpu_activations *a = &r->act;
+        int rc = run_qkv(r, l, kv, st, err);
+        if (rc < 0)
+                return rc;
+        a->width = r->q_local;
+        LAUNCH(gpu_attention(r->stream, st, r->q, hp->n_head, r->attention_scale, kv, a->x));
+        LAUNCH(gpu_quantize(r->stream, T, a));
+        LAUNCH(gpu_matmul(r->stream, &l->wo, a, T, r->x, hp->n_embd, true, false));
+        a->width = hp->n_embd;
+        LAUNCH(gpu_rms_norm_quantize(r->stream, r->x, NULL, T, l->ffn_norm, hp->rms_eps, a));
+        LAUNCH(gpu_matmul(r->stream, &l->gate, a, T, r->gate, hp->n_ff, false, false));
+        LAUNCH(gpu_matmul(r->stream, &l->up, a, T, r->up, hp->n_ff, false, false));
+        a->width = hp->n_ff;
+        LAUNCH(gpu_swiglu_quantize(r->stream, T, r->gate, r->up, a));
+        LAUNCH(gpu_matmul(r->stream, &l->down, a, T, r->x, hp->n_embd, true, false));
+        return 0;
+}
+
+/* A layer on one rank of a group (model/tensor-parallel.h): its heads and its rows of every
+ * product, the whole inputs of the output and down projections and the hidden state
+ * all-gathered; every rank ends with the same hidden state. */
+static int run_layer_rank(struct cuda_runner *r, const struct layer_weights *l, const struct gpu_kv_layer *kv,
+                          const struct gpu_step *st, struct error *err) {
+        const struct model_hparams *hp = &r->model->hp;
+        const struct tp_shard *s = r->shard;
+        uint32_t T = st->n_tokens;
+        struct gpu_activations *a = &r->act;
+        int rc = run_qkv(r, l, kv, st, err);
+        if (rc < 0)
+                return rc;
+        LAUNCH(gpu_attention(r->stream, st, r->q, s->n_head, r->attention_scale, kv, r->send));
+        if ((rc = gather_rows(r, r->send, r->gathered, T, s->q.chunk, hp->n_head * hp->head_dim, a->x, false, err)) < 0)
+                return rc;
+        a->width = hp->n_head * hp->head_dim;
+        LAUNCH(gpu_quantize(r->stream, T, a));
+        LAUNCH(gpu_matmul(r->stream, &l->wo, a, T, r->send, s->embd.chunk, false, false));
+        if ((rc = gather_rows(r, r->send, r->gathered, T, s->embd.chunk, hp->n_embd, r->x, true, err)) < 0)
+                return rc;
+        a->width = hp->n_embd;
+        LAUNCH(gpu_rms_norm_quantize(r->stream, r->x, NULL, T, l->ffn_norm, hp->rms_eps, a));
+        LAUNCH(gpu_matmul(r->stream, &l->gate, a, T, r->gate, s->ff.chunk, false, false));
+        LAUNCH(gpu_matmul(r->stream, &l->up, a, T, r->up, s->ff.chunk, false, false));
+        LAUNCH(gpu_swiglu(r->stream, T, s->ff.chunk, r->gate, r->up, r->send));
+        if ((rc = gather_rows(r, r->send, r->gathered, T, s->ff.chunk, hp->n_ff, a->x, false, err)) < 0)
+                return rc;
+        a->width = hp->n_ff;
+        LAUNCH(gpu_quantize(r->stream, T, a));
+        LAUNCH(gpu_matmul(r->stream, &l->down, a, T, r->send, s->embd.chunk, false, false));
+        return gather_rows(r, r->send, r->gathered, T, s->embd.chunk, hp->n_embd, r->x, true, err);
+}
+
+static int run_layers(struct cuda_runner *r, const struct gpu_step *st, struct error *err) {
         LAUNCH(gpu_embed(r->stream, &r->embd, st, r->x));
-        for (uint32_t i = 0; i < hp->n_layer; i++) {
-                const struct layer_weights *l = &r->layers[i];
+        for (uint32_t i = 0; i < r->model->hp.n_layer; i++) {
                 struct gpu_kv_layer kv = kv_layer(r, i);
-                a->width = hp->n_embd;
-                LAUNCH(gpu_rms_norm_quantize(r->stream, r->x, NULL, T, l->attn_norm, hp->rms_eps, a));
-                LAUNCH(gpu_matmul(r->stream, &l->wq, a, T, r->q, r->q_dim, false, false));
-                LAUNCH(gpu_matmul(r->stream, &l->wk, a, T, r->k, r->kv_dim, false, false));
-                LAUNCH(gpu_matmul(r->stream, &l->wv, a, T, r->v, r->kv_dim, false, false));
-                LAUNCH(gpu_rope_store_kv(r->stream, st, r->q, r->k, r->v, hp->n_head, hp->rope_dim, r->rope_cos, r->rope_sin, &kv));
-                a->width = r->q_dim;
-                LAUNCH(gpu_attention(r->stream, st, r->q, hp->n_head, r->attention_scale, &kv, a->x));
-                LAUNCH(gpu_quantize(r->stream, T, a));
-                LAUNCH(gpu_matmul(r->stream, &l->wo, a, T, r->x, hp->n_embd, true, false));
-                a->width = hp->n_embd;
-                LAUNCH(gpu_rms_norm_quantize(r->stream, r->x, NULL, T, l->ffn_norm, hp->rms_eps, a));
-                LAUNCH(gpu_matmul(r->stream, &l->gate, a, T, r->gate, hp->n_ff, false, false));
-                LAUNCH(gpu_matmul(r->stream, &l->up, a, T, r->up, hp->n_ff, false, false));
-                a->width = hp->n_ff;
-                LAUNCH(gpu_swiglu_quantize(r->stream, T, r->gate, r->up, a));
-                LAUNCH(gpu_matmul(r->stream, &l->down, a, T, r->x, hp->n_embd, true, false));
+                int rc = r->shard->size > 1 ? run_layer_rank(r, &r->layers[i], &kv, st, err)
+                                            : run_layer_whole(r, &r->layers[i], &kv, st, err);
+                if (rc < 0)
+                        return rc;
         }
         return 0;
 }
 
-/* The normed final rows of the output tokens and their logits. */
+/* The normed final rows of the output tokens and their logits (a rank of a group: its rows
+ * of the vocabulary, all-gathered). */
 static int run_logits(struct cuda_runner *r, const int32_t *outputs, uint32_t n_outputs, struct error *err) {
         const struct model_hparams *hp = &r->model->hp;
         struct gpu_activations *a = &r->act;
         a->width = hp->n_embd;
         LAUNCH(gpu_rms_norm_quantize(r->stream, r->x, outputs, n_outputs, r->output_norm, hp->rms_eps, a));
-        LAUNCH(gpu_matmul(r->stream, &r->output, a, n_outputs, r->logits_device, hp->n_vocab, false, true));
-        return 0;
+        if (r->shard->size == 1) {
+                LAUNCH(gpu_matmul(r->stream, &r->output, a, n_outputs, r->logits_device, hp->n_vocab, false, true));
+                return 0;
+        }
+        uint32_t chunk = r->shard->vocab.chunk;
+        LAUNCH(gpu_matmul(r->stream, &r->output, a, n_outputs, r->logits_send, chunk, false, true));
+        return gather_rows(r, r->logits_send, r->logits_gathered, n_outputs, chunk, hp->n_vocab, r->logits_device, false,
+                           err);
 }
 
 /* A decode step: one token for each sequence, in the sequences' order, each asking for its
@@ -554,11 +669,12 @@ extern "C" int cuda_runner_forward(struct cuda_runner *r, const struct batch *b,
                 if (b->n_outputs && (rc = run_logits(r, outputs, b->n_outputs, err)) < 0)
                         return rc;
         }
-        if (b->n_outputs)
+        bool first_rank = r->shard->rank == 0;
+        if (b->n_outputs && first_rank)
                 CUDA_TRY(cudaMemcpyAsync(r->logits_host, r->logits_device, (size_t) b->n_outputs * hp->n_vocab * sizeof(float),
                                          cudaMemcpyDeviceToHost, r->stream));
         CUDA_TRY(cudaStreamSynchronize(r->stream));
-        *logits = r->logits_host;
+        *logits = first_rank ? r->logits_host : NULL;
         return 0;
 }
 
@@ -567,7 +683,7 @@ extern "C" uint32_t cuda_runner_kv_blocks(const struct cuda_runner *r) {
 }
 
 extern "C" uint64_t cuda_runner_block_bytes(const struct cuda_runner *r) {
-        return (uint64_t) r->config.block_size * r->model->hp.n_layer * r->kv_dim * 2 * sizeof(uint16_t);
+        return (uint64_t) r->config.block_size * r->model->hp.n_layer * r->kv_local * 2 * sizeof(uint16_t);
 }
 
 extern "C" const char *cuda_runner_device_name(const struct cuda_runner *r) {

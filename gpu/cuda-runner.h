@@ -9,13 +9,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "batch.h"
-#include "error.h"
-#include "model.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#include "batch.h"
+#include "error.h"
+#include "model.h"
+#include "tensor-parallel.h"
 
 struct cuda_runner_config {
         int device;                /* CUDA device index */
@@ -33,6 +34,10 @@ struct cuda_runner_config {
          * sequence) replay a CUDA graph captured for their padded size (vLLM's
          * --enforce-eager). */
         bool enforce_eager;
+        /* This runner's share of a tensor-parallel group (shard.size 0 or 1: the whole model)
+         * and the group's all-gathers (NULL alone). A rank of several replays no graphs. */
+        struct tp_shard shard;
+        struct tp_comm *comm;
 };
 
 struct cuda_runner_usage {
@@ -52,7 +57,8 @@ int cuda_runner_new(const struct model *model, const struct cuda_runner_config *
 void cuda_runner_free(struct cuda_runner *runner);
 
 /* Runs the batch; *logits points at n_vocab floats for each output token, in order, in pinned
- * host memory the runner owns until the next call. -EBUSY while memory is released. */
+ * host memory the runner owns until the next call (rank 0's; NULL on the group's other
+ * ranks). -EBUSY while memory is released. */
 int cuda_runner_forward(struct cuda_runner *runner, const struct batch *batch, float **logits, struct error *err);
 
 uint32_t cuda_runner_kv_blocks(const struct cuda_runner *runner);

@@ -16,6 +16,11 @@ extern "C" {
 
 size_t cuda_arena_align(size_t n);
 
-/* Places w (of a type gpu_weight_kind_of() knows) in the arena at offset at from base, filling *gw with its device pointers, and,
- * with image set, writes its bytes to image + at. Returns the offset after it. */
-size_t cuda_place_weight(const struct weight *w, struct gpu_weight *gw, uint8_t *base, uint8_t *image, size_t at);
+/* Places rows first .. first + count - 1 of w (of a type gpu_weight_kind_of() knows) in the
+ * arena at offset at from base, filling *gw with their device pointers (a weight of count
+ * rows), and, with image set, writes their bytes to image + at. Returns the offset after them. */
+size_t cuda_place_weight(const struct weight *w, uint32_t first, uint32_t count, struct gpu_weight *gw, uint8_t *base,
+                         uint8_t *image, size_t at);
+
+/* Rows first .. first + count - 1 of a placed weight, as a weight of their own. */
+struct gpu_weight cuda_weight_rows(const struct gpu_weight *w, uint32_t first, uint32_t count);

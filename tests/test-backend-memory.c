@@ -383,6 +383,12 @@ START_TEST(test_open_by_device) {
 #endif
         ck_assert_int_eq(backend_open("tpu", &config, model, &b, &err), -EINVAL);
         ck_assert_msg(strstr(err.message, "'tpu'") && strstr(err.message, "cpu, cuda"), "message: %s", err.message);
+        /* tensor parallelism splits over GPUs only */
+        struct backend_options split = config;
+        split.tensor_parallel_size = 3;
+        ck_assert_int_eq(backend_open("cpu", &split, model, &b, &err), -EINVAL);
+        ck_assert_str_eq(err.message, "a tensor-parallel size of 3 splits the model over GPUs: it needs --device cuda");
+        ck_assert_ptr_null(b.impl);
         ck_assert_int_eq(backend_check_device("tpu", &err), -EINVAL);
         model_free(model);
 }

@@ -5,8 +5,10 @@
  * the backend: a sequence's logits the same bits alone, in a batch of 8 or 64 and in any
  * chunking, replayed from CUDA graphs or launched eagerly, and the CPU backend's bits; sleep
  * gives back what it releases on the device, and after wake-up the outputs are the same bits
- * and no graph is captured again. Without a GPU the test says so and exits 77, which the harness counts as a
- * skip, not a pass. scripts/gpu-check runs it with the model tests on the GPU. */
+ * and no graph is captured again; the model split over a tensor-parallel group of ranks on the
+ * one device gives the same bits. Without a GPU the test says so and exits 77, which the
+ * harness counts as a skip, not a pass. scripts/gpu-check runs it with the model tests on the
+ * GPU. With --nccl (tests/test-gpu-nccl.sh) it runs the split over GPUs instead. */
 #include "config.h"
 
 #include <inttypes.h>
@@ -23,6 +25,7 @@
 #include "gpu-device.h"
 #include "gpu-host-model.h"
 #include "model.h"
+#include "tensor-parallel.h"
 #include "test-random.h"
 
 #define MAX_COLS 1536
@@ -241,8 +244,63 @@ static void report_step_times(const struct backend *b, const char *how, uint32_t
         printf("timing: %s one 512-token prompt: median %.3f ms\n", how, times[4] * 1e3);
 }
 
+static int32_t token_store[MAX_SEQS][MAX_LEN];
+
+/* Random prompts of MAX_LEN tokens for MAX_SEQS sequences. */
+static void random_tokens(uint32_t n_vocab, int32_t **tokens) {
+        for (uint32_t i = 0; i < MAX_SEQS; i++) {
+                tokens[i] = token_store[i];
+                for (uint32_t j = 0; j < MAX_LEN; j++)
+                        token_store[i][j] = (int32_t) (next_u32() % n_vocab);
+        }
+}
+
+static struct backend_options model_options(void) {
+        return (struct backend_options) {
+                .n_threads = 1, .max_batch_tokens = 8192, .max_model_len = MAX_LEN, .block_size = BLOCK_SIZE,
+                .n_kv_blocks = MAX_SEQS * MAX_LEN / BLOCK_SIZE,
+        };
+}
+
+/* The smallest tensor-parallel size above 1 that splits the model's heads, or 0. */
+static uint32_t split_size(const struct model *model) {
+        struct error err;
+        for (uint32_t size = 2; size <= model->hp.n_head_kv; size++)
+                if (tp_size_check(&model->hp, size, &err) == 0)
+                        return size;
+        return 0;
+}
+
+/* The model split over a group of ranks (on one device through the loopback communicator, or
+ * one GPU each over NCCL) against one runner's logits, alone. */
+static void check_tensor_parallel(const struct model *model, const struct backend_options *options, int32_t *const *tokens,
+                                  uint32_t prompt_len, const float *alone, int rows, bool loopback) {
+        uint32_t size = split_size(model), n_vocab = model->hp.n_vocab;
+        if (!size) {
+                printf("tensor-parallel: the model's %u and %u heads split no way\n", model->hp.n_head, model->hp.n_head_kv);
+                return;
+        }
+        struct backend_options o = *options;
+        o.tensor_parallel_size = size;
+        o.tensor_parallel_loopback = loopback;
+        struct backend group;
+        struct error err;
+        if (backend_open("cuda", &o, model, &group, &err) < 0) {
+                CHECK(0, "a tensor-parallel group of %u: %s", size, err.message);
+                return;
+        }
+        float *other = malloc((size_t) 8 * n_vocab * sizeof(float));
+        for (uint32_t others = 0; others <= 7; others += 7) {
+                int got = run_sequence(&group, n_vocab, tokens, prompt_len, others, others ? 32 : 100, other);
+                CHECK(got == rows && memcmp(alone, other, (size_t) rows * n_vocab * sizeof(float)) == 0,
+                      "%s group of %u beside %u others: logits differ from one runner's", group.kernels, size, others);
+        }
+        printf("tensor-parallel: %s gives one runner's logits bit for bit, alone and beside 7 others\n", group.kernels);
+        free(other);
+        backend_free(&group);
+}
+
 static void check_model(const char *path) {
-        static int32_t token_store[MAX_SEQS][MAX_LEN];
         int32_t *tokens[MAX_SEQS];
         struct model *model;
         struct error err;
@@ -251,10 +309,7 @@ static void check_model(const char *path) {
                 return;
         }
         uint32_t n_vocab = model->hp.n_vocab;
-        struct backend_options options = {
-                .n_threads = 1, .max_batch_tokens = 8192, .max_model_len = MAX_LEN, .block_size = BLOCK_SIZE,
-                .n_kv_blocks = MAX_SEQS * MAX_LEN / BLOCK_SIZE,
-        };
+        struct backend_options options = model_options();
         struct backend b;
         if (backend_open("cuda", &options, model, &b, &err) < 0) {
                 CHECK(0, "%s", err.message);
@@ -262,11 +317,7 @@ static void check_model(const char *path) {
                 return;
         }
         printf("backend %s on %s, %u KV blocks\n", b.name, b.kernels, b.kv.n_blocks);
-        for (uint32_t i = 0; i < MAX_SEQS; i++) {
-                tokens[i] = token_store[i];
-                for (uint32_t j = 0; j < MAX_LEN; j++)
-                        token_store[i][j] = (int32_t) (next_u32() % n_vocab);
-        }
+        random_tokens(n_vocab, tokens);
         uint32_t prompt_len = 100;
         size_t trace_floats = (size_t) 8 * n_vocab;
         float *alone = malloc(trace_floats * sizeof(float)), *other = malloc(trace_floats * sizeof(float));
@@ -300,6 +351,7 @@ static void check_model(const char *path) {
                 CHECK(got == rows && differ == 0, "the GPU's logits are not the CPU backend's bits");
                 backend_free(&cpu);
         }
+        check_tensor_parallel(model, &options, tokens, prompt_len, alone, rows, true);
 
         /* sleep: the device's free memory grows by what is released; outputs after wake-up
          * are the same bits */
@@ -350,7 +402,50 @@ static void check_model(const char *path) {
         model_free(model);
 }
 
-int main(void) {
+static const char *model_path(void) {
+        const char *model = getenv("ASYNCLLM_MODEL");
+        return model && *model ? model : SOURCE_MODEL_PATH;
+}
+
+/* --nccl: the model split over GPUs, one rank each, all-gathering over NCCL, against one GPU's
+ * logits; a skip (77) where the machine has fewer GPUs than the split needs. */
+static int check_nccl(void) {
+        struct error err;
+        struct model *model;
+        int n = gpu_device_count(&err);
+        if (model_load(model_path(), &model, &err) < 0) {
+                printf("FAIL: %s\n", err.message);
+                return EXIT_FAILURE;
+        }
+        uint32_t size = split_size(model), n_vocab = model->hp.n_vocab;
+        if (n < 0 || size == 0 || (uint32_t) n < size) {
+                printf("SKIP: a tensor-parallel group over NCCL needs %u GPUs for this model (its %u and %u heads); "
+                       "this machine has %d\n", size, model->hp.n_head, model->hp.n_head_kv, n < 0 ? 0 : n);
+                model_free(model);
+                return 77;
+        }
+        int32_t *tokens[MAX_SEQS];
+        random_tokens(n_vocab, tokens);
+        struct backend_options options = model_options();
+        struct backend one;
+        float *alone = malloc((size_t) 8 * n_vocab * sizeof(float));
+        if (backend_open("cuda", &options, model, &one, &err) < 0)
+                CHECK(0, "%s", err.message);
+        else {
+                int rows = run_sequence(&one, n_vocab, tokens, 100, 0, 100, alone);
+                backend_free(&one);
+                CHECK(rows == 5, "the sequence alone gave %d rows of logits", rows);
+                if (rows == 5)
+                        check_tensor_parallel(model, &options, tokens, 100, alone, rows, false);
+        }
+        free(alone);
+        model_free(model);
+        printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
+        return failures ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+int main(int argc, char **argv) {
+        if (argc > 1 && strcmp(argv[1], "--nccl") == 0)
+                return check_nccl();
         struct gpu_versions v;
         struct gpu_device_info info;
         struct error err;
@@ -375,8 +470,7 @@ int main(void) {
                        info.compute_major, info.compute_minor);
         }
         check_matmuls();
-        const char *model = getenv("ASYNCLLM_MODEL");
-        check_model(model && *model ? model : SOURCE_MODEL_PATH);
+        check_model(model_path());
         printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
         return failures ? EXIT_FAILURE : EXIT_SUCCESS;
 }

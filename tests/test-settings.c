@@ -112,7 +112,7 @@ START_TEST(test_defaults) {
         ck_assert_ptr_null(s.socket);
         ck_assert_ptr_null(s.config);
         ck_assert_str_eq(s.device, "cpu");
-        ck_assert_uint_eq(s.tensor_parallel_size, 1);
+        ck_assert_uint_eq(s.engine.tensor_parallel_size, 1);
         ck_assert_uint_eq(s.threads, 0);
         ck_assert_int_eq(s.bus, DAEMON_BUS_NONE);
         ck_assert_int_eq(s.log_level, LOG_INFO);
@@ -176,7 +176,7 @@ START_TEST(test_flags) {
         ck_assert_int_eq(s.engine.max_logprobs, 5);
         ck_assert_double_eq(s.engine.decode_stall_limit, 1.5);
         ck_assert_str_eq(s.device, "cpu");
-        ck_assert_uint_eq(s.tensor_parallel_size, 1);
+        ck_assert_uint_eq(s.engine.tensor_parallel_size, 1);
         ck_assert_uint_eq(s.threads, 3);
         ck_assert_str_eq(s.socket, "/tmp/x.sock");
         ck_assert_int_eq(s.bus, DAEMON_BUS_USER);
@@ -252,13 +252,9 @@ START_TEST(test_flag_errors) {
         expect_flag_error(ARGS("--scheduling-policy", "lifo"),
                           "--scheduling-policy: 'lifo' is not one of fcfs, priority, slo");
         expect_flag_error(ARGS("--device=tpu"), "--device: 'tpu' is not one of cpu, cuda");
-        /* known values that no backend serves yet are refused with the reason, not taken and ignored */
-        expect_flag_error(ARGS("--tensor-parallel-size=2"),
-                          "--tensor-parallel-size: 2 is not supported yet: the CUDA backend runs on one GPU; sharding "
-                          "over several (NCCL) is not built yet; allowed: 1");
         expect_flag_error(ARGS("--gpu-memory-utilization=1"),
                           "--gpu-memory-utilization: 1 is out of range; allowed: a fraction from 0 to less than 1");
-        expect_flag_error(ARGS("--tensor-parallel-size=64"), "--tensor-parallel-size: 64 is not supported yet");
+        expect_flag_error(ARGS("--tensor-parallel-size=65"), "--tensor-parallel-size: 65 is out of range; allowed: 1 to 64");
         expect_flag_error(ARGS("--bus=session"), "--bus: 'session' is not one of none, system, user");
         expect_flag_error(ARGS("--log-level=verbose"),
                           "--log-level: 'verbose' is not one of emerg, alert, crit, err, warning, notice, info, debug");
@@ -266,7 +262,7 @@ START_TEST(test_flag_errors) {
                           "--enable-prefix-caching: 'maybe' is not a boolean; "
                           "allowed: true, false, yes, no, on, off, 1, 0");
         expect_flag_error(ARGS("--tensor-parallel-size=0"),
-                          "--tensor-parallel-size: 0 is out of range; allowed: 1");
+                          "--tensor-parallel-size: 0 is out of range; allowed: 1 to 64");
         expect_flag_error(ARGS("--block-size=2048"), "--block-size: 2048 is out of range; allowed: 1 to 1024");
         expect_flag_error(ARGS("--decode-stall-limit=1"),
                           "--decode-stall-limit: 1 is out of range; "
@@ -454,9 +450,7 @@ START_TEST(test_file_errors) {
         expect_file_error("scheduling-policy = lifo\n",
                           ":1: scheduling-policy: 'lifo' is not one of fcfs, priority, slo");
         expect_file_error("\ndevice = tpu\n", "bad.conf:2: device: 'tpu' is not one of cpu, cuda");
-        expect_file_error("tensor-parallel-size = 2\n",
-                          "bad.conf:1: tensor-parallel-size: 2 is not supported yet: the CUDA backend runs on one "
-                          "GPU; sharding over several (NCCL) is not built yet; allowed: 1");
+        expect_file_error("tensor-parallel-size = 0\n", "bad.conf:1: tensor-parallel-size: 0 is out of range; allowed: 1 to 64");
         expect_file_error("max-num-seqs = 4\nblock-size = 8\nmax-num-seqs = 8\n",
                           "bad.conf:3: max-num-seqs = 8: the key was already set on line 1; each key may appear once");
         expect_file_error("max-num-seqs 4\n", "bad.conf:1: 'max-num-seqs 4' is not a 'key = value' line");
