@@ -64,7 +64,7 @@ static struct json_object *new_array(size_t n) {
 /* s[0..len) as a JSON string; the bytes may hold NULs (escaped by json-c), and an
  * ill-formed UTF-8 part becomes U+FFFD, so that every line is valid UTF-8. NULL when out
  * of memory. */
-static struct json_object *new_text(const char *s, size_t len) {
+struct json_object *protocol_json_text(const char *s, size_t len) {
         struct json_object *v;
         size_t i, n;
 
@@ -86,7 +86,7 @@ static struct json_object *new_text(const char *s, size_t len) {
 }
 
 static struct json_object *new_string(const char *s) {
-        return new_text(s, s ? strlen(s) : 0);
+        return protocol_json_text(s, s ? strlen(s) : 0);
 }
 
 /* A finite number in the fewest digits that read back to the same double (or float, for
@@ -169,7 +169,7 @@ static struct json_object *new_completion(int *r, const struct completion_output
                 return NULL;
         }
         set(r, o, "index", json_object_new_int64(c->index));
-        set(r, o, "text", new_text(c->text, c->text_len));
+        set(r, o, "text", protocol_json_text(c->text, c->text_len));
         for (uint32_t i = 0; i < c->n_token_ids && *r >= 0; i++)
                 push(r, ids, json_object_new_int(c->token_ids[i]));
         set(r, o, "token_ids", ids);

@@ -187,6 +187,10 @@ void client_message_free(struct client_message *m);
  * -EPROTONOSUPPORT when it lists none the daemon speaks. */
 int protocol_negotiate(const struct client_message *hello, int32_t *ret);
 
+/* A JSON string of len bytes of s (NULL: ""), valid UTF-8 whatever the bytes (ill-formed parts
+ * become U+FFFD); NULL when out of memory. */
+struct json_object *protocol_json_text(const char *s, size_t len);
+
 /* The request to submit for a generate message. prompt_text is what to use for a
  * PROMPT_MESSAGES prompt (the rendered chat; chat_render()), ignored otherwise. The spec
  * borrows from g. */

@@ -17,6 +17,7 @@
 #include "connection.h"
 #include "listen-socket.h"
 #include "log.h"
+#include "http-server.h"
 #include "server.h"
 
 #define STATUS_INTERVAL_USEC (5 * 1000000ULL)
@@ -239,7 +240,7 @@ int server_start(struct server *s, struct daemon_settings *settings, int argc, c
                         return error_set(err, -r, "cannot set up the watchdog timer: %s", strerror(-r));
                 sd_event_source_set_enabled(s->watchdog_timer, SD_EVENT_ON);
         }
-        if ((r = bus_start(s, err)) < 0)
+        if ((r = bus_start(s, err)) < 0 || (r = http_front_start(s, &s->http, err)) < 0)
                 return r;
         if (s->socket_activated)
                 log_info("listening on the socket systemd passed");
@@ -256,6 +257,8 @@ int server_run(struct server *s) {
 
 void server_done(struct server *s) {
         connections_free_all(s);
+        http_front_free(s->http); /* its requests end before the engine does */
+        s->http = NULL;
         bus_stop(s);
         sd_event_source_disable_unref(s->listen_source);
         sd_event_source_disable_unref(s->engine_source);

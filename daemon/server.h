@@ -42,6 +42,7 @@ struct server {
         struct id_map requests;   /* every request in flight, by its daemon-wide id */
         struct id_map uid_counts; /* in-flight requests per client uid */
         struct bus_state *bus;    /* NULL without --bus */
+        struct http_front *http;  /* NULL without --host or --port */
 
         bool shutting_down;
         bool engine_dead_seen;

@@ -72,6 +72,9 @@ enum setting_id {
         KEY_MAX_LOGPROBS,
         KEY_DECODE_STALL_LIMIT,
         KEY_SOCKET,
+        KEY_HOST,
+        KEY_PORT,
+        KEY_SERVED_MODEL_NAME,
         KEY_BUS,
         KEY_CONFIG,
         KEY_LOG_LEVEL,
@@ -260,6 +263,19 @@ static const struct setting table[N_KEYS] = {
         [KEY_MAX_REQUESTS_PER_UID] = {
                 "max-requests-per-uid", SETTING_U32, FIELD(max_requests_per_uid), .min = 1,
                 .max = UINT32_C(1) << 20, .reloadable = true, .arg = "N", .help = "requests in flight of one user",
+        },
+        [KEY_HOST] = {
+                "host", SETTING_PATH, FIELD(host), .max = 255, .arg = "ADDRESS",
+                .help = "the HTTP front's address (vLLM's OpenAI-compatible API)",
+                .default_text = "127.0.0.1 when --port is given",
+        },
+        [KEY_PORT] = {
+                "port", SETTING_U32, FIELD(port), .min = 0, .max = 65535, .zero = "no HTTP front", .arg = "N",
+                .help = "the HTTP front's TCP port (8000 when only --host is given)",
+        },
+        [KEY_SERVED_MODEL_NAME] = {
+                "served-model-name", SETTING_PATH, FIELD(served_model_name), .max = 255, .arg = "NAME",
+                .help = "the model's name in the HTTP API", .default_text = "the model file's name without .gguf",
         },
         [KEY_MAX_CONNECTIONS] = {
                 "max-connections", SETTING_U32, FIELD(max_connections), .min = 1, .max = 65536, .reloadable = true,

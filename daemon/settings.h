@@ -54,6 +54,9 @@ struct daemon_settings {
         const char *device;           /* "cpu", the only device that serves (a static string) */
         uint32_t threads;             /* 0 = online CPUs; never 0 after daemon_settings_resolve() */
         char *socket;                 /* path; set by daemon_settings_resolve() */
+        char *host;                   /* the HTTP front's address; NULL: 127.0.0.1 */
+        uint32_t port;                /* the HTTP front's port; 0 (and no host): none */
+        char *served_model_name;      /* NULL: the model file's name */
         enum daemon_bus bus;
         char *config;                 /* the file read (or to read); NULL when there is none */
         int log_level;                /* LOG_EMERG..LOG_DEBUG */

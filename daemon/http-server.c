@@ -1,0 +1,572 @@
+/* SPDX-License-Identifier: MIT */
+#include "config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include "http-server.h"
+#include "log.h"
+#include "openai.h"
+#include "server.h"
+
+#define DEFAULT_HOST "127.0.0.1"
+#define DEFAULT_PORT 8000
+/* What one connection may hold of request line and headers (a larger head is refused). */
+#define HEAD_MEMORY_LIMIT (64 * 1024)
+
+struct http_front {
+        struct server *server;
+        struct MHD_Daemon *mhd;
+        int listen_fd;
+        sd_event_source *io, *timer;
+        /* runs libmicrohttpd once the loop is back: a resumed connection waits for its next
+         * run, which nothing else may bring soon */
+        sd_event_source *kick;
+        uint64_t serial;
+        struct http_exchange *first; /* every request being answered */
+};
+
+/* One HTTP request and its answer. */
+struct http_exchange {
+        struct http_front *front;
+        struct MHD_Connection *conn;
+        char *body;
+        size_t body_len, body_cap;
+        bool body_too_large;
+        bool submitted, suspended, finished;
+
+        struct openai_request req;
+        struct async_stream *stream;
+        char request_id[48];
+        char answer_id[64];
+        char *prompt; /* echo's text */
+        struct openai_answer answer;
+        struct openai_choice *choices; /* non-streamed: what the completions collected */
+        uint32_t n_generated;
+        bool first_event;
+        struct openai_error failure; /* status 0: none */
+        double retry_after;
+
+        char *events; /* a stream's bytes not yet sent: [sent, len) */
+        size_t events_len, events_cap, events_sent;
+        struct http_exchange *prev, *next;
+};
+
+static void run_mhd(struct http_front *h);
+
+static enum MHD_Result queue_body(struct MHD_Connection *conn, unsigned status, char *body, const char *type,
+                                  double retry_after) {
+        if (!body)
+                return MHD_NO;
+        struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+        if (!resp) {
+                free(body);
+                return MHD_NO;
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+        if (retry_after > 0) {
+                char s[32];
+                snprintf(s, sizeof(s), "%.0f", retry_after < 1 ? 1 : retry_after + 0.5);
+                MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, s);
+        }
+        enum MHD_Result r = MHD_queue_response(conn, status, resp);
+        MHD_destroy_response(resp);
+        return r;
+}
+
+static enum MHD_Result queue_json(struct MHD_Connection *conn, unsigned status, struct json_object *o) {
+        const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+        char *body = s ? strdup(s) : NULL;
+        json_object_put(o);
+        return queue_body(conn, status, body, "application/json", 0);
+}
+
+static enum MHD_Result queue_error(struct MHD_Connection *conn, const struct openai_error *e, double retry_after) {
+        return queue_body(conn, (unsigned) e->status, openai_error_body(e), "application/json", retry_after);
+}
+
+static enum MHD_Result reply_error(struct MHD_Connection *conn, int status, const char *type, const char *param,
+                                   const char *message) {
+        struct openai_error e;
+        openai_error_set(&e, status, type, param, "%s", message);
+        return queue_error(conn, &e, 0);
+}
+
+static void exchange_free(struct http_exchange *ex) {
+        struct http_front *h = ex->front;
+        if (ex->stream)
+                async_stream_release(ex->stream); /* aborts it if it still runs */
+        if (ex->prev)
+                ex->prev->next = ex->next;
+        else
+                h->first = ex->next;
+        if (ex->next)
+                ex->next->prev = ex->prev;
+        openai_request_free(&ex->req);
+        openai_choices_free(ex->choices, ex->req.n ? ex->req.n : 1);
+        free(ex->body);
+        free(ex->prompt);
+        free(ex->events);
+        free(ex);
+}
+
+static void wake(struct http_exchange *ex) {
+        if (ex->suspended) {
+                ex->suspended = false;
+                MHD_resume_connection(ex->conn);
+                sd_event_source_set_enabled(ex->front->kick, SD_EVENT_ONESHOT);
+        }
+}
+
+/* An output's error: the status and OpenAI's type for it. */
+static void record_failure(struct http_exchange *ex, const struct request_output *o) {
+        if (o->error_code == -EAGAIN) {
+                openai_error_set(&ex->failure, 429, "overloaded", NULL, "%s", o->error);
+                ex->retry_after = o->retry_after;
+        } else if (o->error_code == -ESHUTDOWN)
+                openai_error_set(&ex->failure, 503, "engine_dead", NULL, "%s", o->error);
+        else
+                openai_error_set(&ex->failure, 500, "internal_error", NULL, "%s", o->error);
+}
+
+static int append_error_event(struct http_exchange *ex) {
+        char *body = openai_error_body(&ex->failure);
+        if (!body)
+                return -ENOMEM;
+        size_t need = strlen(body) + 16;
+        if (ex->events_len + need > ex->events_cap) {
+                size_t cap = (ex->events_len + need) * 2;
+                char *grown = realloc(ex->events, cap);
+                if (!grown) {
+                        free(body);
+                        return -ENOMEM;
+                }
+                ex->events = grown;
+                ex->events_cap = cap;
+        }
+        ex->events_len += (size_t) sprintf(ex->events + ex->events_len, "data: %s\n\n", body);
+        free(body);
+        return 0;
+}
+
+static void on_stream(struct async_stream *stream, void *userdata) {
+        struct http_exchange *ex = userdata;
+        const struct tokenizer *tk = ex->front->server->model.tk;
+        struct request_output *o;
+        (void) stream;
+        while ((o = async_stream_take(ex->stream))) {
+                int r = 0;
+                if (o->error)
+                        record_failure(ex, o);
+                for (uint32_t i = 0; i < o->n_outputs; i++)
+                        ex->n_generated += o->outputs[i].n_token_ids;
+                if (ex->req.stream) {
+                        if (o->error)
+                                r = append_error_event(ex);
+                        else
+                                r = openai_stream_events(&ex->req, &ex->answer, tk, o, ex->first_event, &ex->events,
+                                                         &ex->events_len, &ex->events_cap);
+                        ex->first_event = false;
+                        if (r == 0 && o->finished)
+                                r = openai_stream_end(&ex->req, &ex->answer, ex->n_generated, &ex->events, &ex->events_len,
+                                                      &ex->events_cap);
+                } else if (!o->error)
+                        r = openai_collect(&ex->req, tk, o, ex->choices, ex->req.n);
+                if (r < 0 && !ex->failure.status)
+                        openai_error_set(&ex->failure, 500, "internal_error", NULL, "out of memory");
+                if (o->finished)
+                        ex->finished = true;
+                request_output_free(o);
+        }
+        /* a stream sends what came; a whole answer waits for the last output */
+        if (ex->req.stream || ex->finished)
+                wake(ex);
+}
+
+/* A stream's bytes as they come; the connection waits, suspended, while there are none. */
+static ssize_t read_events(void *cls, uint64_t pos, char *buf, size_t max) {
+        struct http_exchange *ex = cls;
+        (void) pos;
+        if (ex->events_sent < ex->events_len) {
+                size_t n = ex->events_len - ex->events_sent;
+                if (n > max)
+                        n = max;
+                memcpy(buf, ex->events + ex->events_sent, n);
+                ex->events_sent += n;
+                if (ex->events_sent == ex->events_len)
+                        ex->events_sent = ex->events_len = 0;
+                return (ssize_t) n;
+        }
+        if (ex->finished)
+                return MHD_CONTENT_READER_END_OF_STREAM;
+        ex->suspended = true;
+        MHD_suspend_connection(ex->conn);
+        return 0;
+}
+
+static const char *served_name(const struct server *s) {
+        return s->settings->served_model_name ? s->settings->served_model_name : s->model.name;
+}
+
+static enum MHD_Result answer_models(struct http_exchange *ex) {
+        struct server *s = ex->front->server;
+        struct json_object *o = json_object_new_object(), *list = json_object_new_array(), *m = json_object_new_object();
+        json_object_object_add(o, "object", json_object_new_string("list"));
+        json_object_object_add(m, "id", json_object_new_string(served_name(s)));
+        json_object_object_add(m, "object", json_object_new_string("model"));
+        json_object_object_add(m, "created", json_object_new_int64((int64_t) time(NULL)));
+        json_object_object_add(m, "owned_by", json_object_new_string("asyncllmd"));
+        json_object_object_add(m, "root", json_object_new_string(s->model.name));
+        json_object_object_add(m, "max_model_len", json_object_new_int64(s->model.config.max_model_len));
+        json_object_array_add(list, m);
+        json_object_object_add(o, "data", list);
+        return queue_json(ex->conn, MHD_HTTP_OK, o);
+}
+
+static enum MHD_Result answer_health(struct http_exchange *ex) {
+        struct server *s = ex->front->server;
+        struct error err = { 0 };
+        if (s->shutting_down)
+                return reply_error(ex->conn, 503, "shutting_down", NULL, "the daemon is stopping");
+        if (async_llm_check_health(s->model.llm, s->settings->health_stall_timeout, &err) < 0)
+                return reply_error(ex->conn, 503, "engine_dead", NULL, err.message);
+        return queue_body(ex->conn, MHD_HTTP_OK, strdup(""), "text/plain", 0);
+}
+
+static enum MHD_Result answer_version(struct http_exchange *ex) {
+        struct json_object *o = json_object_new_object();
+        json_object_object_add(o, "version", json_object_new_string(PACKAGE_VERSION));
+        return queue_json(ex->conn, MHD_HTTP_OK, o);
+}
+
+static enum MHD_Result start_generate(struct http_exchange *ex, enum openai_route route) {
+        struct http_front *h = ex->front;
+        struct server *s = h->server;
+        struct openai_error e;
+        struct error err = { 0 };
+        char *rendered = NULL;
+
+        if (s->shutting_down)
+                return reply_error(ex->conn, 503, "shutting_down", NULL, "the daemon is stopping and takes no new requests");
+        if (openai_parse(ex->body ? ex->body : "", ex->body_len, route, &ex->req, &e) < 0)
+                return queue_error(ex->conn, &e, 0);
+        if (ex->req.model && strcmp(ex->req.model, served_name(s)) != 0) {
+                openai_error_set(&e, 404, "NotFoundError", "model", "The model `%s` does not exist.", ex->req.model);
+                return queue_error(ex->conn, &e, 0);
+        }
+        struct generate_message *g = &ex->req.msg.generate;
+        if (g->prompt_kind == PROMPT_MESSAGES && chat_render(s->model.tk, g->messages, g->n_messages, true, &rendered, &err) < 0)
+                return reply_error(ex->conn, 400, "invalid_request_error", "messages", err.message);
+        if (ex->req.echo && g->prompt_kind == PROMPT_TEXT && !(ex->prompt = strdup(g->prompt))) {
+                free(rendered);
+                return MHD_NO;
+        }
+        ex->choices = calloc(ex->req.n, sizeof(*ex->choices));
+        if (!ex->choices) {
+                free(rendered);
+                return MHD_NO;
+        }
+        uint64_t serial = ++h->serial;
+        snprintf(ex->request_id, sizeof(ex->request_id), "http/%" PRIu64, serial);
+        snprintf(ex->answer_id, sizeof(ex->answer_id), "%s-%016" PRIx64 "%08x",
+                 route == OPENAI_CHAT_COMPLETIONS ? "chatcmpl" : "cmpl", serial, (unsigned) getpid());
+        ex->answer = (struct openai_answer) { ex->answer_id, served_name(s), (int64_t) time(NULL), 0, ex->prompt };
+        ex->first_event = true;
+        struct request_spec spec;
+        generate_message_to_spec(g, ex->request_id, rendered, &spec);
+        int r = async_llm_generate(s->model.llm, &spec, on_stream, ex, &ex->stream, &err);
+        free(rendered);
+        if (r == -EINVAL || r == -EOPNOTSUPP) {
+                openai_refused(err.message, &e);
+                return queue_error(ex->conn, &e, 0);
+        }
+        if (r < 0)
+                return reply_error(ex->conn, r == -ESHUTDOWN ? 503 : 500, r == -ESHUTDOWN ? "engine_dead" : "internal_error",
+                                   NULL, err.message);
+        ex->submitted = true;
+        ex->answer.n_prompt = async_stream_prompt_tokens(ex->stream);
+        log_request(LOG_DEBUG, ex->request_id, "HTTP generate: %u prompt tokens", ex->answer.n_prompt);
+        if (ex->req.stream) {
+                struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, read_events, ex, NULL);
+                if (!resp)
+                        return MHD_NO;
+                MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+                MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+                enum MHD_Result q = MHD_queue_response(ex->conn, MHD_HTTP_OK, resp);
+                MHD_destroy_response(resp);
+                return q;
+        }
+        if (!ex->finished) {
+                ex->suspended = true;
+                MHD_suspend_connection(ex->conn);
+        }
+        return MHD_YES;
+}
+
+/* A non-streamed request's answer, once its last output came. */
+static enum MHD_Result finish_generate(struct http_exchange *ex) {
+        if (ex->failure.status)
+                return queue_error(ex->conn, &ex->failure, ex->retry_after);
+        return queue_body(ex->conn, MHD_HTTP_OK, openai_answer_body(&ex->req, &ex->answer, ex->choices, ex->req.n),
+                          "application/json", 0);
+}
+
+static enum MHD_Result route(struct http_exchange *ex, const char *url, const char *method) {
+        static const struct {
+                const char *path, *method;
+                int route; /* -1: not a generate route */
+        } routes[] = {
+                { "/v1/completions", "POST", OPENAI_COMPLETIONS },
+                { "/v1/chat/completions", "POST", OPENAI_CHAT_COMPLETIONS },
+                { "/v1/models", "GET", -1 },
+                { "/health", "GET", -1 },
+                { "/version", "GET", -1 },
+        };
+        for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+                if (strcmp(url, routes[i].path) != 0)
+                        continue;
+                if (strcmp(method, routes[i].method) != 0) {
+                        char msg[96];
+                        snprintf(msg, sizeof(msg), "%s takes %s, not %s", url, routes[i].method, method);
+                        return reply_error(ex->conn, 405, "invalid_request_error", NULL, msg);
+                }
+                if (routes[i].route >= 0)
+                        return start_generate(ex, (enum openai_route) routes[i].route);
+                return url[1] == 'v' && url[2] == '1' ? answer_models(ex) : url[1] == 'h' ? answer_health(ex)
+                                                                                           : answer_version(ex);
+        }
+        char msg[256];
+        snprintf(msg, sizeof(msg), "no route %.100s; the routes are /v1/completions, /v1/chat/completions, /v1/models, "
+                 "/health and /version", url);
+        return reply_error(ex->conn, 404, "NotFoundError", NULL, msg);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size, void **con_cls) {
+        struct http_front *h = cls;
+        struct http_exchange *ex = *con_cls;
+        (void) version;
+        if (!ex) {
+                if (!(ex = calloc(1, sizeof(*ex))))
+                        return MHD_NO;
+                ex->front = h;
+                ex->conn = conn;
+                ex->next = h->first;
+                if (h->first)
+                        h->first->prev = ex;
+                h->first = ex;
+                *con_cls = ex;
+                return MHD_YES;
+        }
+        if (*upload_data_size) {
+                size_t n = *upload_data_size;
+                *upload_data_size = 0;
+                if (ex->body_too_large || ex->body_len + n > h->server->settings->max_line_bytes) {
+                        ex->body_too_large = true;
+                        return MHD_YES;
+                }
+                if (ex->body_len + n + 1 > ex->body_cap) {
+                        size_t cap = (ex->body_len + n + 1) * 2;
+                        char *grown = realloc(ex->body, cap);
+                        if (!grown)
+                                return MHD_NO;
+                        ex->body = grown;
+                        ex->body_cap = cap;
+                }
+                memcpy(ex->body + ex->body_len, upload_data, n);
+                ex->body_len += n;
+                ex->body[ex->body_len] = '\0';
+                return MHD_YES;
+        }
+        if (ex->submitted) {
+                if (ex->req.stream || ex->finished)
+                        return ex->req.stream ? MHD_YES : finish_generate(ex);
+                ex->suspended = true;
+                MHD_suspend_connection(conn);
+                return MHD_YES;
+        }
+        if (ex->body_too_large) {
+                char msg[128];
+                snprintf(msg, sizeof(msg), "the body is over %" PRIu64 " bytes (max-line-bytes)",
+                         h->server->settings->max_line_bytes);
+                return reply_error(conn, 413, "invalid_request_error", NULL, msg);
+        }
+        return route(ex, url, method);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
+        struct http_exchange *ex = *con_cls;
+        (void) cls;
+        (void) conn;
+        if (!ex)
+                return;
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && ex->submitted && !ex->finished)
+                log_request(LOG_DEBUG, ex->request_id, "HTTP client went away: request aborted");
+        exchange_free(ex);
+        *con_cls = NULL;
+}
+
+/* libmicrohttpd's next run: at once (a defer source: a timer would wait for its accuracy,
+ * 250 ms by default) when it has work in hand, else at its timeout, else on its epoll fd. */
+static void rearm_timer(struct http_front *h) {
+        MHD_UNSIGNED_LONG_LONG ms;
+        if (MHD_get_timeout(h->mhd, &ms) != MHD_YES) {
+                sd_event_source_set_enabled(h->timer, SD_EVENT_OFF);
+                return;
+        }
+        if (ms == 0) {
+                sd_event_source_set_enabled(h->kick, SD_EVENT_ONESHOT);
+                return;
+        }
+        sd_event_source_set_time_relative(h->timer, ms * 1000);
+        sd_event_source_set_enabled(h->timer, SD_EVENT_ONESHOT);
+}
+
+static void run_mhd(struct http_front *h) {
+        MHD_run(h->mhd);
+        rearm_timer(h);
+}
+
+static int on_io(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
+        (void) source;
+        (void) fd;
+        (void) revents;
+        run_mhd(userdata);
+        return 0;
+}
+
+static int on_kick(sd_event_source *source, void *userdata) {
+        (void) source;
+        run_mhd(userdata);
+        return 0;
+}
+
+static int on_timer(sd_event_source *source, uint64_t usec, void *userdata) {
+        (void) source;
+        (void) usec;
+        run_mhd(userdata);
+        return 0;
+}
+
+static bool is_loopback(const struct sockaddr *a) {
+        if (a->sa_family == AF_INET)
+                return (ntohl(((const struct sockaddr_in *) a)->sin_addr.s_addr) >> 24) == 127;
+        if (a->sa_family == AF_INET6) {
+                const struct in6_addr *in = &((const struct sockaddr_in6 *) a)->sin6_addr;
+                return IN6_IS_ADDR_LOOPBACK(in) ||
+                       (IN6_IS_ADDR_V4MAPPED(in) && in->s6_addr[12] == 127);
+        }
+        return false;
+}
+
+static int open_listener(const char *host, uint32_t port, int *ret, struct error *err) {
+        struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+        struct addrinfo *list;
+        char service[16];
+        snprintf(service, sizeof(service), "%u", port);
+        int r = getaddrinfo(host, service, &hints, &list);
+        if (r != 0)
+                return error_set(err, EINVAL, "--host %s: %s", host, gai_strerror(r));
+        int fd = -1, e = 0;
+        for (struct addrinfo *a = list; a; a = a->ai_next) {
+                if (!is_loopback(a->ai_addr)) {
+                        e = EPERM;
+                        continue;
+                }
+                fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+                if (fd < 0) {
+                        e = errno;
+                        continue;
+                }
+                int one = 1;
+                setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+                if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0)
+                        break;
+                e = errno;
+                close(fd);
+                fd = -1;
+        }
+        freeaddrinfo(list);
+        if (fd < 0 && e == EPERM)
+                return error_set(err, EPERM,
+                                 "--host %s is not a loopback address: the HTTP front serves loopback only until API keys "
+                                 "guard it; use 127.0.0.1 or ::1",
+                                 host);
+        if (fd < 0)
+                return error_set(err, e, "cannot listen on %s port %u: %s", host, port, strerror(e));
+        *ret = fd;
+        return 0;
+}
+
+int http_front_start(struct server *s, struct http_front **ret, struct error *err) {
+        const struct daemon_settings *st = s->settings;
+        *ret = NULL;
+        if (!st->host && !st->port)
+                return 0;
+        const char *host = st->host ? st->host : DEFAULT_HOST;
+        uint32_t port = st->port ? st->port : DEFAULT_PORT;
+        struct http_front *h = calloc(1, sizeof(*h));
+        if (!h)
+                return error_set(err, ENOMEM, "out of memory");
+        h->server = s;
+        h->listen_fd = -1;
+        int r = open_listener(host, port, &h->listen_fd, err);
+        if (r < 0) {
+                free(h);
+                return r;
+        }
+        h->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME, 0, NULL, NULL, on_request, h,
+                                  MHD_OPTION_LISTEN_SOCKET, h->listen_fd,
+                                  MHD_OPTION_CONNECTION_LIMIT, (unsigned) st->max_connections,
+                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned) (st->client_timeout + 0.999),
+                                  MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t) HEAD_MEMORY_LIMIT,
+                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+                                  MHD_OPTION_END);
+        if (!h->mhd) {
+                close(h->listen_fd);
+                free(h);
+                return error_set(err, EIO, "cannot start the HTTP front on %s port %u (libmicrohttpd)", host, port);
+        }
+        const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+        if (!info || (r = sd_event_add_io(s->event, &h->io, info->epoll_fd, EPOLLIN, on_io, h)) < 0 ||
+            (r = sd_event_add_time_relative(s->event, &h->timer, CLOCK_MONOTONIC, 0, 1000, on_timer, h)) < 0 ||
+            (r = sd_event_add_defer(s->event, &h->kick, on_kick, h)) < 0 ||
+            (r = sd_event_source_set_enabled(h->kick, SD_EVENT_OFF)) < 0) {
+                http_front_free(h);
+                return error_set(err, r < 0 ? -r : EIO, "cannot watch the HTTP front's events");
+        }
+        rearm_timer(h);
+        log_info("HTTP front on %s port %u", host, port);
+        *ret = h;
+        return 0;
+}
+
+void http_front_free(struct http_front *h) {
+        if (!h)
+                return;
+        sd_event_source_disable_unref(h->io);
+        sd_event_source_disable_unref(h->timer);
+        sd_event_source_disable_unref(h->kick);
+        /* the suspended ones are resumed so that the daemon's stop closes them */
+        for (struct http_exchange *ex = h->first; ex; ex = ex->next)
+                wake(ex);
+        if (h->mhd) {
+                MHD_quiesce_daemon(h->mhd); /* the listening socket stays ours, to close */
+                MHD_stop_daemon(h->mhd);    /* completes every connection: on_completed frees its exchange */
+        }
+        while (h->first)
+                exchange_free(h->first);
+        if (h->listen_fd >= 0)
+                close(h->listen_fd);
+        free(h);
+}

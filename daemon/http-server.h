@@ -1,0 +1,19 @@
+/* SPDX-License-Identifier: MIT */
+#pragma once
+
+/* The HTTP front: vLLM's OpenAI-compatible routes (/v1/completions, /v1/chat/completions,
+ * /v1/models, /health, /version) on a TCP socket, served by libmicrohttpd from the daemon's
+ * sd-event loop (its epoll fd is one of the loop's sources; no thread of its own). A request
+ * runs as a socket client's does, through the same AsyncLLM; a stream is Server-Sent
+ * Events. A client that goes away has its request aborted when the next output finds it
+ * gone. */
+
+#include "error.h"
+
+struct server;
+struct http_front;
+
+/* Listens on settings' host and port (none when neither is set: *ret NULL). */
+int http_front_start(struct server *s, struct http_front **ret, struct error *err);
+/* Stops listening; requests in flight are aborted and their connections closed. */
+void http_front_free(struct http_front *h);

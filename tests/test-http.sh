@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The HTTP front as its clients use it, with curl against the real daemon and model: vLLM's
+# OpenAI-compatible routes (the co-serving seed request word for word, streamed and not),
+# OpenAI's error objects and statuses, a client that goes away mid-stream (its request is
+# aborted), malformed HTTP, a body over the limit, many connections at once, and the refusal
+# of an address beyond loopback.
+set -u
+ctl=${ASYNCLLMCTL:?ASYNCLLMCTL must name the asyncllmctl binary}
+daemon=${ASYNCLLMD:?ASYNCLLMD must name the asyncllmd binary}
+model=${ASYNCLLM_MODEL:?ASYNCLLM_MODEL must name the model}
+[[ -f $model ]] || { echo "SKIP: $model is missing; run scripts/fetch-model"; exit 77; }
+command -v curl >/dev/null || { echo "SKIP: no curl (scripts/setup installs it)"; exit 77; }
+slowdown=${ASYNCLLM_TEST_SLOWDOWN:-1}
+scaled() { echo $(($1 * slowdown)); }
+
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+passed=0 failed=0
+pass() { passed=$((passed + 1)); echo "ok: $1"; }
+fail() { failed=$((failed + 1)); echo "FAIL: $1"; }
+expect() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
+
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+sock=$tmp/d.sock
+base=http://127.0.0.1:$port
+"$daemon" --model "$model" --max-model-len 4096 --bus none --socket "$sock" --port "$port" \
+    --served-model-name facebook/opt-125m --max-line-bytes 65536 >"$tmp/daemon.log" 2>&1 &
+pids+=($!)
+end=$((SECONDS + $(scaled 60)))
+until curl -s -o /dev/null "$base/health"; do
+    ((SECONDS < end)) || { echo "FAIL: the daemon never answered on port $port"; cat "$tmp/daemon.log"; exit 1; }
+    sleep 0.2
+done
+
+# post PATH BODY: the answer in $tmp/out, the status in $status
+post() { status=$(curl -s -o "$tmp/out" -w '%{http_code}' --max-time "$(scaled 120)" "$base$1" -H 'Content-Type: application/json' -d "$2"); }
+# json EXPR: python's verdict on the answer (d), true or false
+json() { python3 -c "import json, sys; d = json.load(open(sys.argv[1])); sys.exit(0 if ($1) else 1)" "$tmp/out" 2>/dev/null; }
+
+status=$(curl -s -o "$tmp/out" -w '%{http_code}' "$base/health")
+expect "GET /health: 200" test "$status" = 200
+status=$(curl -s -o "$tmp/out" -w '%{http_code}' "$base/v1/models")
+expect "GET /v1/models lists the served name" json "d['object'] == 'list' and d['data'][0]['id'] == 'facebook/opt-125m'"
+status=$(curl -s -o "$tmp/out" -w '%{http_code}' "$base/version")
+expect "GET /version" json "'version' in d"
+
+# The co-serving seed request, word for word.
+seed='{
+  "model": "facebook/opt-125m",
+  "messages": [{"role": "user", "content": "1 u are loved, sir: They that least lend it you shall lack you first. KING I fill a place"}],
+  "temperature": 0.7, "length_penalty": 1.0, "max_tokens": 100, "min_tokens": 100,
+  "is_latency_sensitive": "True", "slo": 0.05 }'
+post /v1/chat/completions "$seed"
+expect "the seed request: 200, 100 tokens, a chat.completion" json \
+    "d['object'] == 'chat.completion' and d['usage']['completion_tokens'] == 100 and d['choices'][0]['finish_reason'] == 'length' and len(d['choices'][0]['message']['content']) > 0 and d['model'] == 'facebook/opt-125m'"
+stream_seed=$(python3 -c 'import json, sys; d = json.loads(sys.argv[1]); d["stream"] = True; d["stream_options"] = {"include_usage": True}; print(json.dumps(d))' "$seed")
+curl -sN --max-time "$(scaled 120)" "$base/v1/chat/completions" -d "$stream_seed" >"$tmp/stream"
+python3 - "$tmp/stream" <<'EOF' && pass "the seed request streamed: SSE chunks, a role first, usage, [DONE]" || fail "the seed request streamed: $(head -c 400 "$tmp/stream")"
+import json, sys
+events = [l[6:] for l in open(sys.argv[1]).read().split("\n") if l.startswith("data: ")]
+assert events[-1] == "[DONE]", events[-1]
+chunks = [json.loads(e) for e in events[:-1]]
+assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 100
+assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[:-1])
+EOF
+
+post /v1/completions '{"prompt": "The capital of France is", "max_tokens": 8, "n": 2, "logprobs": 2, "temperature": 1, "seed": 7}'
+expect "completions: n = 2, logprobs, usage" json \
+    "d['object'] == 'text_completion' and len(d['choices']) == 2 and len(d['choices'][1]['logprobs']['tokens']) == 8 and d['usage']['completion_tokens'] == 16"
+cp "$tmp/out" "$tmp/first"
+post /v1/completions '{"prompt": "The capital of France is", "max_tokens": 8, "n": 2, "logprobs": 2, "temperature": 1, "seed": 7}'
+expect "completions: the same seed gives the same text" python3 -c "import json, sys; a, b = (json.load(open(f)) for f in sys.argv[1:]); sys.exit(0 if [c['text'] for c in a['choices']] == [c['text'] for c in b['choices']] else 1)" "$tmp/first" "$tmp/out"
+post /v1/completions '{"prompt": "Count: 1, 2, 3,", "max_tokens": 40, "temperature": 0, "stop": [" 6"], "echo": true}'
+expect "completions: stop ends it, echo puts the prompt first" json \
+    "d['choices'][0]['finish_reason'] == 'stop' and d['choices'][0]['text'].startswith('Count: 1, 2, 3,') and ' 6' not in d['choices'][0]['text'][15:]"
+
+post /v1/completions '{"prompt": "Hi", "temperature": -1}'
+expect "a bad field: 400 naming it" json "d['error']['code'] == 400 and d['error']['param'] == 'temperature' and 'temperature' in d['error']['message']"
+post /v1/completions '{"prompt": "Hi", "top_k": "many"}'
+expect "a mistyped field: 400 naming it" json "d['error']['param'] == 'top_k'"
+post /v1/completions '{"prompt": "Hi", "model": "gpt-4"}'
+expect "an unknown model: 404" test "$status" = 404
+post /v1/chat/completions '{"prompt": "Hi"}'
+expect "chat without messages: 400" json "d['error']['param'] == 'messages'"
+post /v1/completions '{"prompt": '
+expect "a body that ends early: 400" json "d['error']['code'] == 400 and 'ends early' in d['error']['message']"
+post /v1/nothing '{}'
+expect "an unknown route: 404 with OpenAI's error object" json "d['error']['code'] == 404"
+status=$(curl -s -o "$tmp/out" -w '%{http_code}' -X DELETE "$base/v1/models")
+expect "a wrong method: 405" test "$status" = 405
+python3 -c 'import json; print(json.dumps({"prompt": "x" * 70000}))' >"$tmp/big"
+status=$(curl -s -o "$tmp/out" -w '%{http_code}' "$base/v1/completions" --data-binary @"$tmp/big")
+expect "a body over max-line-bytes: 413" test "$status" = 413
+
+# Malformed HTTP and a head over the limit: answered or closed, the daemon unharmed.
+python3 - "$port" <<'EOF' && pass "malformed HTTP and a huge header are refused" || fail "malformed HTTP"
+import socket, sys
+for payload in (b"GARBAGE\r\n\r\n", b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 200000 + b"\r\n\r\n"):
+    s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+    try:
+        s.sendall(payload)
+    except OSError:
+        pass
+    data = s.recv(4096)
+    assert data == b"" or data.startswith(b"HTTP/1.1 4"), data[:100]
+    s.close()
+EOF
+
+# A client that leaves mid-stream: its request is aborted at its next token, long before its
+# 3500 tokens would have ended it.
+curl -sN --max-time 2 "$base/v1/completions" -d '{"prompt": "Tell a long story.", "max_tokens": 3500, "ignore_eos": true, "stream": true}' >/dev/null
+running_now() { "$ctl" --socket "$sock" status 2>/dev/null | awk '/^Running:/ { print $2 }'; }
+end=$((SECONDS + $(scaled 5)))
+while [[ $(running_now) != 0 ]] && ((SECONDS < end)); do sleep 0.2; done
+running=$(running_now)
+expect "a stream whose client left is aborted (running: ${running:-?})" test "${running:-x}" = 0
+
+# Many clients at once: every one answered.
+for i in $(seq 100); do
+    curl -s -o "$tmp/many.$i" -w '%{http_code}\n' --max-time "$(scaled 120)" "$base/v1/completions" -d '{"prompt": "Hello", "max_tokens": 4}' &
+done >"$tmp/codes"
+wait_for=$((SECONDS + $(scaled 150)))
+while (($(grep -c . "$tmp/codes") < 100)) && ((SECONDS < wait_for)); do sleep 0.2; done
+expect "100 clients at once: all answered 200 ($(sort "$tmp/codes" | uniq -c | tr '\n' ' '))" test "$(grep -c '^200$' "$tmp/codes")" = 100
+status=$(curl -s -o /dev/null -w '%{http_code}' "$base/health")
+expect "the daemon is healthy afterwards" test "$status" = 200
+
+# An address beyond loopback is refused until API keys guard it.
+"$daemon" --model "$model" --max-model-len 256 --bus none --socket "$tmp/e.sock" --host 0.0.0.0 --port "$port" >"$tmp/out" 2>&1
+rc=$?
+expect "--host 0.0.0.0 is refused (exit $rc): $(tail -n 1 "$tmp/out")" grep -q "not a loopback address" "$tmp/out"
+
+echo "$passed passed, $failed failed"
+((failed == 0))
