@@ -8,12 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <microhttpd.h>
 
+#include "commands.h"
 #include "http-server.h"
 #include "log.h"
 #include "openai.h"
@@ -26,6 +28,7 @@
 
 struct http_front {
         struct server *server;
+        char *api_key; /* NULL: none (then loopback only) */
         struct MHD_Daemon *mhd;
         int listen_fd;
         sd_event_source *io, *timer;
@@ -34,6 +37,19 @@ struct http_front {
         sd_event_source *kick;
         uint64_t serial;
         struct http_exchange *first; /* every request being answered */
+        struct http_peer *peers;     /* every open connection */
+        sd_event_source *sweep;      /* closes peers too slow to send a request */
+};
+
+/* One connection: how long it has been sending its current request. libmicrohttpd's own
+ * timeout is for idle time, so a client that sends a byte a second would hold a connection
+ * for ever; this cuts a request that is not all in after client-timeout seconds. */
+struct http_peer {
+        struct MHD_Connection *conn;
+        uint64_t since_usec; /* the connection's start, or its last answer's end */
+        bool answering;      /* its request is all in: the wait is the daemon's */
+        bool cut;
+        struct http_peer *prev, *next;
 };
 
 /* One HTTP request and its answer. */
@@ -47,6 +63,7 @@ struct http_exchange {
 
         struct openai_request req;
         struct async_stream *stream;
+        sd_event_source *hangup; /* the client's socket, watched for its going away */
         char request_id[48];
         char answer_id[64];
         char *prompt; /* echo's text */
@@ -63,6 +80,17 @@ struct http_exchange {
 };
 
 static void run_mhd(struct http_front *h);
+
+static struct http_peer *peer_of(struct MHD_Connection *conn) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        return ci ? ci->socket_context : NULL;
+}
+
+static uint64_t now_usec(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
+}
 
 static enum MHD_Result queue_body(struct MHD_Connection *conn, unsigned status, char *body, const char *type,
                                   double retry_after) {
@@ -104,6 +132,7 @@ static enum MHD_Result reply_error(struct MHD_Connection *conn, int status, cons
 
 static void exchange_free(struct http_exchange *ex) {
         struct http_front *h = ex->front;
+        sd_event_source_disable_unref(ex->hangup);
         if (ex->stream)
                 async_stream_release(ex->stream); /* aborts it if it still runs */
         if (ex->prev)
@@ -249,6 +278,113 @@ static enum MHD_Result answer_version(struct http_exchange *ex) {
         return queue_json(ex->conn, MHD_HTTP_OK, o);
 }
 
+static enum MHD_Result answer_metrics(struct http_exchange *ex) {
+        return queue_body(ex->conn, MHD_HTTP_OK, commands_metrics_text(ex->front->server), "text/plain; version=0.0.4", 0);
+}
+
+/* vLLM's /tokenize: {"prompt"} or {"messages", "add_generation_prompt"} (true unless false),
+ * tokenized as a generate request's prompt is. */
+static enum MHD_Result answer_tokenize(struct http_exchange *ex) {
+        struct server *s = ex->front->server;
+        struct json_object *root = json_tokener_parse(ex->body ? ex->body : ""), *v;
+        bool chat = root && json_object_object_get_ex(root, "messages", NULL);
+        bool generation_prompt = !(root && json_object_object_get_ex(root, "add_generation_prompt", &v) &&
+                                   json_object_is_type(v, json_type_boolean) && !json_object_get_boolean(v));
+        json_object_put(root);
+        struct openai_error e;
+        struct openai_request req;
+        if (openai_parse(ex->body ? ex->body : "", ex->body_len, chat ? OPENAI_CHAT_COMPLETIONS : OPENAI_COMPLETIONS, &req,
+                         &e) < 0)
+                return queue_error(ex->conn, &e, 0);
+        const struct generate_message *g = &req.msg.generate;
+        struct error err = { 0 };
+        char *rendered = NULL;
+        int32_t *ids = NULL;
+        size_t n = 0;
+        int r = 0;
+        if (g->prompt_kind == PROMPT_TOKEN_IDS) {
+                n = g->n_prompt_token_ids;
+                ids = malloc((n ? n : 1) * sizeof(*ids));
+                if (ids)
+                        memcpy(ids, g->prompt_token_ids, n * sizeof(*ids));
+                else
+                        r = error_set(&err, ENOMEM, "out of memory");
+        } else {
+                const char *text = g->prompt;
+                if (g->prompt_kind == PROMPT_MESSAGES &&
+                    (r = chat_render(s->model.tk, g->messages, g->n_messages, generation_prompt, &rendered, &err)) == 0)
+                        text = rendered;
+                if (r == 0)
+                        r = tokenizer_encode(s->model.tk, text, strlen(text), true, &ids, &n, &err);
+        }
+        openai_request_free(&req);
+        free(rendered);
+        if (r < 0) {
+                free(ids);
+                return reply_error(ex->conn, r == -ENOMEM ? 500 : 400, "invalid_request_error", NULL, err.message);
+        }
+        struct json_object *o = json_object_new_object(), *tokens = json_object_new_array();
+        for (size_t i = 0; i < n; i++)
+                json_object_array_add(tokens, json_object_new_int(ids[i]));
+        free(ids);
+        json_object_object_add(o, "count", json_object_new_int64((int64_t) n));
+        json_object_object_add(o, "max_model_len", json_object_new_int64(s->model.config.max_model_len));
+        json_object_object_add(o, "tokens", tokens);
+        json_object_object_add(o, "token_strs", NULL);
+        return queue_json(ex->conn, MHD_HTTP_OK, o);
+}
+
+/* vLLM's /detokenize: {"tokens": [...]} to {"prompt": text}. */
+static enum MHD_Result answer_detokenize(struct http_exchange *ex) {
+        struct server *s = ex->front->server;
+        struct json_object *root = json_tokener_parse(ex->body ? ex->body : ""), *tokens;
+        if (!root || !json_object_is_type(root, json_type_object) || !json_object_object_get_ex(root, "tokens", &tokens) ||
+            !json_object_is_type(tokens, json_type_array)) {
+                json_object_put(root);
+                return reply_error(ex->conn, 400, "invalid_request_error", "tokens",
+                                   "the body must be a JSON object with \"tokens\", a list of token ids");
+        }
+        size_t n = json_object_array_length(tokens);
+        int32_t *ids = malloc((n ? n : 1) * sizeof(*ids));
+        struct error err = { 0 };
+        int r = ids ? 0 : error_set(&err, ENOMEM, "out of memory");
+        for (size_t i = 0; r == 0 && i < n; i++) {
+                struct json_object *t = json_object_array_get_idx(tokens, i);
+                int64_t id = json_object_get_int64(t);
+                if (!json_object_is_type(t, json_type_int) || id < 0 || id > INT32_MAX)
+                        r = error_set(&err, EINVAL, "tokens[%zu] must be a token id", i);
+                else
+                        ids[i] = (int32_t) id;
+        }
+        json_object_put(root);
+        char *text = NULL;
+        size_t len = 0;
+        if (r == 0)
+                r = tokenizer_decode_text(s->model.tk, ids, n, false, &text, &len, &err);
+        free(ids);
+        if (r < 0)
+                return reply_error(ex->conn, r == -ENOMEM ? 500 : 400, "invalid_request_error", "tokens", err.message);
+        struct json_object *o = json_object_new_object();
+        json_object_object_add(o, "prompt", protocol_json_text(text, len));
+        free(text);
+        return queue_json(ex->conn, MHD_HTTP_OK, o);
+}
+
+/* The client closed its socket (or half-closed it: an HTTP client that will read no more of
+ * a request it sent): the request ends now, in the engine's current step, not at its next
+ * output, which a suspended connection would wait for. */
+static int on_hangup(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
+        struct http_exchange *ex = userdata;
+        (void) fd;
+        (void) revents;
+        sd_event_source_set_enabled(source, SD_EVENT_OFF);
+        if (!ex->finished) {
+                log_request(LOG_DEBUG, ex->request_id, "HTTP client went away: request aborted");
+                async_llm_abort(ex->front->server->model.llm, ex->request_id);
+        }
+        return 0;
+}
+
 static enum MHD_Result start_generate(struct http_exchange *ex, enum openai_route route) {
         struct http_front *h = ex->front;
         struct server *s = h->server;
@@ -295,6 +431,9 @@ static enum MHD_Result start_generate(struct http_exchange *ex, enum openai_rout
                                    NULL, err.message);
         ex->submitted = true;
         ex->answer.n_prompt = async_stream_prompt_tokens(ex->stream);
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(ex->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci && sd_event_add_io(s->event, &ex->hangup, ci->connect_fd, EPOLLRDHUP, on_hangup, ex) < 0)
+                ex->hangup = NULL; /* then the next output finds it gone */
         log_request(LOG_DEBUG, ex->request_id, "HTTP generate: %u prompt tokens", ex->answer.n_prompt);
         if (ex->req.stream) {
                 struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, read_events, ex, NULL);
@@ -321,20 +460,45 @@ static enum MHD_Result finish_generate(struct http_exchange *ex) {
                           "application/json", 0);
 }
 
+/* Whether the request carries the API key (or none is set), compared in time that does not
+ * depend on where the keys differ. */
+static bool key_matches(struct http_exchange *ex) {
+        const char *key = ex->front->api_key;
+        if (!key)
+                return true;
+        const char *auth = MHD_lookup_connection_value(ex->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        if (!auth || strncasecmp(auth, "Bearer ", 7) != 0)
+                return false;
+        const char *given = auth + 7;
+        size_t n = strlen(key), m = strlen(given);
+        unsigned char diff = n != m;
+        for (size_t i = 0; i < n; i++)
+                diff |= (unsigned char) key[i] ^ (unsigned char) (i < m ? given[i] : 0);
+        return diff == 0;
+}
+
 static enum MHD_Result route(struct http_exchange *ex, const char *url, const char *method) {
         static const struct {
                 const char *path, *method;
-                int route; /* -1: not a generate route */
+                int route; /* a generate route, or -1 */
+                enum MHD_Result (*answer)(struct http_exchange *ex);
+                bool keyed; /* needs the API key, when there is one (vLLM's /v1 routes, and the tokenizer's) */
         } routes[] = {
-                { "/v1/completions", "POST", OPENAI_COMPLETIONS },
-                { "/v1/chat/completions", "POST", OPENAI_CHAT_COMPLETIONS },
-                { "/v1/models", "GET", -1 },
-                { "/health", "GET", -1 },
-                { "/version", "GET", -1 },
+                { "/v1/completions", "POST", OPENAI_COMPLETIONS, NULL, true },
+                { "/v1/chat/completions", "POST", OPENAI_CHAT_COMPLETIONS, NULL, true },
+                { "/v1/models", "GET", -1, answer_models, true },
+                { "/tokenize", "POST", -1, answer_tokenize, true },
+                { "/detokenize", "POST", -1, answer_detokenize, true },
+                { "/health", "GET", -1, answer_health, false },
+                { "/version", "GET", -1, answer_version, false },
+                { "/metrics", "GET", -1, answer_metrics, false },
         };
         for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
                 if (strcmp(url, routes[i].path) != 0)
                         continue;
+                if (routes[i].keyed && !key_matches(ex))
+                        return reply_error(ex->conn, 401, "invalid_request_error", NULL,
+                                           "a valid API key is required: send 'Authorization: Bearer KEY'");
                 if (strcmp(method, routes[i].method) != 0) {
                         char msg[96];
                         snprintf(msg, sizeof(msg), "%s takes %s, not %s", url, routes[i].method, method);
@@ -342,12 +506,11 @@ static enum MHD_Result route(struct http_exchange *ex, const char *url, const ch
                 }
                 if (routes[i].route >= 0)
                         return start_generate(ex, (enum openai_route) routes[i].route);
-                return url[1] == 'v' && url[2] == '1' ? answer_models(ex) : url[1] == 'h' ? answer_health(ex)
-                                                                                           : answer_version(ex);
+                return routes[i].answer(ex);
         }
         char msg[256];
         snprintf(msg, sizeof(msg), "no route %.100s; the routes are /v1/completions, /v1/chat/completions, /v1/models, "
-                 "/health and /version", url);
+                 "/tokenize, /detokenize, /health, /version and /metrics", url);
         return reply_error(ex->conn, 404, "NotFoundError", NULL, msg);
 }
 
@@ -388,6 +551,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 ex->body[ex->body_len] = '\0';
                 return MHD_YES;
         }
+        struct http_peer *peer = peer_of(conn);
+        if (peer)
+                peer->answering = true;
         if (ex->submitted) {
                 if (ex->req.stream || ex->finished)
                         return ex->req.stream ? MHD_YES : finish_generate(ex);
@@ -404,14 +570,64 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return route(ex, url, method);
 }
 
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+        struct http_front *h = cls;
+        struct http_peer *p = *socket_context;
+        if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+                if (!(p = calloc(1, sizeof(*p))))
+                        return; /* not swept: libmicrohttpd's idle timeout still holds */
+                p->conn = conn;
+                p->since_usec = now_usec();
+                p->next = h->peers;
+                if (h->peers)
+                        h->peers->prev = p;
+                h->peers = p;
+                *socket_context = p;
+                return;
+        }
+        if (!p)
+                return;
+        if (p->prev)
+                p->prev->next = p->next;
+        else
+                h->peers = p->next;
+        if (p->next)
+                p->next->prev = p->prev;
+        free(p);
+        *socket_context = NULL;
+}
+
+static int on_sweep(sd_event_source *source, uint64_t usec, void *userdata) {
+        struct http_front *h = userdata;
+        uint64_t limit = (uint64_t) (h->server->settings->client_timeout * 1e6), now = now_usec();
+        bool cut = false;
+        for (struct http_peer *p = h->peers; p; p = p->next) {
+                if (p->answering || p->cut || now - p->since_usec < limit)
+                        continue;
+                const union MHD_ConnectionInfo *ci = MHD_get_connection_info(p->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+                if (ci) {
+                        shutdown(ci->connect_fd, SHUT_RDWR); /* libmicrohttpd sees it end and closes it */
+                        p->cut = cut = true;
+                }
+        }
+        if (cut)
+                sd_event_source_set_enabled(h->kick, SD_EVENT_ONESHOT);
+        sd_event_source_set_time(source, usec + 1000000);
+        return 0;
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
         struct http_exchange *ex = *con_cls;
+        struct http_peer *p = peer_of(conn);
         (void) cls;
-        (void) conn;
+        (void) toe;
+        if (p) { /* a kept-alive connection's next request starts its clock now */
+                p->answering = false;
+                p->since_usec = now_usec();
+        }
         if (!ex)
                 return;
-        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && ex->submitted && !ex->finished)
-                log_request(LOG_DEBUG, ex->request_id, "HTTP client went away: request aborted");
         exchange_free(ex);
         *con_cls = NULL;
 }
@@ -469,7 +685,7 @@ static bool is_loopback(const struct sockaddr *a) {
         return false;
 }
 
-static int open_listener(const char *host, uint32_t port, int *ret, struct error *err) {
+static int open_listener(const char *host, uint32_t port, bool any_address, int *ret, struct error *err) {
         struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
         struct addrinfo *list;
         char service[16];
@@ -479,7 +695,7 @@ static int open_listener(const char *host, uint32_t port, int *ret, struct error
                 return error_set(err, EINVAL, "--host %s: %s", host, gai_strerror(r));
         int fd = -1, e = 0;
         for (struct addrinfo *a = list; a; a = a->ai_next) {
-                if (!is_loopback(a->ai_addr)) {
+                if (!any_address && !is_loopback(a->ai_addr)) {
                         e = EPERM;
                         continue;
                 }
@@ -499,12 +715,41 @@ static int open_listener(const char *host, uint32_t port, int *ret, struct error
         freeaddrinfo(list);
         if (fd < 0 && e == EPERM)
                 return error_set(err, EPERM,
-                                 "--host %s is not a loopback address: the HTTP front serves loopback only until API keys "
-                                 "guard it; use 127.0.0.1 or ::1",
+                                 "--host %s is not a loopback address: without an API key the HTTP front serves "
+                                 "loopback only; set --api-key-file (or --api-key), or use 127.0.0.1 or ::1",
                                  host);
         if (fd < 0)
                 return error_set(err, e, "cannot listen on %s port %u: %s", host, port, strerror(e));
         *ret = fd;
+        return 0;
+}
+
+/* --api-key, or the first line of --api-key-file (not both). */
+static int load_api_key(const struct daemon_settings *st, char **ret, struct error *err) {
+        *ret = NULL;
+        if (st->api_key && st->api_key_file)
+                return error_set(err, EINVAL, "give --api-key or --api-key-file, not both");
+        if (st->api_key) {
+                if (!*st->api_key)
+                        return error_set(err, EINVAL, "--api-key is empty");
+                return (*ret = strdup(st->api_key)) ? 0 : error_set(err, ENOMEM, "out of memory");
+        }
+        if (!st->api_key_file)
+                return 0;
+        FILE *f = fopen(st->api_key_file, "re");
+        if (!f)
+                return error_set(err, errno, "--api-key-file %s: %s", st->api_key_file, strerror(errno));
+        char *line = NULL;
+        size_t cap = 0;
+        ssize_t n = getline(&line, &cap, f);
+        fclose(f);
+        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+                line[--n] = '\0';
+        if (n <= 0) {
+                free(line);
+                return error_set(err, EINVAL, "--api-key-file %s: its first line is empty", st->api_key_file);
+        }
+        *ret = line;
         return 0;
 }
 
@@ -520,8 +765,9 @@ int http_front_start(struct server *s, struct http_front **ret, struct error *er
                 return error_set(err, ENOMEM, "out of memory");
         h->server = s;
         h->listen_fd = -1;
-        int r = open_listener(host, port, &h->listen_fd, err);
-        if (r < 0) {
+        int r = load_api_key(st, &h->api_key, err);
+        if (r < 0 || (r = open_listener(host, port, h->api_key != NULL, &h->listen_fd, err)) < 0) {
+                free(h->api_key);
                 free(h);
                 return r;
         }
@@ -531,9 +777,11 @@ int http_front_start(struct server *s, struct http_front **ret, struct error *er
                                   MHD_OPTION_CONNECTION_TIMEOUT, (unsigned) (st->client_timeout + 0.999),
                                   MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t) HEAD_MEMORY_LIMIT,
                                   MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+                                  MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
                                   MHD_OPTION_END);
         if (!h->mhd) {
                 close(h->listen_fd);
+                free(h->api_key);
                 free(h);
                 return error_set(err, EIO, "cannot start the HTTP front on %s port %u (libmicrohttpd)", host, port);
         }
@@ -541,6 +789,8 @@ int http_front_start(struct server *s, struct http_front **ret, struct error *er
         if (!info || (r = sd_event_add_io(s->event, &h->io, info->epoll_fd, EPOLLIN, on_io, h)) < 0 ||
             (r = sd_event_add_time_relative(s->event, &h->timer, CLOCK_MONOTONIC, 0, 1000, on_timer, h)) < 0 ||
             (r = sd_event_add_defer(s->event, &h->kick, on_kick, h)) < 0 ||
+            (r = sd_event_add_time_relative(s->event, &h->sweep, CLOCK_MONOTONIC, 1000000, 100000, on_sweep, h)) < 0 ||
+            (r = sd_event_source_set_enabled(h->sweep, SD_EVENT_ON)) < 0 ||
             (r = sd_event_source_set_enabled(h->kick, SD_EVENT_OFF)) < 0) {
                 http_front_free(h);
                 return error_set(err, r < 0 ? -r : EIO, "cannot watch the HTTP front's events");
@@ -557,6 +807,7 @@ void http_front_free(struct http_front *h) {
         sd_event_source_disable_unref(h->io);
         sd_event_source_disable_unref(h->timer);
         sd_event_source_disable_unref(h->kick);
+        sd_event_source_disable_unref(h->sweep);
         /* the suspended ones are resumed so that the daemon's stop closes them */
         for (struct http_exchange *ex = h->first; ex; ex = ex->next)
                 wake(ex);
@@ -568,5 +819,8 @@ void http_front_free(struct http_front *h) {
                 exchange_free(h->first);
         if (h->listen_fd >= 0)
                 close(h->listen_fd);
+        if (h->api_key)
+                explicit_bzero(h->api_key, strlen(h->api_key));
+        free(h->api_key);
         free(h);
 }

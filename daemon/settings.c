@@ -75,6 +75,8 @@ enum setting_id {
         KEY_HOST,
         KEY_PORT,
         KEY_SERVED_MODEL_NAME,
+        KEY_API_KEY,
+        KEY_API_KEY_FILE,
         KEY_BUS,
         KEY_CONFIG,
         KEY_LOG_LEVEL,
@@ -276,6 +278,16 @@ static const struct setting table[N_KEYS] = {
         [KEY_SERVED_MODEL_NAME] = {
                 "served-model-name", SETTING_PATH, FIELD(served_model_name), .max = 255, .arg = "NAME",
                 .help = "the model's name in the HTTP API", .default_text = "the model file's name without .gguf",
+        },
+        [KEY_API_KEY] = {
+                "api-key", SETTING_PATH, FIELD(api_key), .max = 1024, .arg = "KEY",
+                .help = "the key HTTP clients send as 'Authorization: Bearer KEY' (visible in ps: prefer --api-key-file)",
+                .default_text = "no key",
+        },
+        [KEY_API_KEY_FILE] = {
+                "api-key-file", SETTING_PATH, FIELD(api_key_file), .max = 4096, .arg = "PATH",
+                .help = "a file whose first line is the API key (a systemd credential, for one)",
+                .default_text = "no file",
         },
         [KEY_MAX_CONNECTIONS] = {
                 "max-connections", SETTING_U32, FIELD(max_connections), .min = 1, .max = 65536, .reloadable = true,

@@ -57,6 +57,8 @@ struct daemon_settings {
         char *host;                   /* the HTTP front's address; NULL: 127.0.0.1 */
         uint32_t port;                /* the HTTP front's port; 0 (and no host): none */
         char *served_model_name;      /* NULL: the model file's name */
+        char *api_key;                /* the HTTP front's key; NULL: none */
+        char *api_key_file;           /* a file holding it */
         enum daemon_bus bus;
         char *config;                 /* the file read (or to read); NULL when there is none */
         int log_level;                /* LOG_EMERG..LOG_DEBUG */

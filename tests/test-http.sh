@@ -31,7 +31,7 @@ port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0));
 sock=$tmp/d.sock
 base=http://127.0.0.1:$port
 "$daemon" --model "$model" --max-model-len 4096 --bus none --socket "$sock" --port "$port" \
-    --served-model-name facebook/opt-125m --max-line-bytes 65536 >"$tmp/daemon.log" 2>&1 &
+    --served-model-name facebook/opt-125m --max-line-bytes 65536 --client-timeout 3 >"$tmp/daemon.log" 2>&1 &
 pids+=($!)
 end=$((SECONDS + $(scaled 60)))
 until curl -s -o /dev/null "$base/health"; do
@@ -125,6 +125,45 @@ while [[ $(running_now) != 0 ]] && ((SECONDS < end)); do sleep 0.2; done
 running=$(running_now)
 expect "a stream whose client left is aborted (running: ${running:-?})" test "${running:-x}" = 0
 
+# A client that leaves a whole (not streamed) answer it waits for: aborted at once too.
+curl -s --max-time 1 "$base/v1/completions" -d '{"prompt": "Tell a long story.", "max_tokens": 3500, "ignore_eos": true}' >/dev/null
+end=$((SECONDS + $(scaled 3)))
+while [[ $(running_now) != 0 ]] && ((SECONDS < end)); do sleep 0.1; done
+running=$(running_now)
+expect "a whole answer whose client left is aborted (running: ${running:-?})" test "${running:-x}" = 0
+
+# A client sending its request a byte at a time is cut after client-timeout (3 s), not before.
+python3 - "$port" <<'EOF_PY' && pass "a slow client is cut at client-timeout" || fail "a slow client: $(cat "$tmp/slow" 2>/dev/null)"
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=30)
+s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+t0 = time.time()
+while time.time() - t0 < 20:
+    try:
+        s.sendall(b"a")
+        s.settimeout(0.5)
+        if s.recv(1) == b"":
+            break
+    except socket.timeout:
+        continue
+    except OSError:
+        break
+took = time.time() - t0
+
+print("cut after %.1f s" % took)
+sys.exit(0 if 2.5 <= took <= 7 else 1)
+EOF_PY
+
+status=$(curl -s -o "$tmp/out" -w '%{http_code}' "$base/tokenize" -d '{"prompt": "Hello world"}')
+expect "POST /tokenize" json "d['count'] == len(d['tokens']) and d['count'] >= 2"
+ids=$(python3 -c 'import json, sys; print(json.dumps({"tokens": json.load(open(sys.argv[1]))["tokens"]}))' "$tmp/out")
+status=$(curl -s -o "$tmp/out" -w '%{http_code}' "$base/detokenize" -d "$ids")
+expect "POST /detokenize gives the text back" json "d['prompt'] == 'Hello world'"
+status=$(curl -s -o "$tmp/out" -w '%{http_code}' "$base/tokenize" -d '{"messages": [{"role": "user", "content": "Hi"}]}')
+expect "POST /tokenize of messages (the chat template)" json "d['count'] > 5"
+curl -s "$base/metrics" >"$tmp/metrics"
+expect "GET /metrics: Prometheus text with vLLM's names" grep -q '^vllm:time_to_first_token_seconds_count' "$tmp/metrics"
+
 # Many clients at once: every one answered.
 for i in $(seq 100); do
     curl -s -o "$tmp/many.$i" -w '%{http_code}\n' --max-time "$(scaled 120)" "$base/v1/completions" -d '{"prompt": "Hello", "max_tokens": 4}' &
@@ -135,7 +174,27 @@ expect "100 clients at once: all answered 200 ($(sort "$tmp/codes" | uniq -c | t
 status=$(curl -s -o /dev/null -w '%{http_code}' "$base/health")
 expect "the daemon is healthy afterwards" test "$status" = 200
 
-# An address beyond loopback is refused until API keys guard it.
+# With an API key: the /v1 routes want it, /health does not; any address may be bound.
+printf 'sk-test-%s\n' "$RANDOM$RANDOM" >"$tmp/key"
+key=$(head -n 1 "$tmp/key")
+port2=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$daemon" --model "$model" --max-model-len 256 --bus none --socket "$tmp/k.sock" --host 0.0.0.0 --port "$port2" \
+    --api-key-file "$tmp/key" >"$tmp/k.log" 2>&1 &
+pids+=($!)
+end=$((SECONDS + $(scaled 60)))
+until curl -s -o /dev/null "http://127.0.0.1:$port2/health"; do
+    ((SECONDS < end)) || break
+    sleep 0.2
+done
+keyed() { curl -s -o "$tmp/out" -w '%{http_code}' "http://127.0.0.1:$port2/v1/completions" -d '{"prompt": "Hi", "max_tokens": 2}' "$@"; }
+expect "with a key, no key: 401" test "$(keyed)" = 401
+expect "with a key, the wrong key: 401" test "$(keyed -H 'Authorization: Bearer sk-wrong')" = 401
+expect "with a key, the key: 200 (bound to 0.0.0.0)" test "$(keyed -H "Authorization: Bearer $key")" = 200
+expect "with a key, /health needs none" test "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port2/health")" = 200
+"$daemon" --model "$model" --bus none --socket "$tmp/f.sock" --port "$port2" --api-key x --api-key-file "$tmp/key" >"$tmp/out" 2>&1
+expect "--api-key and --api-key-file together are refused" grep -q "not both" "$tmp/out"
+
+# An address beyond loopback is refused without an API key.
 "$daemon" --model "$model" --max-model-len 256 --bus none --socket "$tmp/e.sock" --host 0.0.0.0 --port "$port" >"$tmp/out" 2>&1
 rc=$?
 expect "--host 0.0.0.0 is refused (exit $rc): $(tail -n 1 "$tmp/out")" grep -q "not a loopback address" "$tmp/out"
