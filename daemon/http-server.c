@@ -262,6 +262,22 @@ static enum MHD_Result answer_models(struct http_exchange *ex) {
         return queue_json(ex->conn, MHD_HTTP_OK, o);
 }
 
+/* GET /v1/models/{id}: the model, or 404 for another name. */
+static enum MHD_Result answer_model(struct http_exchange *ex, const char *id) {
+        struct server *s = ex->front->server;
+        if (strcmp(id, served_name(s)) != 0) {
+                struct openai_error e;
+                openai_error_set(&e, 404, "NotFoundError", "model", "The model `%.200s` does not exist.", id);
+                return queue_error(ex->conn, &e, 0);
+        }
+        struct json_object *m = json_object_new_object();
+        json_object_object_add(m, "id", json_object_new_string(served_name(s)));
+        json_object_object_add(m, "object", json_object_new_string("model"));
+        json_object_object_add(m, "created", json_object_new_int64((int64_t) time(NULL)));
+        json_object_object_add(m, "owned_by", json_object_new_string("asyncllmd"));
+        return queue_json(ex->conn, MHD_HTTP_OK, m);
+}
+
 static enum MHD_Result answer_health(struct http_exchange *ex) {
         struct server *s = ex->front->server;
         struct error err = { 0 };
@@ -507,6 +523,12 @@ static enum MHD_Result route(struct http_exchange *ex, const char *url, const ch
                 if (routes[i].route >= 0)
                         return start_generate(ex, (enum openai_route) routes[i].route);
                 return routes[i].answer(ex);
+        }
+        if (strncmp(url, "/v1/models/", 11) == 0 && strcmp(method, "GET") == 0) {
+                if (!key_matches(ex))
+                        return reply_error(ex->conn, 401, "invalid_request_error", NULL,
+                                           "a valid API key is required: send 'Authorization: Bearer KEY'");
+                return answer_model(ex, url + 11);
         }
         char msg[256];
         snprintf(msg, sizeof(msg), "no route %.100s; the routes are /v1/completions, /v1/chat/completions, /v1/models, "
