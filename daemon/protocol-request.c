@@ -337,6 +337,7 @@ enum param_type {
         PARAM_LOGIT_BIAS,
         PARAM_ALLOWED_TOKEN_IDS,
         PARAM_OUTPUT_KIND,
+        PARAM_WITHOUT_EFFECT, /* a number vLLM takes that does nothing without beam search */
 };
 
 struct param_field {
@@ -371,6 +372,7 @@ static const struct param_field param_fields[] = {
         PARAM(allowed_token_ids, PARAM_ALLOWED_TOKEN_IDS),
         PARAM(skip_special_tokens, PARAM_BOOL),
         PARAM(output_kind, PARAM_OUTPUT_KIND),
+        { "length_penalty", PARAM_WITHOUT_EFFECT, 0, 0 },
 };
 
 static int parse_stop(struct parser *p, const char *path, struct json_object *v) {
@@ -450,6 +452,10 @@ static int parse_param(struct parser *p, const struct param_field *f, struct jso
         switch (f->type) {
         case PARAM_NUMBER:
                 return get_number(p, path, v, at);
+        case PARAM_WITHOUT_EFFECT: {
+                double ignored;
+                return get_number(p, path, v, &ignored);
+        }
         case PARAM_INT32:
                 return get_int32(p, path, v, at);
         case PARAM_UINT32:

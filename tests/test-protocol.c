@@ -91,7 +91,7 @@ START_TEST(test_generate_all_params) {
         parse_ok("{\"id\": \"g\", \"op\": \"generate\", \"prompt_token_ids\": [1, 2, 2147483647],"
                  " \"priority\": -3, \"latency_sensitive\": true, \"slo\": 2, \"ttft_slo\": 0.5,"
                  " \"params\": {\"n\": 3, \"temperature\": 0, \"top_p\": 0.9, \"top_k\": 40, \"min_p\": 0.05,"
-                 " \"presence_penalty\": 0.5, \"frequency_penalty\": -0.5, \"repetition_penalty\": 1.1,"
+                 " \"presence_penalty\": 0.5, \"frequency_penalty\": -0.5, \"repetition_penalty\": 1.1, \"length_penalty\": 1.0,"
                  " \"seed\": 18446744073709551615, \"stop\": [\"\\n\\n\", \"END\"], \"stop_token_ids\": [2, 3],"
                  " \"include_stop_str_in_output\": true, \"ignore_eos\": true, \"max_tokens\": null,"
                  " \"min_tokens\": 4, \"logprobs\": 5, \"prompt_logprobs\": 0,"
@@ -457,6 +457,8 @@ static const struct bad_line {
           "unknown field \"max_tokens\" for op generate" },
         { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"params\": {\"temprature\": 0}}",
           PROTOCOL_INVALID_PARAMS, "x", "unknown field \"params.temprature\"" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"params\": {\"length_penalty\": \"long\"}}",
+          PROTOCOL_INVALID_PARAMS, "x", "params.length_penalty must be a number" },
         { "{\"op\": \"generate\", \"id\": \"x\", \"messages\": [{\"role\": \"user\", \"content\": \"a\", \"name\": \"b\"}]}",
           PROTOCOL_INVALID_PARAMS, "x", "unknown field \"messages[0].name\"" },
         { "{\"op\": \"abort\", \"id\": \"x\", \"request\": \"c\", \"all\": true}", PROTOCOL_INVALID_PARAMS, "x",
