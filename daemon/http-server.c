@@ -775,10 +775,18 @@ static int load_api_key(const struct daemon_settings *st, char **ret, struct err
         return 0;
 }
 
+/* Whether the socket systemd passed listens on loopback only. */
+static bool passed_is_loopback(int fd) {
+        struct sockaddr_storage a;
+        socklen_t len = sizeof(a);
+        return getsockname(fd, (struct sockaddr *) &a, &len) == 0 && is_loopback((const struct sockaddr *) &a);
+}
+
 int http_front_start(struct server *s, struct http_front **ret, struct error *err) {
         const struct daemon_settings *st = s->settings;
+        bool activated = s->http_listen_fd >= 0;
         *ret = NULL;
-        if (!st->host && !st->port)
+        if (!st->host && !st->port && !activated)
                 return 0;
         const char *host = st->host ? st->host : DEFAULT_HOST;
         uint32_t port = st->port ? st->port : DEFAULT_PORT;
@@ -788,7 +796,16 @@ int http_front_start(struct server *s, struct http_front **ret, struct error *er
         h->server = s;
         h->listen_fd = -1;
         int r = load_api_key(st, &h->api_key, err);
-        if (r < 0 || (r = open_listener(host, port, h->api_key != NULL, &h->listen_fd, err)) < 0) {
+        if (r == 0 && activated) {
+                /* the socket unit's address, whatever --host and --port say */
+                if (!h->api_key && !passed_is_loopback(s->http_listen_fd))
+                        r = error_set(err, EPERM, "the HTTP socket systemd passed is not on a loopback address: without "
+                                                  "an API key the HTTP front serves loopback only; set --api-key-file");
+                else
+                        h->listen_fd = s->http_listen_fd;
+        } else if (r == 0)
+                r = open_listener(host, port, h->api_key != NULL, &h->listen_fd, err);
+        if (r < 0) {
                 free(h->api_key);
                 free(h);
                 return r;
@@ -818,7 +835,10 @@ int http_front_start(struct server *s, struct http_front **ret, struct error *er
                 return error_set(err, r < 0 ? -r : EIO, "cannot watch the HTTP front's events");
         }
         rearm_timer(h);
-        log_info("HTTP front on %s port %u", host, port);
+        if (activated)
+                log_info("HTTP front on the socket systemd passed");
+        else
+                log_info("HTTP front on %s port %u", host, port);
         *ret = h;
         return 0;
 }

@@ -13,26 +13,45 @@
 
 #include "listen-socket.h"
 
-static int from_systemd(int *ret_fd, struct error *err) {
+static int make_nonblocking(int fd, struct error *err) {
+        int flags = fcntl(fd, F_GETFL);
+        if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
+                return error_set(err, errno, "cannot make the passed socket non-blocking: %s", strerror(errno));
+        return 0;
+}
+
+/* The sockets systemd passed: the protocol's (named "asyncllmd", or the only one not named
+ * "asyncllmd-http") into *ret_fd, 1; the HTTP front's ("asyncllmd-http") into *ret_http_fd. */
+static int from_systemd(int *ret_fd, int *ret_http_fd, struct error *err) {
         char **names = NULL;
-        int n = sd_listen_fds_with_names(1, &names), fd = -1;
+        int n = sd_listen_fds_with_names(1, &names), fd = -1, http = -1, r;
         if (n < 0)
                 return error_set(err, -n, "cannot read the sockets systemd passed: %s", strerror(-n));
-        for (int i = 0; i < n; i++)
-                if (n == 1 || (names && names[i] && strcmp(names[i], "asyncllmd") == 0))
+        for (int i = 0; i < n; i++) {
+                const char *name = names && names[i] ? names[i] : "";
+                if (strcmp(name, "asyncllmd-http") == 0)
+                        http = SD_LISTEN_FDS_START + i;
+                else if (n == 1 || strcmp(name, "asyncllmd") == 0)
                         fd = SD_LISTEN_FDS_START + i;
+        }
         for (int i = 0; names && i < n; i++)
                 free(names[i]);
         free(names);
-        if (n == 0)
+        if (http >= 0) {
+                if (sd_is_socket(http, AF_UNSPEC, SOCK_STREAM, 1) <= 0)
+                        return error_set(err, EINVAL, "the socket systemd passed as \"asyncllmd-http\" is not a listening stream socket");
+                if ((r = make_nonblocking(http, err)) < 0)
+                        return r;
+                *ret_http_fd = http;
+        }
+        if (n == 0 || (n == 1 && http >= 0))
                 return 0;
         if (fd < 0)
                 return error_set(err, EINVAL, "systemd passed %d sockets and none is named \"asyncllmd\" (FileDescriptorName=)", n);
         if (sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0) <= 0)
                 return error_set(err, EINVAL, "the socket systemd passed is not a listening Unix stream socket");
-        int flags = fcntl(fd, F_GETFL);
-        if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
-                return error_set(err, errno, "cannot make the passed socket non-blocking: %s", strerror(errno));
+        if ((r = make_nonblocking(fd, err)) < 0)
+                return r;
         *ret_fd = fd;
         return 1;
 }
@@ -63,10 +82,11 @@ static bool someone_listens(const struct sockaddr_un *addr) {
         return live;
 }
 
-int listen_socket_open(const char *path, int *ret_fd, bool *ret_activated, struct error *err) {
+int listen_socket_open(const char *path, int *ret_fd, bool *ret_activated, int *ret_http_fd, struct error *err) {
         struct sockaddr_un addr = { .sun_family = AF_UNIX };
         struct stat st;
-        int r = from_systemd(ret_fd, err);
+        *ret_http_fd = -1;
+        int r = from_systemd(ret_fd, ret_http_fd, err);
         if (r != 0) {
                 *ret_activated = r > 0;
                 return r < 0 ? r : 0;

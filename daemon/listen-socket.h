@@ -10,5 +10,6 @@
 #include "error.h"
 
 /* *ret_fd is a listening, non-blocking, close-on-exec SOCK_STREAM Unix socket;
- * *ret_activated says whether systemd passed it. */
-int listen_socket_open(const char *path, int *ret_fd, bool *ret_activated, struct error *err);
+ * *ret_activated says whether systemd passed it. *ret_http_fd is the HTTP front's listening
+ * socket when systemd passed one named "asyncllmd-http" (non-blocking), else -1. */
+int listen_socket_open(const char *path, int *ret_fd, bool *ret_activated, int *ret_http_fd, struct error *err);

@@ -200,7 +200,7 @@ int server_start(struct server *s, struct daemon_settings *settings, int argc, c
         int r;
 
         *s = (struct server) {
-                .settings = settings, .argc = argc, .argv = argv, .listen_fd = -1, .protocol = &commands_protocol
+                .settings = settings, .argc = argc, .argv = argv, .listen_fd = -1, .http_listen_fd = -1, .protocol = &commands_protocol
         };
         id_map_init(&s->requests, offsetof(struct daemon_request, daemon_id));
         id_map_init(&s->uid_counts, offsetof(struct uid_count, key));
@@ -216,7 +216,7 @@ int server_start(struct server *s, struct daemon_settings *settings, int argc, c
         log_decode_calibration(&s->model);
         s->realtime_offset = realtime_seconds() - monotonic_seconds();
 
-        if ((r = listen_socket_open(settings->socket, &s->listen_fd, &s->socket_activated, err)) < 0)
+        if ((r = listen_socket_open(settings->socket, &s->listen_fd, &s->socket_activated, &s->http_listen_fd, err)) < 0)
                 return r;
         if ((r = sd_event_default(&s->event)) < 0)
                 return error_set(err, -r, "cannot create the event loop: %s", strerror(-r));

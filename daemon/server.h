@@ -27,6 +27,7 @@ struct server {
 
         int listen_fd;
         bool socket_activated;
+        int http_listen_fd; /* the HTTP front's socket systemd passed ("asyncllmd-http"), or -1 */
         sd_event_source *listen_source;
         sd_event_source *engine_source;
         sd_event_source *status_timer;

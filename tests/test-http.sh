@@ -194,6 +194,27 @@ expect "with a key, /health needs none" test "$(curl -s -o /dev/null -w '%{http_
 "$daemon" --model "$model" --bus none --socket "$tmp/f.sock" --port "$port2" --api-key x --api-key-file "$tmp/key" >"$tmp/out" 2>&1
 expect "--api-key and --api-key-file together are refused" grep -q "not both" "$tmp/out"
 
+# Socket activation: the HTTP socket systemd passes (by the name asyncllmd-http) is served,
+# the daemon's own Unix socket made beside it; one beyond loopback, without a key, refused.
+if command -v systemd-socket-activate >/dev/null; then
+        port3=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+        systemd-socket-activate -l "127.0.0.1:$port3" --fdname=asyncllmd-http \
+                "$daemon" --model "$model" --max-model-len 256 --bus none --socket "$tmp/a.sock" >"$tmp/a.log" 2>&1 &
+        pids+=($!)
+        status=$(curl -s -o "$tmp/out" -w '%{http_code}' --retry 60 --retry-connrefused --retry-delay 1 --max-time "$(scaled 120)" \
+                "http://127.0.0.1:$port3/v1/completions" -d '{"prompt": "Hi", "max_tokens": 2}')
+        expect "a socket-activated HTTP front answers (and says so: $(grep -c 'socket systemd passed' "$tmp/a.log"))" test "$status" = 200
+        port4=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+        timeout "$(scaled 60)" systemd-socket-activate -l "0.0.0.0:$port4" --fdname=asyncllmd-http \
+                "$daemon" --model "$model" --max-model-len 256 --bus none --socket "$tmp/b.sock" >"$tmp/out" 2>&1 &
+        sleep 0.5
+        curl -s -o /dev/null --max-time 5 "http://127.0.0.1:$port4/health"
+        wait $!
+        expect "a passed socket beyond loopback, without a key, is refused" grep -q "not on a loopback address" "$tmp/out"
+else
+        echo "skip (not counted): no systemd-socket-activate for the socket-activation checks"
+fi
+
 # An address beyond loopback is refused without an API key.
 "$daemon" --model "$model" --max-model-len 256 --bus none --socket "$tmp/e.sock" --host 0.0.0.0 --port "$port" >"$tmp/out" 2>&1
 rc=$?

@@ -51,14 +51,14 @@ subst() { # template, output, bindir
 mkdir -p "$tmp/cpu" "$tmp/cuda/asyncllmd.service.d"
 for dir in "$tmp/cpu" "$tmp/cuda"; do
         subst "$units/asyncllmd.service.in" "$dir/asyncllmd.service" "$bindir"
-        cp "$units/asyncllmd.socket" "$dir/"
+        cp "$units/asyncllmd.socket" "$units/asyncllmd-http.socket" "$dir/"
 done
 subst "$units/asyncllmd-cuda.conf.in" "$tmp/cuda/asyncllmd.service.d/cuda.conf" "$bindir"
 
 verify() { # label, folder
         local out rc
         # --man=no: the man pages are not installed at check time.
-        out=$(cd "$2" && systemd-analyze verify --man=no asyncllmd.service asyncllmd.socket 2>&1)
+        out=$(cd "$2" && systemd-analyze verify --man=no asyncllmd.service asyncllmd.socket asyncllmd-http.socket 2>&1)
         rc=$?
         # Complaints about other units (the host's) are not ours to fail on.
         if [[ $rc -ne 0 ]] || grep -q -e asyncllm -e "$2" <<<"$out"; then
