@@ -461,7 +461,9 @@ static struct json_object *list_json(struct connection *c) {
 char *commands_metrics_text(struct server *s) {
         struct async_llm_stats st;
         async_llm_stats(s->model.llm, &st);
-        return daemon_metrics_render(&s->metrics, &st, s->model.name);
+        /* labelled with the name clients use, as vLLM's are */
+        return daemon_metrics_render(&s->metrics, &st,
+                                     s->settings->served_model_name ? s->settings->served_model_name : s->model.name);
 }
 
 static void do_metrics(struct connection *c, const struct client_message *m) {

@@ -70,6 +70,7 @@ struct http_exchange {
         struct openai_answer answer;
         struct openai_choice *choices; /* non-streamed: what the completions collected */
         uint32_t n_generated;
+        double last_token_time; /* for the inter-token latency metric */
         bool first_event;
         struct openai_error failure; /* status 0: none */
         double retry_after;
@@ -132,6 +133,11 @@ static enum MHD_Result reply_error(struct MHD_Connection *conn, int status, cons
 
 static void exchange_free(struct http_exchange *ex) {
         struct http_front *h = ex->front;
+        if (ex->submitted && !ex->finished) { /* ended by its client leaving, or by the daemon stopping */
+                const struct request_metrics never = { 0 };
+                daemon_metrics_observe_finished(&h->server->metrics, &never, FINISH_ABORT, ex->answer.n_prompt,
+                                                ex->n_generated);
+        }
         sd_event_source_disable_unref(ex->hangup);
         if (ex->stream)
                 async_stream_release(ex->stream); /* aborts it if it still runs */
@@ -188,6 +194,29 @@ static int append_error_event(struct http_exchange *ex) {
         return 0;
 }
 
+/* The metrics of an output (delta: its tokens are new), as the socket's requests feed them. */
+static void observe(struct http_exchange *ex, const struct request_output *o) {
+        struct daemon_metrics *m = &ex->front->server->metrics;
+        uint32_t n = 0;
+        for (uint32_t i = 0; i < o->n_outputs; i++)
+                n += o->outputs[i].n_token_ids;
+        if (n && o->metrics.last_token_time > 0) {
+                double since = ex->last_token_time > 0 ? ex->last_token_time : o->metrics.first_token_time;
+                uint32_t gaps = ex->last_token_time > 0 ? n : n - 1; /* the first token's latency is TTFT */
+                if (gaps)
+                        daemon_metrics_observe_tokens(m, o->metrics.last_token_time - since, gaps);
+                ex->last_token_time = o->metrics.last_token_time;
+        }
+        ex->n_generated += n;
+        if (o->finished) {
+                enum finish_reason reason = FINISH_NONE;
+                for (uint32_t i = 0; i < o->n_outputs; i++)
+                        if (o->outputs[i].finish_reason > reason)
+                                reason = o->outputs[i].finish_reason;
+                daemon_metrics_observe_finished(m, &o->metrics, reason, ex->answer.n_prompt, ex->n_generated);
+        }
+}
+
 static void on_stream(struct async_stream *stream, void *userdata) {
         struct http_exchange *ex = userdata;
         const struct tokenizer *tk = ex->front->server->model.tk;
@@ -197,8 +226,7 @@ static void on_stream(struct async_stream *stream, void *userdata) {
                 int r = 0;
                 if (o->error)
                         record_failure(ex, o);
-                for (uint32_t i = 0; i < o->n_outputs; i++)
-                        ex->n_generated += o->outputs[i].n_token_ids;
+                observe(ex, o);
                 if (ex->req.stream) {
                         if (o->error)
                                 r = append_error_event(ex);

@@ -161,8 +161,25 @@ status=$(curl -s -o "$tmp/out" -w '%{http_code}' "$base/detokenize" -d "$ids")
 expect "POST /detokenize gives the text back" json "d['prompt'] == 'Hello world'"
 status=$(curl -s -o "$tmp/out" -w '%{http_code}' "$base/tokenize" -d '{"messages": [{"role": "user", "content": "Hi"}]}')
 expect "POST /tokenize of messages (the chat template)" json "d['count'] > 5"
+# /metrics: vLLM's names, labelled with the served name, counting what HTTP requests did.
+metric() { # name (with labels): its value in $tmp/metrics
+        python3 -c 'import sys
+for l in open(sys.argv[1]):
+    k, _, v = l.rstrip("\n").rpartition(" ")
+    if k == sys.argv[2]:
+        print(int(float(v)))' "$tmp/metrics" "$1"
+}
+names=('vllm:e2e_request_latency_seconds_count{model_name="facebook/opt-125m"}'
+       'vllm:inter_token_latency_seconds_count{model_name="facebook/opt-125m"}'
+       'vllm:generation_tokens_total{model_name="facebook/opt-125m"}'
+       'vllm:request_success_total{model_name="facebook/opt-125m",finished_reason="length"}')
 curl -s "$base/metrics" >"$tmp/metrics"
-expect "GET /metrics: Prometheus text with vLLM's names" grep -q '^vllm:time_to_first_token_seconds_count' "$tmp/metrics"
+before=(); for n in "${names[@]}"; do before+=("$(metric "$n")"); done
+for i in 1 2 3; do post /v1/completions '{"prompt": "Hi", "max_tokens": 4, "ignore_eos": true}'; done
+curl -s "$base/metrics" >"$tmp/metrics"
+after=(); for n in "${names[@]}"; do after+=("$(metric "$n")"); done
+expect "GET /metrics counts 3 requests, 9 gaps, 12 tokens, 3 ended by length (${before[*]} -> ${after[*]})" \
+        test "$((after[0] - before[0])) $((after[1] - before[1])) $((after[2] - before[2])) $((after[3] - before[3]))" = "3 9 12 3"
 
 # Many clients at once: every one answered.
 for i in $(seq 100); do
