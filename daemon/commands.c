@@ -98,8 +98,7 @@ void commands_request_done(struct daemon_request *r) {
         free(r);
         if (c->closing && !c->first_request && !c->pending_replies)
                 connection_close_later(c);
-        if (s->shutting_down && s->requests.n == 0)
-                sd_event_exit(s->event, s->exit_status);
+        server_request_ended(s);
 }
 
 void commands_send_output(struct daemon_request *r, const struct request_output *o) {
@@ -400,7 +399,7 @@ size_t commands_stats(struct server *s, struct stats_entry ret[static COMMANDS_S
                 "tokens_per_step", 'd', .d = e->steps ? (double) e->scheduled_tokens / e->steps : 0,
         };
         ret[n++] = (struct stats_entry) { "connections", 'u', .u = s->n_connections };
-        ret[n++] = (struct stats_entry) { "requests_in_flight", 'u', .u = s->requests.n };
+        ret[n++] = (struct stats_entry) { "requests_in_flight", 'u', .u = server_in_flight(s) };
         ret[n++] = (struct stats_entry) {
                 "scheduling_policy", 's', .s = scheduling_policy_names[s->model.config.scheduling_policy],
         };

@@ -52,8 +52,7 @@ static int on_engine(sd_event_source *source, int fd, uint32_t revents, void *us
         async_llm_dispatch(s->model.llm);
         bus_check_state(s);
         check_engine_death(s);
-        if (s->shutting_down && s->requests.n == 0)
-                sd_event_exit(s->event, s->exit_status);
+        server_request_ended(s);
         return 0;
 }
 
@@ -109,11 +108,21 @@ static int on_watchdog(sd_event_source *source, uint64_t usec, void *userdata) {
         return 0;
 }
 
+uint32_t server_in_flight(const struct server *s) {
+        return s->requests.n + http_front_in_flight(s->http);
+}
+
+void server_request_ended(struct server *s) {
+        if (s->shutting_down && server_in_flight(s) == 0)
+                sd_event_exit(s->event, s->exit_status);
+}
+
 static int on_shutdown_timeout(sd_event_source *source, uint64_t usec, void *userdata) {
         struct server *s = userdata;
         (void) source, (void) usec;
-        log_notice("shutdown timeout: aborting %u requests still in flight", s->requests.n);
+        log_notice("shutdown timeout: aborting %u requests still in flight", server_in_flight(s));
         connections_abort_all_requests(s);
+        http_front_abort_all(s->http);
         sd_event_exit(s->event, s->exit_status);
         return 0;
 }
@@ -123,10 +132,10 @@ static void begin_shutdown(struct server *s, const char *why) {
                 return;
         s->shutting_down = true;
         log_notice("%s: no new requests; waiting up to %g s for %u in flight", why, s->settings->shutdown_timeout,
-                   s->requests.n);
-        sd_notifyf(0, "STOPPING=1\nSTATUS=Stopping (%s), %u requests in flight", why, s->requests.n);
+                   server_in_flight(s));
+        sd_notifyf(0, "STOPPING=1\nSTATUS=Stopping (%s), %u requests in flight", why, server_in_flight(s));
         s->listen_source = sd_event_source_disable_unref(s->listen_source);
-        if (s->requests.n == 0) {
+        if (server_in_flight(s) == 0) {
                 sd_event_exit(s->event, s->exit_status);
                 return;
         }

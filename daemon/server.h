@@ -52,6 +52,11 @@ struct server {
         double last_status_time;
 };
 
+/* Requests in flight on every front (socket, D-Bus, HTTP). */
+uint32_t server_in_flight(const struct server *s);
+/* A request of any front ended: the daemon exits once the last one does while it stops. */
+void server_request_ended(struct server *s);
+
 /* Loads the model, opens the socket, sets up the loop and says READY=1. server_done() is
  * needed afterwards, on failure too. */
 int server_start(struct server *s, struct daemon_settings *settings, int argc, char **argv, struct error *err);

@@ -232,6 +232,22 @@ else
         echo "skip (not counted): no systemd-socket-activate for the socket-activation checks"
 fi
 
+# SIGTERM drains: a stream in flight is answered to its end, then the daemon exits 0.
+port5=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$daemon" --model "$model" --max-model-len 512 --bus none --socket "$tmp/t.sock" --port "$port5" >"$tmp/t.log" 2>&1 &
+term_pid=$!
+curl -sN --retry 60 --retry-connrefused --retry-delay 1 --max-time "$(scaled 120)" "http://127.0.0.1:$port5/v1/completions" \
+        -d '{"prompt": "Once", "max_tokens": 120, "ignore_eos": true, "stream": true}' >"$tmp/drain" &
+curl_pid=$!
+end=$((SECONDS + $(scaled 60)))
+until grep -q '"text"' "$tmp/drain" 2>/dev/null || ((SECONDS > end)); do sleep 0.1; done
+kill -TERM "$term_pid"
+wait "$curl_pid"
+wait "$term_pid"
+rc=$?
+expect "SIGTERM: the stream in flight ends whole ([DONE], length), then exit $rc" \
+        bash -c "[[ $rc == 0 ]] && grep -q 'finish_reason\":\"length' '$tmp/drain' && grep -q 'data: \[DONE\]' '$tmp/drain'"
+
 # An address beyond loopback is refused without an API key.
 "$daemon" --model "$model" --max-model-len 256 --bus none --socket "$tmp/e.sock" --host 0.0.0.0 --port "$port" >"$tmp/out" 2>&1
 rc=$?
