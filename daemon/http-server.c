@@ -61,6 +61,7 @@ struct http_exchange {
         size_t body_len, body_cap;
         bool body_too_large;
         bool submitted, suspended, finished;
+        bool responded; /* a stream's status and headers are queued */
 
         struct openai_request req;
         struct async_stream *stream;
@@ -174,7 +175,7 @@ static void record_failure(struct http_exchange *ex, const struct request_output
         if (o->error_code == -EAGAIN) {
                 openai_error_set(&ex->failure, 429, "overloaded", NULL, "%s", o->error);
                 ex->retry_after = o->retry_after;
-        } else if (o->error_code == -ESHUTDOWN)
+        } else if (o->error_code == -ESHUTDOWN || strncmp(o->error, "engine_dead", 11) == 0)
                 openai_error_set(&ex->failure, 503, "engine_dead", NULL, "%s", o->error);
         else
                 openai_error_set(&ex->failure, 500, "internal_error", NULL, "%s", o->error);
@@ -233,7 +234,9 @@ static void on_stream(struct async_stream *stream, void *userdata) {
                 if (o->error)
                         record_failure(ex, o);
                 observe(ex, o);
-                if (ex->req.stream) {
+                if (ex->req.stream && o->error && !ex->responded && !ex->events_len) {
+                        /* refused before its first token: the answer is an error status */
+                } else if (ex->req.stream) {
                         if (o->error)
                                 r = append_error_event(ex);
                         else
@@ -435,6 +438,39 @@ static int on_hangup(sd_event_source *source, int fd, uint32_t revents, void *us
         return 0;
 }
 
+static enum MHD_Result finish_generate(struct http_exchange *ex);
+
+/* A submitted request's answer as far as its outputs go: a stream starts with its first
+ * output (so that a request refused before any token, as overloaded for one, gets its error
+ * status rather than a 200 and an error event); a whole answer with its last. Until then
+ * the connection waits, suspended. */
+static enum MHD_Result answer_submitted(struct http_exchange *ex) {
+        if (ex->req.stream) {
+                if (ex->responded)
+                        return MHD_YES;
+                if (ex->failure.status && !ex->events_len) {
+                        ex->responded = true;
+                        return queue_error(ex->conn, &ex->failure, ex->retry_after);
+                }
+                if (ex->events_len || ex->finished) {
+                        ex->responded = true;
+                        struct MHD_Response *resp =
+                                MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, read_events, ex, NULL);
+                        if (!resp)
+                                return MHD_NO;
+                        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+                        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+                        enum MHD_Result q = MHD_queue_response(ex->conn, MHD_HTTP_OK, resp);
+                        MHD_destroy_response(resp);
+                        return q;
+                }
+        } else if (ex->finished)
+                return finish_generate(ex);
+        ex->suspended = true;
+        MHD_suspend_connection(ex->conn);
+        return MHD_YES;
+}
+
 static enum MHD_Result start_generate(struct http_exchange *ex, enum openai_route route) {
         struct http_front *h = ex->front;
         struct server *s = h->server;
@@ -486,21 +522,7 @@ static enum MHD_Result start_generate(struct http_exchange *ex, enum openai_rout
         if (ci && sd_event_add_io(s->event, &ex->hangup, ci->connect_fd, EPOLLRDHUP, on_hangup, ex) < 0)
                 ex->hangup = NULL; /* then the next output finds it gone */
         log_request(LOG_DEBUG, ex->request_id, "HTTP generate: %u prompt tokens", ex->answer.n_prompt);
-        if (ex->req.stream) {
-                struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, read_events, ex, NULL);
-                if (!resp)
-                        return MHD_NO;
-                MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-                MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-                enum MHD_Result q = MHD_queue_response(ex->conn, MHD_HTTP_OK, resp);
-                MHD_destroy_response(resp);
-                return q;
-        }
-        if (!ex->finished) {
-                ex->suspended = true;
-                MHD_suspend_connection(ex->conn);
-        }
-        return MHD_YES;
+        return answer_submitted(ex);
 }
 
 /* A non-streamed request's answer, once its last output came. */
@@ -611,13 +633,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         struct http_peer *peer = peer_of(conn);
         if (peer)
                 peer->answering = true;
-        if (ex->submitted) {
-                if (ex->req.stream || ex->finished)
-                        return ex->req.stream ? MHD_YES : finish_generate(ex);
-                ex->suspended = true;
-                MHD_suspend_connection(conn);
-                return MHD_YES;
-        }
+        if (ex->submitted)
+                return answer_submitted(ex);
         if (ex->body_too_large) {
                 char msg[128];
                 snprintf(msg, sizeof(msg), "the body is over %" PRIu64 " bytes (max-line-bytes)",
@@ -895,9 +912,12 @@ void http_front_free(struct http_front *h) {
         sd_event_source_disable_unref(h->timer);
         sd_event_source_disable_unref(h->kick);
         sd_event_source_disable_unref(h->sweep);
-        /* the suspended ones are resumed so that the daemon's stop closes them */
+        /* the suspended ones are resumed, and a few runs give the answers that are due (an
+         * engine's death: its error) their chance to go out before the connections close */
         for (struct http_exchange *ex = h->first; ex; ex = ex->next)
                 wake(ex);
+        for (int i = 0; h->mhd && i < 4; i++)
+                MHD_run(h->mhd);
         if (h->mhd) {
                 MHD_quiesce_daemon(h->mhd); /* the listening socket stays ours, to close */
                 MHD_stop_daemon(h->mhd);    /* completes every connection: on_completed frees its exchange */

@@ -232,6 +232,36 @@ else
         echo "skip (not counted): no systemd-socket-activate for the socket-activation checks"
 fi
 
+# The slo policy's refusal: 429 with Retry-After, streamed or not (before any token, so the
+# status says it).
+port6=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$daemon" --model "$model" --max-model-len 512 --bus none --socket "$tmp/s.sock" --port "$port6" \
+        --scheduling-policy slo --slo-admission reject >"$tmp/s.log" 2>&1 &
+pids+=($!)
+slo_url=http://127.0.0.1:$port6/v1/completions
+curl -s -o /dev/null --retry 60 --retry-connrefused --retry-delay 1 --max-time "$(scaled 120)" "$slo_url" \
+        -d '{"prompt": "Hi", "max_tokens": 40, "ignore_eos": true}' # steps for the model to learn from
+for stream in false true; do
+        status=$(curl -s -D "$tmp/headers" -o "$tmp/out" -w '%{http_code}' --max-time "$(scaled 60)" "$slo_url" \
+                -d "{\"prompt\": \"Hi\", \"max_tokens\": 2, \"latency_sensitive\": true, \"slo\": 0.000001, \"stream\": $stream}")
+        expect "an SLO no step can meet (stream $stream): 429, Retry-After, type overloaded" \
+                bash -c "[[ $status == 429 ]] && grep -qi '^retry-after: [0-9]' '$tmp/headers' && grep -q '\"type\":\"overloaded\"' '$tmp/out'"
+done
+
+# The engine's death: the request in flight gets 503 engine_dead, and the daemon exits 3.
+port7=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+ASYNCLLMD_FAULT_FAIL_STEP=6 "$daemon" --model "$model" --max-model-len 256 --bus none --socket "$tmp/x.sock" \
+        --port "$port7" >"$tmp/x.log" 2>&1 &
+dead_pid=$!
+# (no --retry on the request: curl takes a 503 for a transient error and would ask again)
+curl -s -o /dev/null --retry 60 --retry-connrefused --retry-delay 1 "http://127.0.0.1:$port7/version"
+status=$(curl -s -o "$tmp/out" -w '%{http_code}' --max-time "$(scaled 120)" \
+        "http://127.0.0.1:$port7/v1/completions" -d '{"prompt": "Hi", "max_tokens": 20}')
+wait "$dead_pid"
+rc=$?
+expect "an engine that dies: 503 engine_dead to the request in flight, exit $rc" \
+        bash -c "[[ $status == 503 && $rc == 3 ]] && grep -q engine_dead '$tmp/out'"
+
 # SIGTERM drains: a stream in flight is answered to its end, then the daemon exits 0.
 port5=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 "$daemon" --model "$model" --max-model-len 512 --bus none --socket "$tmp/t.sock" --port "$port5" >"$tmp/t.log" 2>&1 &
