@@ -36,7 +36,6 @@ struct http_front {
          * run, which nothing else may bring soon */
         sd_event_source *kick;
         uint64_t serial;
-        uint32_t in_flight;          /* generate requests submitted and not yet done */
         struct http_exchange *first; /* every request being answered */
         struct http_peer *peers;     /* every open connection */
         sd_event_source *sweep;      /* closes peers too slow to send a request */
@@ -157,7 +156,7 @@ static void exchange_free(struct http_exchange *ex) {
         free(ex->events);
         free(ex);
         if (was_in_flight) {
-                h->in_flight--;
+                h->server->http_in_flight--;
                 server_request_ended(h->server);
         }
 }
@@ -516,7 +515,7 @@ static enum MHD_Result start_generate(struct http_exchange *ex, enum openai_rout
                 return reply_error(ex->conn, r == -ESHUTDOWN ? 503 : 500, r == -ESHUTDOWN ? "engine_dead" : "internal_error",
                                    NULL, err.message);
         ex->submitted = true;
-        ex->front->in_flight++;
+        ex->front->server->http_in_flight++;
         ex->answer.n_prompt = async_stream_prompt_tokens(ex->stream);
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(ex->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         if (ci && sd_event_add_io(s->event, &ex->hangup, ci->connect_fd, EPOLLRDHUP, on_hangup, ex) < 0)
@@ -893,10 +892,6 @@ int http_front_start(struct server *s, struct http_front **ret, struct error *er
                 log_info("HTTP front on %s port %u", host, port);
         *ret = h;
         return 0;
-}
-
-uint32_t http_front_in_flight(const struct http_front *h) {
-        return h ? h->in_flight : 0;
 }
 
 void http_front_abort_all(struct http_front *h) {

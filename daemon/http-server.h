@@ -15,8 +15,6 @@ struct http_front;
 
 /* Listens on settings' host and port (none when neither is set: *ret NULL). */
 int http_front_start(struct server *s, struct http_front **ret, struct error *err);
-/* Generate requests submitted and not yet answered (0 for NULL). */
-uint32_t http_front_in_flight(const struct http_front *h);
 /* Ends every request in flight (the daemon's stop ran out of time): each answers "abort". */
 void http_front_abort_all(struct http_front *h);
 /* Stops listening; requests in flight are aborted and their connections closed. */

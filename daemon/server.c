@@ -108,15 +108,6 @@ static int on_watchdog(sd_event_source *source, uint64_t usec, void *userdata) {
         return 0;
 }
 
-uint32_t server_in_flight(const struct server *s) {
-        return s->requests.n + http_front_in_flight(s->http);
-}
-
-void server_request_ended(struct server *s) {
-        if (s->shutting_down && server_in_flight(s) == 0)
-                sd_event_exit(s->event, s->exit_status);
-}
-
 static int on_shutdown_timeout(sd_event_source *source, uint64_t usec, void *userdata) {
         struct server *s = userdata;
         (void) source, (void) usec;

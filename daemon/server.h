@@ -44,6 +44,7 @@ struct server {
         struct id_map uid_counts; /* in-flight requests per client uid */
         struct bus_state *bus;    /* NULL without --bus */
         struct http_front *http;  /* NULL without --host or --port */
+        uint32_t http_in_flight;  /* its generate requests submitted and not yet answered */
 
         bool shutting_down;
         bool engine_dead_seen;
@@ -52,10 +53,17 @@ struct server {
         double last_status_time;
 };
 
-/* Requests in flight on every front (socket, D-Bus, HTTP). */
-uint32_t server_in_flight(const struct server *s);
+/* Requests in flight on every front (socket, D-Bus, HTTP). Inline: the fronts report to the
+ * server without calling back into the file that owns them. */
+static inline uint32_t server_in_flight(const struct server *s) {
+        return s->requests.n + s->http_in_flight;
+}
+
 /* A request of any front ended: the daemon exits once the last one does while it stops. */
-void server_request_ended(struct server *s);
+static inline void server_request_ended(struct server *s) {
+        if (s->shutting_down && server_in_flight(s) == 0)
+                sd_event_exit(s->event, s->exit_status);
+}
 
 /* Loads the model, opens the socket, sets up the loop and says READY=1. server_done() is
  * needed afterwards, on failure too. */

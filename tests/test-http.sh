@@ -11,23 +11,9 @@ daemon=${ASYNCLLMD:?ASYNCLLMD must name the asyncllmd binary}
 model=${ASYNCLLM_MODEL:?ASYNCLLM_MODEL must name the model}
 [[ -f $model ]] || { echo "SKIP: $model is missing; run scripts/fetch-model"; exit 77; }
 command -v curl >/dev/null || { echo "SKIP: no curl (scripts/setup installs it)"; exit 77; }
-slowdown=${ASYNCLLM_TEST_SLOWDOWN:-1}
-scaled() { echo $(($1 * slowdown)); }
+. "$(dirname "$0")/http-test-lib.sh"
 
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
-    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-passed=0 failed=0
-pass() { passed=$((passed + 1)); echo "ok: $1"; }
-fail() { failed=$((failed + 1)); echo "FAIL: $1"; }
-expect() { local name=$1; shift; if "$@"; then pass "$name"; else fail "$name"; fi; }
-
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 sock=$tmp/d.sock
 base=http://127.0.0.1:$port
 "$daemon" --model "$model" --max-model-len 4096 --bus none --socket "$sock" --port "$port" \
@@ -194,7 +180,7 @@ expect "the daemon is healthy afterwards" test "$status" = 200
 # With an API key: the /v1 routes want it, /health does not; any address may be bound.
 printf 'sk-test-%s\n' "$RANDOM$RANDOM" >"$tmp/key"
 key=$(head -n 1 "$tmp/key")
-port2=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port2=$(free_port)
 "$daemon" --model "$model" --max-model-len 256 --bus none --socket "$tmp/k.sock" --host 0.0.0.0 --port "$port2" \
     --api-key-file "$tmp/key" >"$tmp/k.log" 2>&1 &
 pids+=($!)
@@ -214,14 +200,14 @@ expect "--api-key and --api-key-file together are refused" grep -q "not both" "$
 # Socket activation: the HTTP socket systemd passes (by the name asyncllmd-http) is served,
 # the daemon's own Unix socket made beside it; one beyond loopback, without a key, refused.
 if command -v systemd-socket-activate >/dev/null; then
-        port3=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+        port3=$(free_port)
         systemd-socket-activate -l "127.0.0.1:$port3" --fdname=asyncllmd-http \
                 "$daemon" --model "$model" --max-model-len 256 --bus none --socket "$tmp/a.sock" >"$tmp/a.log" 2>&1 &
         pids+=($!)
         status=$(curl -s -o "$tmp/out" -w '%{http_code}' --retry 60 --retry-connrefused --retry-delay 1 --max-time "$(scaled 120)" \
                 "http://127.0.0.1:$port3/v1/completions" -d '{"prompt": "Hi", "max_tokens": 2}')
         expect "a socket-activated HTTP front answers (and says so: $(grep -c 'socket systemd passed' "$tmp/a.log"))" test "$status" = 200
-        port4=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+        port4=$(free_port)
         timeout "$(scaled 60)" systemd-socket-activate -l "0.0.0.0:$port4" --fdname=asyncllmd-http \
                 "$daemon" --model "$model" --max-model-len 256 --bus none --socket "$tmp/b.sock" >"$tmp/out" 2>&1 &
         sleep 0.5
@@ -234,7 +220,7 @@ fi
 
 # The slo policy's refusal: 429 with Retry-After, streamed or not (before any token, so the
 # status says it).
-port6=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port6=$(free_port)
 "$daemon" --model "$model" --max-model-len 512 --bus none --socket "$tmp/s.sock" --port "$port6" \
         --scheduling-policy slo --slo-admission reject >"$tmp/s.log" 2>&1 &
 pids+=($!)
@@ -249,7 +235,7 @@ for stream in false true; do
 done
 
 # The engine's death: the request in flight gets 503 engine_dead, and the daemon exits 3.
-port7=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port7=$(free_port)
 ASYNCLLMD_FAULT_FAIL_STEP=6 "$daemon" --model "$model" --max-model-len 256 --bus none --socket "$tmp/x.sock" \
         --port "$port7" >"$tmp/x.log" 2>&1 &
 dead_pid=$!
@@ -263,7 +249,7 @@ expect "an engine that dies: 503 engine_dead to the request in flight, exit $rc"
         bash -c "[[ $status == 503 && $rc == 3 ]] && grep -q engine_dead '$tmp/out'"
 
 # SIGTERM drains: a stream in flight is answered to its end, then the daemon exits 0.
-port5=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port5=$(free_port)
 "$daemon" --model "$model" --max-model-len 512 --bus none --socket "$tmp/t.sock" --port "$port5" >"$tmp/t.log" 2>&1 &
 term_pid=$!
 curl -sN --retry 60 --retry-connrefused --retry-delay 1 --max-time "$(scaled 120)" "http://127.0.0.1:$port5/v1/completions" \
