@@ -254,14 +254,26 @@ fail:
         commands_send_error(c, m->id, error_code_for(r), err.message);
 }
 
-static void do_abort(struct connection *c, struct client_message *m) {
+static bool abort_one(struct connection *c, const char *id) {
         struct server *s = c->server;
-        struct daemon_request *r = id_map_get(&c->requests, m->abort.request);
+        struct daemon_request *r = id_map_get(&c->requests, id);
         if (!r && c->is_admin) /* admins may name any request as list shows it */
-                r = id_map_get(&s->requests, m->abort.request);
-        bool aborted = r && async_llm_abort(s->model.llm, r->daemon_id);
-        struct json_object *o = json_object_new_object();
-        json_object_object_add(o, "aborted", json_object_new_boolean(aborted));
+                r = id_map_get(&s->requests, id);
+        return r && async_llm_abort(s->model.llm, r->daemon_id);
+}
+
+/* {"aborted": bool} for one id; {"aborted": [bool, ...]} in the list's order for a list. */
+static void do_abort(struct connection *c, struct client_message *m) {
+        struct json_object *o = json_object_new_object(), *each = m->abort.list ? json_object_new_array() : NULL;
+        for (size_t i = 0; i < m->abort.n; i++) {
+                bool aborted = abort_one(c, m->abort.requests[i]);
+                if (each)
+                        json_object_array_add(each, json_object_new_boolean(aborted));
+                else
+                        json_object_object_add(o, "aborted", json_object_new_boolean(aborted));
+        }
+        if (each)
+                json_object_object_add(o, "aborted", each);
         send_result(c, m->id, o);
 }
 

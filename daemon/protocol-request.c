@@ -691,10 +691,28 @@ static int generate_finish(struct parser *p) {
 /* Control ops */
 
 static int abort_field(struct parser *p, const char *key, struct json_object *v) {
+        char path[PATH_MAX_LEN];
+        int r;
+
         if (strcmp(key, "request") != 0)
                 return -ENOENT;
         p->has_request = true;
-        return get_string(p, key, v, &p->m->abort.request);
+        bool list = json_object_is_type(v, json_type_array);
+        size_t n = list ? json_object_array_length(v) : 1;
+        if (list && n == 0)
+                return invalid_params(p, "request must be an id or a non-empty list of ids");
+        if (!(p->m->abort.requests = calloc(n, sizeof(*p->m->abort.requests))))
+                return out_of_memory(p);
+        p->m->abort.n = n;
+        p->m->abort.list = list;
+        if (!list)
+                return get_string(p, key, v, &p->m->abort.requests[0]);
+        for (size_t i = 0; i < n; i++) {
+                path_printf(path, sizeof(path), "request[%zu]", i);
+                if ((r = get_string(p, path, json_object_array_get_idx(v, i), &p->m->abort.requests[i])) < 0)
+                        return r;
+        }
+        return 0;
 }
 
 static int abort_finish(struct parser *p) {
@@ -823,7 +841,8 @@ static void init_defaults(struct client_message *m) {
                 m->generate.params.output_kind = OUTPUT_DELTA; /* a stream wants what is new */
                 break;
         case CLIENT_OP_PAUSE:
-                m->pause.mode = PAUSE_ABORT; /* vLLM's default */
+                m->pause.mode = PAUSE_ABORT; /* vLLM's defaults, as pause_generation has them */
+                m->pause.clear_cache = true;
                 break;
         case CLIENT_OP_SLEEP:
                 m->sleep.level = 1; /* vLLM's default */
@@ -1038,6 +1057,9 @@ void client_message_free(struct client_message *m) {
                 break;
         case CLIENT_OP_HELLO:
                 free(m->hello.versions);
+                break;
+        case CLIENT_OP_ABORT:
+                free(m->abort.requests);
                 break;
         default:
                 break;

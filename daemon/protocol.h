@@ -126,7 +126,11 @@ struct client_message {
         union {
                 struct generate_message generate;
                 struct {
-                        const char *request; /* the id to abort; no NUL */
+                        /* the ids to abort (no NUL), as AsyncLLM.abort takes them: one
+                         * string (list false, n 1) or a list of them; owned */
+                        const char **requests;
+                        size_t n;
+                        bool list;
                 } abort;
                 struct {
                         enum pause_mode mode; /* default PAUSE_ABORT */

@@ -136,7 +136,7 @@ int asyncllm_client_pause(asyncllm_client *c, const char *mode, bool clear_cache
         if (mode && !client_id_valid(mode))
                 return client_set_error(c, -EINVAL, NULL, "not a pause mode");
         if (!args || (mode && json_object_object_add(args, "mode", json_object_new_string(mode)) < 0) ||
-            (clear_cache && json_object_object_add(args, "clear_cache", json_object_new_boolean(true)) < 0) ||
+            json_object_object_add(args, "clear_cache", json_object_new_boolean(clear_cache)) < 0 ||
             client_json_serialize(args, &text, NULL) < 0) {
                 json_object_put(args);
                 return client_set_error(c, -ENOMEM, NULL, "out of memory");

@@ -195,7 +195,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         touch_generate(&m.generate);
                         break;
                 case CLIENT_OP_ABORT:
-                        sink = strlen(m.abort.request);
+                        for (size_t i = 0; i < m.abort.n; i++)
+                                sink += strlen(m.abort.requests[i]);
                         break;
                 case CLIENT_OP_COLLECTIVE_RPC:
                         sink = strlen(m.collective_rpc.method);

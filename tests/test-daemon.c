@@ -480,7 +480,11 @@ START_TEST(test_abuse) {
                 json_object_put(o);
         }
         ck_assert(refused);
-        struct json_object *r = call(&c, "{\"op\":\"abort\",\"id\":\"ab\",\"request\":\"dup\"}\n", "ab");
+        /* a list, as AsyncLLM.abort takes: one answer per id, in order */
+        struct json_object *r = call(&c, "{\"op\":\"abort\",\"id\":\"ab\",\"request\":[\"nobody\",\"dup\"]}\n", "ab");
+        struct json_object *each = NULL;
+        ck_assert(json_object_object_get_ex(r, "result", &each) && json_object_object_get_ex(each, "aborted", &each));
+        ck_assert_str_eq(json_object_to_json_string_ext(each, JSON_C_TO_STRING_PLAIN), "[false,true]");
         json_object_put(r);
         /* still serving */
         struct gen g;

@@ -273,13 +273,22 @@ START_TEST(test_control_ops) {
 
         parse_ok("{\"op\": \"abort\", \"id\": \"a1\", \"request\": \"c1\"}", &m);
         ck_assert_int_eq(m.op, CLIENT_OP_ABORT);
-        ck_assert_str_eq(m.abort.request, "c1");
+        ck_assert_uint_eq(m.abort.n, 1);
+        ck_assert(!m.abort.list);
+        ck_assert_str_eq(m.abort.requests[0], "c1");
+        client_message_free(&m);
+
+        /* a list, as AsyncLLM.abort takes */
+        parse_ok("{\"op\": \"abort\", \"id\": \"a2\", \"request\": [\"c1\", \"c2\"]}", &m);
+        ck_assert_uint_eq(m.abort.n, 2);
+        ck_assert(m.abort.list);
+        ck_assert_str_eq(m.abort.requests[1], "c2");
         client_message_free(&m);
 
         parse_ok("{\"op\": \"pause\", \"id\": \"p\"}", &m);
         ck_assert_int_eq(m.op, CLIENT_OP_PAUSE);
         ck_assert_int_eq(m.pause.mode, PAUSE_ABORT);
-        ck_assert(!m.pause.clear_cache);
+        ck_assert(m.pause.clear_cache); /* vLLM's default */
         client_message_free(&m);
         parse_ok("{\"op\": \"pause\", \"id\": \"p\", \"mode\": \"keep\", \"clear_cache\": true}", &m);
         ck_assert_int_eq(m.pause.mode, PAUSE_KEEP);
@@ -632,6 +641,10 @@ static const struct bad_line {
         { "{\"op\": \"abort\", \"id\": \"x\"}", PROTOCOL_INVALID_PARAMS, "x", "request is required" },
         { "{\"op\": \"abort\", \"id\": \"x\", \"request\": 1}", PROTOCOL_INVALID_PARAMS, "x",
           "request must be a string, got integer" },
+        { "{\"op\": \"abort\", \"id\": \"x\", \"request\": []}", PROTOCOL_INVALID_PARAMS, "x",
+          "request must be an id or a non-empty list of ids" },
+        { "{\"op\": \"abort\", \"id\": \"x\", \"request\": [\"a\", 2]}", PROTOCOL_INVALID_PARAMS, "x",
+          "request[1] must be a string, got integer" },
         { "{\"op\": \"pause\", \"id\": \"x\", \"mode\": \"later\"}", PROTOCOL_INVALID_PARAMS, "x",
           "mode must be \"abort\", \"wait\" or \"keep\", got \"later\"" },
         { "{\"op\": \"pause\", \"id\": \"x\", \"clear_cache\": \"no\"}", PROTOCOL_INVALID_PARAMS, "x",
