@@ -180,26 +180,6 @@ static void record_failure(struct http_exchange *ex, const struct request_output
                 openai_error_set(&ex->failure, 500, "internal_error", NULL, "%s", o->error);
 }
 
-static int append_error_event(struct http_exchange *ex) {
-        char *body = openai_error_body(&ex->failure);
-        if (!body)
-                return -ENOMEM;
-        size_t need = strlen(body) + 16;
-        if (ex->events_len + need > ex->events_cap) {
-                size_t cap = (ex->events_len + need) * 2;
-                char *grown = realloc(ex->events, cap);
-                if (!grown) {
-                        free(body);
-                        return -ENOMEM;
-                }
-                ex->events = grown;
-                ex->events_cap = cap;
-        }
-        ex->events_len += (size_t) sprintf(ex->events + ex->events_len, "data: %s\n\n", body);
-        free(body);
-        return 0;
-}
-
 /* The metrics of an output (delta: its tokens are new), as the socket's requests feed them. */
 static void observe(struct http_exchange *ex, const struct request_output *o) {
         struct daemon_metrics *m = &ex->front->server->metrics;
@@ -237,7 +217,7 @@ static void on_stream(struct async_stream *stream, void *userdata) {
                         /* refused before its first token: the answer is an error status */
                 } else if (ex->req.stream) {
                         if (o->error)
-                                r = append_error_event(ex);
+                                r = openai_stream_error(&ex->failure, &ex->events, &ex->events_len, &ex->events_cap);
                         else
                                 r = openai_stream_events(&ex->req, &ex->answer, tk, o, ex->first_event, &ex->events,
                                                          &ex->events_len, &ex->events_cap);

@@ -525,6 +525,13 @@ int openai_stream_events(const struct openai_request *req, const struct openai_a
         return r;
 }
 
+int openai_stream_error(const struct openai_error *e, char **buf, size_t *len, size_t *cap) {
+        char *body = openai_error_body(e);
+        int r = append_event(buf, len, cap, body);
+        free(body);
+        return r;
+}
+
 int openai_stream_end(const struct openai_request *req, const struct openai_answer *a, uint32_t n_generated, char **buf,
                       size_t *len, size_t *cap) {
         if (req->include_usage) {

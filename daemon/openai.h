@@ -88,6 +88,8 @@ char *openai_answer_body(const struct openai_request *req, const struct openai_a
  * assistant's role), appended to *buf (size *len, capacity *cap). -ENOMEM. */
 int openai_stream_events(const struct openai_request *req, const struct openai_answer *a, const struct tokenizer *tk,
                          const struct request_output *o, bool first, char **buf, size_t *len, size_t *cap);
+/* An error event (the error object) in a stream already under way. */
+int openai_stream_error(const struct openai_error *e, char **buf, size_t *len, size_t *cap);
 /* The stream's end: the usage chunk when asked for, then "data: [DONE]\n\n". */
 int openai_stream_end(const struct openai_request *req, const struct openai_answer *a, uint32_t n_generated, char **buf,
                       size_t *len, size_t *cap);
