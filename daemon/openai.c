@@ -101,7 +101,8 @@ static int copy_messages(struct json_object *v, struct json_object *line, struct
 static const char *const param_names[] = {
         "n", "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
         "seed", "stop", "stop_token_ids", "include_stop_str_in_output", "ignore_eos", "max_tokens", "min_tokens",
-        "logit_bias", "allowed_token_ids", "skip_special_tokens", "prompt_logprobs",
+        "logit_bias", "allowed_token_ids", "skip_special_tokens", "prompt_logprobs", "bad_words",
+        "truncate_prompt_tokens", "best_of",
 };
 /* Top-level fields of the socket message under the same name. */
 static const char *const class_names[] = { "priority", "latency_sensitive", "is_latency_sensitive", "slo", "ttft_slo" };

@@ -337,6 +337,9 @@ enum param_type {
         PARAM_LOGIT_BIAS,
         PARAM_ALLOWED_TOKEN_IDS,
         PARAM_OUTPUT_KIND,
+        PARAM_BAD_WORDS,
+        PARAM_TRUNCATE_PROMPT_TOKENS,
+        PARAM_BEST_OF,
         PARAM_WITHOUT_EFFECT, /* a number vLLM takes that does nothing without beam search */
 };
 
@@ -372,12 +375,34 @@ static const struct param_field param_fields[] = {
         PARAM(allowed_token_ids, PARAM_ALLOWED_TOKEN_IDS),
         PARAM(skip_special_tokens, PARAM_BOOL),
         PARAM(output_kind, PARAM_OUTPUT_KIND),
+        PARAM(bad_words, PARAM_BAD_WORDS),
+        PARAM(truncate_prompt_tokens, PARAM_TRUNCATE_PROMPT_TOKENS),
+        PARAM(best_of, PARAM_BEST_OF),
         { "length_penalty", PARAM_WITHOUT_EFFECT, 0, 0 },
 };
 
+/* An array of strings into a new array of pointers into the JSON (*ret NULL when empty). */
+static int get_string_array(struct parser *p, const char *path, struct json_object *v, const char ***ret,
+                            size_t *ret_n) {
+        char elem[PATH_MAX_LEN];
+        int r;
+
+        if (!json_object_is_type(v, json_type_array))
+                return want(p, path, v, "an array of strings");
+        size_t n = json_object_array_length(v);
+        if (n > 0 && !(*ret = malloc(n * sizeof(**ret))))
+                return out_of_memory(p);
+        for (size_t i = 0; i < n; i++) {
+                path_printf(elem, sizeof(elem), "%s[%zu]", path, i);
+                if ((r = get_string(p, elem, json_object_array_get_idx(v, i), &(*ret)[i])) < 0)
+                        return r;
+        }
+        *ret_n = n;
+        return 0;
+}
+
 static int parse_stop(struct parser *p, const char *path, struct json_object *v) {
         struct generate_message *g = &p->m->generate;
-        char elem[PATH_MAX_LEN];
         int r;
 
         if (!v)
@@ -393,16 +418,9 @@ static int parse_stop(struct parser *p, const char *path, struct json_object *v)
         }
         if (!json_object_is_type(v, json_type_array))
                 return want(p, path, v, "a string or an array of strings");
-        size_t n = json_object_array_length(v);
-        if (n > 0 && !(g->stop_storage = malloc(n * sizeof(*g->stop_storage))))
-                return out_of_memory(p);
-        for (size_t i = 0; i < n; i++) {
-                path_printf(elem, sizeof(elem), "%s[%zu]", path, i);
-                if ((r = get_string(p, elem, json_object_array_get_idx(v, i), &g->stop_storage[i])) < 0)
-                        return r;
-        }
+        if ((r = get_string_array(p, path, v, &g->stop_storage, &g->params.n_stop)) < 0)
+                return r;
         g->params.stop = g->stop_storage;
-        g->params.n_stop = n;
         return 0;
 }
 
@@ -506,6 +524,38 @@ static int parse_param(struct parser *p, const struct param_field *f, struct jso
                 sp->has_allowed_token_ids = true; /* even empty: validation says it must not be */
                 sp->allowed_token_ids = g->allowed_token_ids_storage;
                 sp->n_allowed_token_ids = n;
+                return 0;
+        case PARAM_BAD_WORDS:
+                if (!v)
+                        return 0;
+                if ((r = get_string_array(p, path, v, &g->bad_words_storage, &sp->n_bad_words)) < 0)
+                        return r;
+                sp->bad_words = g->bad_words_storage;
+                return 0;
+        case PARAM_TRUNCATE_PROMPT_TOKENS:
+                /* 0 is the engine's "none", so the wire's 0 is refused here, as vLLM refuses it */
+                if (!v) {
+                        sp->truncate_prompt_tokens = SAMPLING_TRUNCATE_NONE;
+                        return 0;
+                }
+                if ((r = get_integer(p, path, v, INT32_MIN, INT32_MAX, &x)) < 0)
+                        return r;
+                if (x == 0 || x < SAMPLING_TRUNCATE_TO_CONTEXT)
+                        return invalid_params(p, "%s must be null, -1 (the longest prompt the context allows) or "
+                                              "an integer >= 1, got %" PRId64, path, x);
+                sp->truncate_prompt_tokens = (int32_t) x;
+                return 0;
+        case PARAM_BEST_OF:
+                if (!v) {
+                        sp->best_of = 0;
+                        return 0;
+                }
+                if ((r = get_integer(p, path, v, INT32_MIN, INT32_MAX, &x)) < 0)
+                        return r;
+                if (x < 1)
+                        return invalid_params(p, "%s must be null or greater than or equal to n, got %" PRId64,
+                                              path, x);
+                sp->best_of = (uint32_t) x;
                 return 0;
         case PARAM_OUTPUT_KIND: {
                 const char *s;
@@ -738,7 +788,7 @@ static int pause_field(struct parser *p, const char *key, struct json_object *v)
 }
 
 static int sleep_field(struct parser *p, const char *key, struct json_object *v) {
-        int32_t level;
+        int32_t level = 0;
         int r;
 
         if (strcmp(key, "level") != 0)
@@ -1051,6 +1101,7 @@ void client_message_free(struct client_message *m) {
                 free(m->generate.prompt_token_ids);
                 free(m->generate.messages);
                 free(m->generate.stop_storage);
+                free(m->generate.bad_words_storage);
                 free(m->generate.stop_token_ids_storage);
                 free(m->generate.logit_bias_storage);
                 free(m->generate.allowed_token_ids_storage);

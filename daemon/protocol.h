@@ -112,6 +112,7 @@ struct generate_message {
 
         /* Owned storage behind params; private to protocol-request.c. */
         const char **stop_storage;
+        const char **bad_words_storage;
         int32_t *stop_token_ids_storage;
         struct logit_bias *logit_bias_storage;
         int32_t *allowed_token_ids_storage;

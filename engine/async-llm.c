@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "async-llm.h"
+#include "bad-words.h"
 #include "clock.h"
 #include "detokenizer.h"
 #include "id-map.h"
@@ -369,6 +370,11 @@ static int keep_params(struct async_stream *s, const struct sampling_params *p) 
         s->params.n_allowed_token_ids = 0;
         s->params.stop_token_ids = NULL;
         s->params.n_stop_token_ids = 0;
+        s->params.bad_words_token_ids = NULL;
+        s->params.bad_words_ends = NULL;
+        s->params.n_bad_word_sequences = 0;
+        s->params.bad_words = NULL;
+        s->params.n_bad_words = 0;
         s->params.stop = NULL;
         if (p->n_stop) {
                 s->stop_copy = calloc(p->n_stop, sizeof(char *));
@@ -380,6 +386,17 @@ static int keep_params(struct async_stream *s, const struct sampling_params *p) 
                 s->params.stop = (const char *const *) s->stop_copy;
         }
         return 0;
+}
+
+/* vLLM's left truncation: the prompt's last tokens are kept. */
+static void truncate_prompt(struct request_spec *spec, uint32_t max_model_len) {
+        int32_t keep = spec->params.truncate_prompt_tokens;
+        if (keep == SAMPLING_TRUNCATE_TO_CONTEXT)
+                keep = max_model_len > 1 ? (int32_t) (max_model_len - 1) : 1;
+        if (keep <= 0 || spec->n_prompt <= (uint32_t) keep)
+                return;
+        spec->prompt += spec->n_prompt - (uint32_t) keep;
+        spec->n_prompt = (uint32_t) keep;
 }
 
 /* Each child is an engine request of its own: its spec, built from the request's, owns its
@@ -416,12 +433,22 @@ int async_llm_generate(struct async_llm *llm, const struct request_spec *req, as
         int32_t *tokenized = NULL;
         int r;
 
+        struct bad_word_sequences bad_words = { 0 };
         if (!spec.prompt && spec.prompt_text) {
                 size_t n;
                 if ((r = tokenizer_encode(llm->tk, spec.prompt_text, strlen(spec.prompt_text), true, &tokenized, &n, err)) < 0)
                         return r;
                 spec.prompt = tokenized;
                 spec.n_prompt = n > UINT32_MAX ? UINT32_MAX : (uint32_t) n;
+        }
+        truncate_prompt(&spec, llm->config.max_model_len);
+        if (spec.params.n_bad_words > 0) {
+                if ((r = bad_words_tokenize(llm->tk, spec.params.bad_words, spec.params.n_bad_words, &bad_words,
+                                            err)) < 0)
+                        goto out;
+                spec.params.bad_words_token_ids = bad_words.token_ids;
+                spec.params.bad_words_ends = bad_words.ends;
+                spec.params.n_bad_word_sequences = bad_words.n;
         }
         if ((r = request_spec_validate(&spec, &llm->config, llm->n_vocab, err)) < 0)
                 goto out;
@@ -478,6 +505,7 @@ int async_llm_generate(struct async_llm *llm, const struct request_spec *req, as
         }
         *ret = s;
 out:
+        bad_word_sequences_done(&bad_words);
         free(tokenized);
         return r;
 }

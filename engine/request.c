@@ -66,8 +66,13 @@ int request_spec_own(struct request_spec *spec) {
         p->logit_bias = copy_array(p->logit_bias, p->n_logit_bias, sizeof(*p->logit_bias), &failed);
         p->allowed_token_ids = copy_array(p->allowed_token_ids, p->n_allowed_token_ids, sizeof(int32_t), &failed);
         p->stop_token_ids = copy_array(p->stop_token_ids, p->n_stop_token_ids, sizeof(int32_t), &failed);
+        size_t n_bad_word_ids = p->n_bad_word_sequences ? p->bad_words_ends[p->n_bad_word_sequences - 1] : 0;
+        p->bad_words_token_ids = copy_array(p->bad_words_token_ids, n_bad_word_ids, sizeof(int32_t), &failed);
+        p->bad_words_ends = copy_array(p->bad_words_ends, p->n_bad_word_sequences, sizeof(uint32_t), &failed);
         p->stop = NULL;
         p->n_stop = 0;
+        p->bad_words = NULL;
+        p->n_bad_words = 0;
         if (failed) {
                 request_spec_done(spec);
                 return -ENOMEM;
@@ -81,6 +86,8 @@ void request_spec_done(struct request_spec *spec) {
         free((void *) spec->params.logit_bias);
         free((void *) spec->params.allowed_token_ids);
         free((void *) spec->params.stop_token_ids);
+        free((void *) spec->params.bad_words_token_ids);
+        free((void *) spec->params.bad_words_ends);
         *spec = (struct request_spec) { 0 };
 }
 
@@ -140,6 +147,8 @@ void request_free(struct request *r) {
         free((void *) r->params.logit_bias);
         free((void *) r->params.allowed_token_ids);
         free((void *) r->params.stop_token_ids);
+        free((void *) r->params.bad_words_token_ids);
+        free((void *) r->params.bad_words_ends);
         free(r->tokens);
         free(r->id);
         free(r);

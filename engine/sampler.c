@@ -321,9 +321,19 @@ static bool needs_hist(const struct sampling_params *p, int32_t n_vocab) {
         return !sampling_params_is_greedy(p) && (top_k_active(p, n_vocab) || p->top_p < 1.0);
 }
 
+/* The longest bad word sequence less its last token: how many output tokens it looks back. */
+static uint32_t bad_words_lookback(const struct sampling_params *p) {
+        uint32_t longest = 0;
+        for (size_t i = 0, start = 0; i < p->n_bad_word_sequences; start = p->bad_words_ends[i++])
+                if (p->bad_words_ends[i] - start - 1 > longest)
+                        longest = (uint32_t) (p->bad_words_ends[i] - start - 1);
+        return longest;
+}
+
 void sampler_seq_free(struct sampler_seq *s) {
         if (!s)
                 return;
+        free(s->recent);
         free(s->seen);
         free(s->counts);
         free(s->mask);
@@ -360,8 +370,11 @@ int sampler_seq_init(struct sampler_seq *s, const struct sampling_params *params
         /* Take now what this request will need, so that sampling fails for memory only when
          * the params change under it. */
         if (params) {
+                s->recent_cap = bad_words_lookback(params);
                 r = reserve_scratch(s, params->has_allowed_token_ids, params->logprobs >= 0,
                                     needs_hist(params, n_vocab));
+                if (r >= 0 && s->recent_cap && !(s->recent = malloc(s->recent_cap * sizeof(*s->recent))))
+                        r = -ENOMEM;
                 if (r < 0) {
                         sampler_seq_free(s);
                         return r;
@@ -416,6 +429,8 @@ int sampler_seq_accept(struct sampler_seq *s, int32_t token) {
         if (s->counts[i].count < UINT32_MAX)
                 s->counts[i].count++;
         bitset_set(s->seen, token);
+        if (s->recent_cap)
+                s->recent[s->n_output % s->recent_cap] = token;
         if (s->n_output < UINT32_MAX)
                 s->n_output++;
         return 0;
@@ -492,6 +507,21 @@ static void apply_output_penalties(const struct sampler_seq *s, float *logits, f
         }
 }
 
+/* vLLM's rule: a sequence's last token cannot follow the rest of it at the output's end. */
+static void mask_bad_words(const struct sampling_params *p, const struct sampler_seq *s, float *logits) {
+        for (size_t i = 0, start = 0; i < p->n_bad_word_sequences; start = p->bad_words_ends[i++]) {
+                uint32_t prefix = (uint32_t) (p->bad_words_ends[i] - start - 1);
+                bool follows = prefix <= s->n_output;
+
+                /* the prefix's token k is the output's (prefix - k)-th from the end */
+                for (uint32_t k = 0; follows && k < prefix; k++)
+                        follows = s->recent[(s->n_output - prefix + k) % s->recent_cap] ==
+                                  p->bad_words_token_ids[start + k];
+                if (follows)
+                        logits[p->bad_words_token_ids[start + prefix]] = -INFINITY;
+        }
+}
+
 static void process_logits(const struct sampling_params *p, struct sampler_seq *s, float *logits, int32_t eos_id) {
         float rep = (float) p->repetition_penalty;
         float freq = (float) p->frequency_penalty;
@@ -499,6 +529,8 @@ static void process_logits(const struct sampling_params *p, struct sampler_seq *
 
         if (p->has_allowed_token_ids)
                 mask_disallowed(p, s, logits);
+        if (p->n_bad_word_sequences)
+                mask_bad_words(p, s, logits);
         apply_logit_bias(p, logits, s->n_vocab);
         if (p->min_tokens > 0 && (int64_t) s->n_output < p->min_tokens)
                 mask_stop_tokens(p, logits, s->n_vocab, eos_id);
@@ -902,7 +934,8 @@ int sampler_sample(const struct sampling_params *p, struct sampler_seq *s, float
         if (!out)
                 return -EINVAL;
         *out = (struct sample_result) { .token = -1, .logprob = NAN };
-        if (!p || !s || !logits || !s->seen || n_vocab != s->n_vocab || eos_id >= n_vocab)
+        if (!p || !s || !logits || !s->seen || n_vocab != s->n_vocab || eos_id >= n_vocab ||
+            bad_words_lookback(p) > s->recent_cap)
                 return -EINVAL;
 
         want_logprobs = p->logprobs >= 0;

@@ -4,7 +4,7 @@
 /* Picks the next token of one sequence from the model's logits, with vLLM's semantics:
  *
  *   raw logprobs (log_softmax of the logits as they came, when requested)
- *   -> allowed_token_ids mask -> logit_bias -> min_tokens mask of EOS and stop_token_ids
+ *   -> allowed_token_ids mask -> bad_words mask -> logit_bias -> min_tokens mask of EOS and stop_token_ids
  *   -> repetition penalty (prompt and output tokens) -> frequency, presence penalties (output)
  *   -> greedy argmax when the temperature is 0, else
  *      temperature -> softmax -> min_p -> top_k -> top_p -> draw from the sequence's RNG.
@@ -63,6 +63,11 @@ struct sampler_seq {
         struct token_count *counts; /* (counts_cap) open addressing: each distinct output token */
         size_t counts_cap;          /* 0 or a power of two */
         size_t n_counts;
+
+        /* The latest output tokens, as many as the longest bad word's prefix: a ring where
+         * output token i is at i % recent_cap. */
+        int32_t *recent;
+        uint32_t recent_cap;
 
         /* Scratch, allocated on first need and kept. */
         uint64_t *mask; /* (n_vocab bits) allowed_token_ids */

@@ -63,6 +63,40 @@ static int check_ids(const char *name, const int32_t *ids, size_t n, int32_t n_v
         return 0;
 }
 
+static int check_bad_words(const struct sampling_params *p, int32_t n_vocab, struct error *err) {
+        if (p->n_bad_words > SAMPLING_MAX_BAD_WORDS)
+                return error_set(err, EINVAL, "bad_words may hold at most %d words, got %zu", SAMPLING_MAX_BAD_WORDS,
+                                 p->n_bad_words);
+        if (p->n_bad_words > 0 && !p->bad_words)
+                return error_set(err, EINVAL, "bad_words: %zu words given but no array", p->n_bad_words);
+        for (size_t i = 0; i < p->n_bad_words; i++) {
+                size_t len = p->bad_words[i] ? strlen(p->bad_words[i]) : 0;
+                if (len == 0)
+                        return error_set(err, EINVAL, "bad_words cannot contain an empty string (bad_words[%zu])", i);
+                if (len > SAMPLING_MAX_BAD_WORD_BYTES)
+                        return error_set(err, EINVAL, "bad_words[%zu] is %zu bytes long; at most %d allowed", i, len,
+                                         SAMPLING_MAX_BAD_WORD_BYTES);
+                if (!valid_utf8(p->bad_words[i]))
+                        return error_set(err, EINVAL, "bad_words[%zu] is not valid UTF-8", i);
+        }
+        if (p->n_bad_word_sequences > SAMPLING_MAX_BAD_WORD_SEQUENCES)
+                return error_set(err, EINVAL, "bad_words gives too many token sequences after tokenization: %zu, at most %d",
+                                 p->n_bad_word_sequences, SAMPLING_MAX_BAD_WORD_SEQUENCES);
+        if (p->n_bad_word_sequences > 0 && (!p->bad_words_ends || !p->bad_words_token_ids))
+                return error_set(err, EINVAL, "bad_words: %zu token sequences given but no arrays",
+                                 p->n_bad_word_sequences);
+        for (size_t i = 0, start = 0; i < p->n_bad_word_sequences; start = p->bad_words_ends[i++]) {
+                if (p->bad_words_ends[i] <= start)
+                        return error_set(err, EINVAL, "bad_words: token sequence %zu is empty", i);
+                for (size_t j = start; j < p->bad_words_ends[i]; j++)
+                        if (p->bad_words_token_ids[j] < 0 || p->bad_words_token_ids[j] >= n_vocab)
+                                return error_set(err, EINVAL, "bad_words: token id %" PRId32 " of sequence %zu is "
+                                                 "outside the vocabulary [0, %" PRId32 ")",
+                                                 p->bad_words_token_ids[j], i, n_vocab);
+        }
+        return 0;
+}
+
 /* Every range check is written so that NaN fails it. */
 int sampling_params_validate(const struct sampling_params *p, int32_t n_vocab, int32_t max_logprobs,
                              struct error *err) {
@@ -150,6 +184,19 @@ int sampling_params_validate(const struct sampling_params *p, int32_t n_vocab, i
         }
         if (!output_kind_name(p->output_kind))
                 return error_set(err, EINVAL, "output_kind must be cumulative, delta or final");
+        if ((r = check_bad_words(p, n_vocab, err)) < 0)
+                return r;
+        if (p->truncate_prompt_tokens < SAMPLING_TRUNCATE_TO_CONTEXT)
+                return error_set(err, EINVAL, "truncate_prompt_tokens must be an integer >= 1 or -1, got %" PRId32,
+                                 p->truncate_prompt_tokens);
+        /* vLLM's two messages: SamplingParams' for fewer than n, its V1 engine's for more */
+        if (p->best_of != 0 && p->best_of < p->n)
+                return error_set(err, EINVAL, "best_of must be greater than or equal to n, got n=%" PRIu32
+                                 " and best_of=%" PRIu32 ".", p->n, p->best_of);
+        if (p->best_of > p->n)
+                return error_set(err, EINVAL, "best_of greater than n is not supported (vLLM V1 does not yet support "
+                                 "best_of either): got n=%" PRIu32 " and best_of=%" PRIu32 "; leave it out or set it "
+                                 "to n", p->n, p->best_of);
 
         return 0;
 }

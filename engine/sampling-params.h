@@ -32,6 +32,16 @@
 /* The most stop strings one request may give, and the longest one in bytes. */
 #define SAMPLING_MAX_STOP 64
 #define SAMPLING_MAX_STOP_BYTES 256
+/* The most bad_words one request may give, the longest one in bytes, and the most token
+ * sequences they may tokenize to (each word gives one or two: vLLM's VLLM_MAX_NUM_BAD_WORDS
+ * default is the latter). */
+#define SAMPLING_MAX_BAD_WORDS 64
+#define SAMPLING_MAX_BAD_WORD_BYTES 256
+#define SAMPLING_MAX_BAD_WORD_SEQUENCES 128
+/* truncate_prompt_tokens value meaning "no truncation" (vLLM: None), and the value asking
+ * for the longest prompt the context allows (vLLM: -1). */
+#define SAMPLING_TRUNCATE_NONE 0
+#define SAMPLING_TRUNCATE_TO_CONTEXT (-1)
 
 /* What each output of a streamed request carries (vLLM's RequestOutputKind). */
 enum output_kind {
@@ -73,6 +83,14 @@ struct sampling_params {
         size_t n_stop_token_ids;
         bool ignore_eos;
 
+        /* bad_words as token sequences (vLLM's _bad_words_token_ids): the last token of a
+         * sequence is masked when the output so far ends with the rest of it. Stored back to
+         * back: sequence i is bad_words_token_ids[ends[i - 1] (0 for i = 0) .. ends[i]). */
+        const int32_t *bad_words_token_ids;
+        const uint32_t *bad_words_ends; /* (n_bad_word_sequences), increasing, the last one
+                                         * the length of bad_words_token_ids */
+        size_t n_bad_word_sequences;
+
         int32_t min_tokens; /* EOS and stop_token_ids are masked until this many output tokens */
         int32_t max_tokens; /* >= 1, or SAMPLING_MAX_TOKENS_NONE. Default 16 */
 
@@ -84,6 +102,14 @@ struct sampling_params {
         bool include_stop_str_in_output;
         bool skip_special_tokens;        /* leave special tokens out of the text. Default true */
         enum output_kind output_kind;    /* Default OUTPUT_CUMULATIVE, as vLLM */
+        const char *const *bad_words;    /* (n_bad_words) tokenized into bad_words_token_ids */
+        size_t n_bad_words;
+        /* Keep only the prompt's last N tokens (N >= 1), SAMPLING_TRUNCATE_TO_CONTEXT for
+         * max_model_len - 1 of them, or SAMPLING_TRUNCATE_NONE. */
+        int32_t truncate_prompt_tokens;
+        /* vLLM's best_of, checked only: 0 (vLLM: None) or n; more candidates than n are not
+         * generated here, as in vLLM's V1 engine. */
+        uint32_t best_of;
 };
 
 void sampling_params_init_default(struct sampling_params *p);

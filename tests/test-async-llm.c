@@ -17,8 +17,9 @@
 #include <unistd.h>
 
 #include "async-llm.h"
-#include "clock.h"
 #include "backend-open.h"
+#include "bad-words.h"
+#include "clock.h"
 #include "model.h"
 #include "test-helpers.h"
 #include "tokenizer.h"
@@ -202,6 +203,12 @@ static void collector_free(struct collector *c) {
         if (c->stream)
                 async_stream_release(c->stream);
         request_output_free(c->first);
+}
+
+static void collectors_free(struct collector *c, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                collector_free(&c[i]);
+        free(c);
 }
 
 static struct collector *collectors_new(size_t n) {
@@ -720,10 +727,90 @@ START_TEST(test_stop_strings_and_tokens) {
         run_one(e.llm, &c[5], "spanning", prompt, (uint32_t) n_prompt, &p);
         ck_assert_int_eq(c[5].reason[0], FINISH_STOP);
         ck_assert_uint_eq(c[5].text_len[0], (size_t) (strstr(ref, long_stop) - ref));
-        for (int i = 0; i < 6; i++)
-                collector_free(&c[i]);
+        collectors_free(c, 6);
         free(prompt);
-        free(c);
+        engine_stop(&e);
+}
+END_TEST
+
+/* The end of the first place in tokens[0..n) where a sequence ends, or n when none does. */
+static uint32_t first_bad_word(const int32_t *tokens, uint32_t n, const struct bad_word_sequences *bw) {
+        for (uint32_t end = 1; end <= n; end++)
+                for (size_t i = 0, start = 0; i < bw->n; start = bw->ends[i++]) {
+                        uint32_t len = bw->ends[i] - (uint32_t) start;
+                        if (len <= end && memcmp(tokens + end - len, bw->token_ids + start, len * sizeof(int32_t)) == 0)
+                                return end;
+                }
+        return n;
+}
+
+/* bad_words: tokenized as vLLM does (the word, then after a space), and the output follows
+ * the reference up to where the reference spells one, then never spells it.
+ * truncate_prompt_tokens: the prompt's last tokens, as if they had been the prompt. */
+START_TEST(test_bad_words_and_truncation) {
+        struct engine e = { 0 };
+        engine_start_small(&e);
+        struct collector *c = collectors_new(6);
+        struct error err;
+        int32_t *prompt, *ids;
+        size_t n_prompt, n_ids;
+        const char *text = "The capital of France is Paris. The capital of Italy is";
+        ck_assert_int_eq(tokenizer_encode(tk, text, strlen(text), false, &prompt, &n_prompt, &err), 0);
+        struct sampling_params p;
+        greedy_params(&p, 24, OUTPUT_DELTA);
+        run_one(e.llm, &c[0], "ref", prompt, (uint32_t) n_prompt, &p);
+
+        /* the word of the reference's second token, with the leading whitespace vLLM strips */
+        const char *piece = tokenizer_token_bytes(tk, c[0].tokens[0][1], NULL);
+        char word[64];
+        snprintf(word, sizeof(word), "  %s", piece + strspn(piece, " "));
+        const char *words[] = { word, "Rome", word };
+        struct bad_word_sequences bw;
+        ck_assert_int_eq(bad_words_tokenize(tk, words, 3, &bw, &err), 0);
+        ck_assert_uint_ge(bw.n, 2);
+        ck_assert_uint_le(bw.n, 4); /* the repeated word counts once */
+        ck_assert_int_eq(tokenizer_encode(tk, word + 2, strlen(word + 2), true, &ids, &n_ids, &err), 0);
+        ck_assert_uint_eq(bw.ends[0], n_ids);
+        ck_assert_mem_eq(bw.token_ids, ids, n_ids * sizeof(int32_t));
+        free(ids);
+
+        p.bad_words = words;
+        p.n_bad_words = 3;
+        run_one(e.llm, &c[1], "banned", prompt, (uint32_t) n_prompt, &p);
+        uint32_t at = first_bad_word(c[0].tokens[0], c[0].n_tokens[0], &bw);
+        ck_assert_uint_lt(at, c[0].n_tokens[0]); /* the reference does spell one */
+        ck_assert_uint_eq(first_bad_word(c[1].tokens[0], c[1].n_tokens[0], &bw), c[1].n_tokens[0]);
+        ck_assert_uint_eq(c[1].n_tokens[0], 24);
+        ck_assert_mem_eq(c[1].tokens[0], c[0].tokens[0], (at - 1) * sizeof(int32_t));
+        ck_assert_int_ne(c[1].tokens[0][at - 1], c[0].tokens[0][at - 1]);
+        bad_word_sequences_done(&bw);
+
+        const char *blank[] = { " \t" };
+        ck_assert_int_eq(bad_words_tokenize(tk, blank, 1, &bw, &err), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err.message, "at least one token"));
+
+        /* the prompt's last 5 tokens, and the longest prompt the context allows (-1) */
+        greedy_params(&p, 8, OUTPUT_DELTA);
+        p.truncate_prompt_tokens = 5;
+        run_one(e.llm, &c[2], "truncated", prompt, (uint32_t) n_prompt, &p);
+        p.truncate_prompt_tokens = SAMPLING_TRUNCATE_NONE;
+        run_one(e.llm, &c[3], "tail", prompt + n_prompt - 5, 5, &p);
+        ck_assert_uint_eq(c[2].n_tokens[0], 8);
+        ck_assert_mem_eq(c[2].tokens[0], c[3].tokens[0], 8 * sizeof(int32_t));
+
+        int32_t long_prompt[1100];
+        make_prompt(7, 1100, long_prompt);
+        p.max_tokens = 1;
+        p.truncate_prompt_tokens = SAMPLING_TRUNCATE_TO_CONTEXT;
+        run_one(e.llm, &c[4], "to-context", long_prompt, 1100, &p);
+        p.truncate_prompt_tokens = SAMPLING_TRUNCATE_NONE;
+        run_one(e.llm, &c[5], "context-tail", long_prompt + 1100 - 1023, 1023, &p);
+        ck_assert_str_eq(c[4].error, "");
+        ck_assert_uint_eq(c[4].n_tokens[0], 1);
+        ck_assert_int_eq(c[4].tokens[0][0], c[5].tokens[0][0]);
+
+        collectors_free(c, 6);
+        free(prompt);
         engine_stop(&e);
 }
 END_TEST
@@ -1298,6 +1385,7 @@ static Suite *suite(void) {
         tcase_add_test(tc, test_pause_abort);
         tcase_add_test(tc, test_priorities);
         tcase_add_test(tc, test_stop_strings_and_tokens);
+        tcase_add_test(tc, test_bad_words_and_truncation);
         tcase_add_test(tc, test_n_children);
         tcase_add_test(tc, test_prompt_logprobs);
         tcase_add_test(tc, test_sleep_wake_up);

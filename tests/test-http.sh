@@ -70,6 +70,22 @@ post /v1/completions '{"prompt": "Count: 1, 2, 3,", "max_tokens": 40, "temperatu
 expect "completions: stop ends it, echo puts the prompt first" json \
     "d['choices'][0]['finish_reason'] == 'stop' and d['choices'][0]['text'].startswith('Count: 1, 2, 3,') and ' 6' not in d['choices'][0]['text'][15:]"
 
+# vLLM's other SamplingParams fields: bad_words, truncate_prompt_tokens, best_of.
+post /v1/completions '{"prompt": "The capital of France is", "max_tokens": 12, "temperature": 0}'
+expect "completions: the greedy answer names Paris" json "'Paris' in d['choices'][0]['text']"
+post /v1/completions '{"prompt": "The capital of France is", "max_tokens": 12, "temperature": 0, "bad_words": ["Paris"]}'
+expect "completions: bad_words keeps the word out" json "d['choices'][0]['text'] and 'Paris' not in d['choices'][0]['text']"
+post /v1/chat/completions '{"messages": [{"role": "user", "content": "Say hello in French."}], "max_tokens": 8, "truncate_prompt_tokens": 4}'
+expect "chat: truncate_prompt_tokens keeps the prompt's last 4 tokens" json "d['usage']['prompt_tokens'] == 4"
+post /v1/completions '{"prompt": "Hi", "max_tokens": 2, "n": 2, "best_of": 2, "temperature": 1}'
+expect "completions: best_of = n is accepted" test "$status" = 200
+post /v1/completions '{"prompt": "Hi", "max_tokens": 2, "best_of": 3}'
+expect "completions: best_of above n: 400 with vLLM's message" json \
+    "d['error']['param'] == 'best_of' and 'does not yet support best_of' in d['error']['message']"
+post /v1/completions '{"prompt": "Hi", "max_tokens": 2, "n": 3, "best_of": 2, "temperature": 1}'
+expect "completions: best_of below n: 400 with vLLM's message" json \
+    "d['error']['message'].endswith('best_of must be greater than or equal to n, got n=3 and best_of=2.')"
+
 post /v1/completions '{"prompt": "Hi", "temperature": -1}'
 expect "a bad field: 400 naming it" json "d['error']['code'] == 400 and d['error']['param'] == 'temperature' and 'temperature' in d['error']['message']"
 post /v1/completions '{"prompt": "Hi", "top_k": "many"}'

@@ -96,7 +96,8 @@ START_TEST(test_generate_all_params) {
                  " \"include_stop_str_in_output\": true, \"ignore_eos\": true, \"max_tokens\": null,"
                  " \"min_tokens\": 4, \"logprobs\": 5, \"prompt_logprobs\": 0,"
                  " \"logit_bias\": {\"50256\": -100, \"7\": 2.5, \"-1\": 1}, \"allowed_token_ids\": [5, 6, 7],"
-                 " \"skip_special_tokens\": false, \"output_kind\": \"final\"}}",
+                 " \"skip_special_tokens\": false, \"output_kind\": \"final\", \"bad_words\": [\"darn\", \" heck\"],"
+                 " \"truncate_prompt_tokens\": -1, \"best_of\": 3}}",
                  &m);
         const struct generate_message *g = &m.generate;
         const struct sampling_params *p = &g->params;
@@ -138,6 +139,10 @@ START_TEST(test_generate_all_params) {
         ck_assert_uint_eq(p->n_allowed_token_ids, 3);
         ck_assert_int_eq(p->allowed_token_ids[0], 5);
         ck_assert(!p->skip_special_tokens);
+        ck_assert_uint_eq(p->n_bad_words, 2);
+        ck_assert_str_eq(p->bad_words[1], " heck");
+        ck_assert_int_eq(p->truncate_prompt_tokens, SAMPLING_TRUNCATE_TO_CONTEXT);
+        ck_assert_uint_eq(p->best_of, 3);
         ck_assert_int_eq(p->output_kind, OUTPUT_FINAL_ONLY);
 
         struct request_spec req;
@@ -468,6 +473,14 @@ static const struct bad_line {
           PROTOCOL_INVALID_PARAMS, "x", "unknown field \"params.temprature\"" },
         { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"params\": {\"length_penalty\": \"long\"}}",
           PROTOCOL_INVALID_PARAMS, "x", "params.length_penalty must be a number" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"params\": {\"truncate_prompt_tokens\": 0}}",
+          PROTOCOL_INVALID_PARAMS, "x", "params.truncate_prompt_tokens must be null, -1" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"params\": {\"best_of\": 0}}",
+          PROTOCOL_INVALID_PARAMS, "x", "params.best_of must be null or greater than or equal to n" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"params\": {\"bad_words\": \"darn\"}}",
+          PROTOCOL_INVALID_PARAMS, "x", "params.bad_words must be an array of strings" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"params\": {\"bad_words\": [\"a\", 3]}}",
+          PROTOCOL_INVALID_PARAMS, "x", "params.bad_words[1] must be a string" },
         { "{\"op\": \"generate\", \"id\": \"x\", \"messages\": [{\"role\": \"user\", \"content\": \"a\", \"name\": \"b\"}]}",
           PROTOCOL_INVALID_PARAMS, "x", "unknown field \"messages[0].name\"" },
         { "{\"op\": \"abort\", \"id\": \"x\", \"request\": \"c\", \"all\": true}", PROTOCOL_INVALID_PARAMS, "x",

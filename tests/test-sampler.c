@@ -234,6 +234,11 @@ enum bad_case {
         BAD_ALLOWED_EMPTY,
         BAD_ALLOWED_ID,
         BAD_STOP_ID,
+        BAD_BAD_WORD_EMPTY,
+        BAD_BAD_WORD_ID,
+        BAD_TRUNCATE,
+        BAD_BEST_OF_BELOW_N,
+        BAD_BEST_OF_ABOVE_N,
         _BAD_MAX,
 };
 
@@ -269,12 +274,20 @@ static const struct {
         [BAD_ALLOWED_EMPTY] = { "allowed_token_ids", "empty" },
         [BAD_ALLOWED_ID] = { "allowed_token_ids[2]", "[0, 100)" },
         [BAD_STOP_ID] = { "stop_token_ids[0]", "[0, 100)" },
+        [BAD_BAD_WORD_EMPTY] = { "bad_words", "empty string" },
+        [BAD_BAD_WORD_ID] = { "bad_words", "[0, 100)" },
+        [BAD_TRUNCATE] = { "truncate_prompt_tokens", ">= 1 or -1" },
+        [BAD_BEST_OF_BELOW_N] = { "best_of", "greater than or equal to n, got n=3 and best_of=2." },
+        [BAD_BEST_OF_ABOVE_N] = { "best_of", "does not yet support best_of" },
 };
 
 START_TEST(test_validate_rejects) {
         struct logit_bias bias[2] = { { 5, 1.0f }, { 6, 2.0f } };
         int32_t allowed[3] = { 1, 2, 3 };
         int32_t stop[1] = { 4 };
+        const char *bad_words[2] = { "fine", "" };
+        int32_t bad_word_ids[3] = { 1, 2, 100 };
+        uint32_t bad_word_ends[2] = { 1, 3 };
         struct sampling_params p;
         struct error err = {};
 
@@ -324,6 +337,18 @@ START_TEST(test_validate_rejects) {
                 p.stop_token_ids = stop;
                 p.n_stop_token_ids = 1;
                 break;
+        case BAD_BAD_WORD_EMPTY:
+                p.bad_words = bad_words;
+                p.n_bad_words = 2;
+                break;
+        case BAD_BAD_WORD_ID:
+                p.bad_words_token_ids = bad_word_ids;
+                p.bad_words_ends = bad_word_ends;
+                p.n_bad_word_sequences = 2;
+                break;
+        case BAD_TRUNCATE: p.truncate_prompt_tokens = -2; break;
+        case BAD_BEST_OF_BELOW_N: p.n = 3; p.best_of = 2; break;
+        case BAD_BEST_OF_ABOVE_N: p.n = 2; p.best_of = 3; break;
         case _BAD_MAX: break;
         }
 
@@ -824,6 +849,68 @@ START_TEST(test_min_tokens) {
 }
 END_TEST
 
+/* The rule written plainly: the whole output against each sequence. */
+static bool bad_word_masks(const int32_t *ids, const uint32_t *ends, size_t n_seq, const int32_t *output,
+                           size_t n_output, int32_t token) {
+        for (size_t i = 0, start = 0; i < n_seq; start = ends[i++]) {
+                size_t prefix = ends[i] - start - 1;
+                if (ids[ends[i] - 1] != token || prefix > n_output)
+                        continue;
+                if (memcmp(output + n_output - prefix, ids + start, prefix * sizeof(*ids)) == 0)
+                        return true;
+        }
+        return false;
+}
+
+START_TEST(test_bad_words) {
+        /* always 7; 3 after 1 2; 5 after 4; 2 after 2 2 2 (its own prefix overlaps) */
+        static const int32_t ids[] = { 7, 1, 2, 3, 4, 5, 2, 2, 2, 2 };
+        static const uint32_t ends[] = { 1, 4, 6, 10 };
+        struct sampling_params p = greedy_params();
+        struct sampler_seq s;
+        int32_t output[400];
+        uint64_t state = 12345;
+        size_t masked = 0;
+
+        p.bad_words_token_ids = ids;
+        p.bad_words_ends = ends;
+        p.n_bad_word_sequences = ELEMENTS(ends);
+        ck_assert_int_eq(sampling_params_validate(&p, 10, 20, NULL), 0);
+        ck_assert_int_eq(sampler_seq_init(&s, &p, NULL, 0, 10, 0), 0);
+        for (size_t step = 0; step < ELEMENTS(output); step++) {
+                /* the banned tokens are the likeliest: greedy takes the best one left */
+                static const float x0[10] = { 0, 10, 11, 12, 13, 14, 1, 20, 2, 3 };
+                float x[10];
+                int32_t expect_best = -1;
+                memcpy(x, x0, sizeof(x));
+                int32_t best = sample_once(&p, &s, x, 10, -1);
+                for (int32_t t = 0; t < 10; t++) {
+                        bool expect = bad_word_masks(ids, ends, ELEMENTS(ends), output, step, t);
+                        ck_assert_msg((x[t] == -INFINITY) == expect, "step %zu token %d: masked %d, expected %d", step,
+                                      t, x[t] == -INFINITY, expect);
+                        masked += expect;
+                        if (!expect && (expect_best < 0 || x0[t] > x0[expect_best]))
+                                expect_best = t;
+                }
+                ck_assert_int_eq(best, expect_best);
+                /* the output the test drives, from the tokens the sequences are made of */
+                state = state * 6364136223846793005u + 1442695040888963407u;
+                output[step] = (int32_t) ((state >> 33) % 6);
+                ck_assert_int_eq(sampler_seq_accept(&s, output[step]), 0);
+        }
+        ck_assert_uint_gt(masked, ELEMENTS(output) + 40); /* 7 every step, and the others often */
+        sampler_seq_free(&s);
+
+        /* params with a longer sequence than the state was made for are refused */
+        struct sampling_params none = greedy_params();
+        float x[10] = { 0 };
+        struct sample_result res;
+        ck_assert_int_eq(sampler_seq_init(&s, &none, NULL, 0, 10, 0), 0);
+        ck_assert_int_eq(sampler_sample(&p, &s, x, 10, -1, &res), -EINVAL);
+        sampler_seq_free(&s);
+}
+END_TEST
+
 START_TEST(test_nothing_to_sample) {
         static const int32_t allowed[] = { 2 };
         struct sampling_params p = greedy_params();
@@ -1177,6 +1264,7 @@ static Suite *sampler_suite(void) {
         tcase_add_test(tc, test_penalties_combined_order);
         tcase_add_test(tc, test_logit_bias);
         tcase_add_test(tc, test_allowed_token_ids);
+        tcase_add_test(tc, test_bad_words);
         tcase_add_loop_test(tc, test_min_tokens, 0, 2);
         tcase_add_test(tc, test_nothing_to_sample);
         suite_add_tcase(suite, tc);
