@@ -333,34 +333,33 @@ static struct pending_reply *pending_new(struct connection *c, const struct clie
         return p;
 }
 
-static void do_control(struct connection *c, struct client_message *m) {
-        struct async_llm *llm = c->server->model.llm;
-        struct pending_reply *p = pending_new(c, m);
-        int r;
-        if (!p)
-                return commands_send_error(c, m->id, PROTOCOL_INTERNAL_ERROR, "out of memory");
+int commands_control(struct server *s, const struct client_message *m, async_llm_reply_fn fn, void *userdata) {
+        struct async_llm *llm = s->model.llm;
         switch (m->op) {
         case CLIENT_OP_PAUSE:
-                r = async_llm_pause(llm, m->pause.mode, m->pause.clear_cache, on_reply, p);
-                break;
+                return async_llm_pause(llm, m->pause.mode, m->pause.clear_cache, fn, userdata);
         case CLIENT_OP_RESUME:
-                r = async_llm_resume(llm, on_reply, p);
-                break;
+                return async_llm_resume(llm, fn, userdata);
         case CLIENT_OP_SLEEP:
-                r = async_llm_sleep(llm, m->sleep.level, on_reply, p);
-                break;
+                return async_llm_sleep(llm, m->sleep.level, fn, userdata);
         case CLIENT_OP_WAKE_UP:
-                r = async_llm_wake_up(llm, m->wake_up.tags, on_reply, p);
-                break;
+                return async_llm_wake_up(llm, m->wake_up.tags, fn, userdata);
         case CLIENT_OP_RESET_PREFIX_CACHE:
-                r = async_llm_reset_prefix_cache(llm, m->reset_prefix_cache.preempt, on_reply, p);
-                break;
-        default: /* CLIENT_OP_COLLECTIVE_RPC */
-                r = async_llm_collective_rpc(llm, m->collective_rpc.method,
-                                             m->collective_rpc.args ? json_object_get(m->collective_rpc.args) : NULL,
-                                             on_reply, p);
-                break;
+                return async_llm_reset_prefix_cache(llm, m->reset_prefix_cache.preempt, fn, userdata);
+        case CLIENT_OP_COLLECTIVE_RPC:
+                return async_llm_collective_rpc(llm, m->collective_rpc.method,
+                                                m->collective_rpc.args ? json_object_get(m->collective_rpc.args) : NULL,
+                                                fn, userdata);
+        default:
+                return -EOPNOTSUPP; /* not a control op */
         }
+}
+
+static void do_control(struct connection *c, struct client_message *m) {
+        struct pending_reply *p = pending_new(c, m);
+        if (!p)
+                return commands_send_error(c, m->id, PROTOCOL_INTERNAL_ERROR, "out of memory");
+        int r = commands_control(c->server, m, on_reply, p);
         if (r < 0) {
                 c->pending_replies--;
                 commands_send_error(c, m->id, error_code_for(r), strerror(-r));
@@ -472,6 +471,7 @@ static struct json_object *list_json(struct connection *c) {
 char *commands_metrics_text(struct server *s) {
         struct async_llm_stats st;
         async_llm_stats(s->model.llm, &st);
+        daemon_metrics_observe_steps(&s->metrics, &st.engine.stats); /* the steps no engine event brought yet */
         /* labelled with the name clients use, as vLLM's are */
         return daemon_metrics_render(&s->metrics, &st,
                                      s->settings->served_model_name ? s->settings->served_model_name : s->model.name);

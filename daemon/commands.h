@@ -11,6 +11,8 @@
 #include "connection.h"
 #include "request-output.h"
 
+struct client_message;
+
 /* The connections' protocol: these functions, for the transport to call. */
 extern const struct connection_protocol commands_protocol;
 
@@ -24,6 +26,12 @@ void commands_send_output(struct daemon_request *r, const struct request_output 
 /* The request is over (or its connection is): its stream released (aborted if still
  * running), the request forgotten. */
 void commands_request_done(struct daemon_request *r);
+
+/* Starts an engine control op (pause, resume, sleep, wake_up, reset_prefix_cache or
+ * collective_rpc): the socket's admin ops and HTTP's are this one call. fn answers it on the
+ * loop's thread once the engine has, never from inside this call; when this fails (a
+ * negative errno: -ENOMEM, -EINVAL, -ESHUTDOWN) fn is not called. */
+int commands_control(struct server *s, const struct client_message *m, async_llm_reply_fn fn, void *userdata);
 
 /* The stats op's result, which D-Bus GetStats sends as well: one list of typed entries, so
  * that both APIs give the same names and values. */

@@ -16,6 +16,9 @@
 #include <microhttpd.h>
 
 #include "commands.h"
+#include "http-admin.h"
+#include "http-cors.h"
+#include "http-exchange.h"
 #include "http-server.h"
 #include "log.h"
 #include "openai.h"
@@ -25,61 +28,6 @@
 #define DEFAULT_PORT 8000
 /* What one connection may hold of request line and headers (a larger head is refused). */
 #define HEAD_MEMORY_LIMIT (64 * 1024)
-
-struct http_front {
-        struct server *server;
-        char *api_key; /* NULL: none (then loopback only) */
-        struct MHD_Daemon *mhd;
-        int listen_fd;
-        sd_event_source *io, *timer;
-        /* runs libmicrohttpd once the loop is back: a resumed connection waits for its next
-         * run, which nothing else may bring soon */
-        sd_event_source *kick;
-        uint64_t serial;
-        struct http_exchange *first; /* every request being answered */
-        struct http_peer *peers;     /* every open connection */
-        sd_event_source *sweep;      /* closes peers too slow to send a request */
-};
-
-/* One connection: how long it has been sending its current request. libmicrohttpd's own
- * timeout is for idle time, so a client that sends a byte a second would hold a connection
- * for ever; this cuts a request that is not all in after client-timeout seconds. */
-struct http_peer {
-        struct MHD_Connection *conn;
-        uint64_t since_usec; /* the connection's start, or its last answer's end */
-        bool answering;      /* its request is all in: the wait is the daemon's */
-        bool cut;
-        struct http_peer *prev, *next;
-};
-
-/* One HTTP request and its answer. */
-struct http_exchange {
-        struct http_front *front;
-        struct MHD_Connection *conn;
-        char *body;
-        size_t body_len, body_cap;
-        bool body_too_large;
-        bool submitted, suspended, finished;
-        bool responded; /* a stream's status and headers are queued */
-
-        struct openai_request req;
-        struct async_stream *stream;
-        sd_event_source *hangup; /* the client's socket, watched for its going away */
-        char request_id[48];
-        char answer_id[64];
-        char *prompt; /* echo's text */
-        struct openai_answer answer;
-        struct openai_choice *choices; /* non-streamed: what the completions collected */
-        uint32_t n_generated;
-        double last_token_time; /* for the inter-token latency metric */
-        bool first_event;
-        struct openai_error failure; /* status 0: none */
-        double retry_after;
-
-        char *events; /* a stream's bytes not yet sent: [sent, len) */
-        size_t events_len, events_cap, events_sent;
-        struct http_exchange *prev, *next;
-};
 
 static void run_mhd(struct http_front *h);
 
@@ -94,44 +42,6 @@ static uint64_t now_usec(void) {
         return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
 }
 
-static enum MHD_Result queue_body(struct MHD_Connection *conn, unsigned status, char *body, const char *type,
-                                  double retry_after) {
-        if (!body)
-                return MHD_NO;
-        struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
-        if (!resp) {
-                free(body);
-                return MHD_NO;
-        }
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-        if (retry_after > 0) {
-                char s[32];
-                snprintf(s, sizeof(s), "%.0f", retry_after < 1 ? 1 : retry_after + 0.5);
-                MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, s);
-        }
-        enum MHD_Result r = MHD_queue_response(conn, status, resp);
-        MHD_destroy_response(resp);
-        return r;
-}
-
-static enum MHD_Result queue_json(struct MHD_Connection *conn, unsigned status, struct json_object *o) {
-        const char *s = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
-        char *body = s ? strdup(s) : NULL;
-        json_object_put(o);
-        return queue_body(conn, status, body, "application/json", 0);
-}
-
-static enum MHD_Result queue_error(struct MHD_Connection *conn, const struct openai_error *e, double retry_after) {
-        return queue_body(conn, (unsigned) e->status, openai_error_body(e), "application/json", retry_after);
-}
-
-static enum MHD_Result reply_error(struct MHD_Connection *conn, int status, const char *type, const char *param,
-                                   const char *message) {
-        struct openai_error e;
-        openai_error_set(&e, status, type, param, "%s", message);
-        return queue_error(conn, &e, 0);
-}
-
 static void exchange_free(struct http_exchange *ex) {
         struct http_front *h = ex->front;
         if (ex->submitted && !ex->finished) { /* ended by its client leaving, or by the daemon stopping */
@@ -141,6 +51,7 @@ static void exchange_free(struct http_exchange *ex) {
         }
         bool was_in_flight = ex->submitted;
         sd_event_source_disable_unref(ex->hangup);
+        http_admin_exchange_done(ex);
         if (ex->stream)
                 async_stream_release(ex->stream); /* aborts it if it still runs */
         if (ex->prev)
@@ -158,14 +69,6 @@ static void exchange_free(struct http_exchange *ex) {
         if (was_in_flight) {
                 h->server->http_in_flight--;
                 server_request_ended(h->server);
-        }
-}
-
-static void wake(struct http_exchange *ex) {
-        if (ex->suspended) {
-                ex->suspended = false;
-                MHD_resume_connection(ex->conn);
-                sd_event_source_set_enabled(ex->front->kick, SD_EVENT_ONESHOT);
         }
 }
 
@@ -235,7 +138,7 @@ static void on_stream(struct async_stream *stream, void *userdata) {
         }
         /* a stream sends what came; a whole answer waits for the last output */
         if (ex->req.stream || ex->finished)
-                wake(ex);
+                http_exchange_wake(ex);
 }
 
 /* A stream's bytes as they come; the connection waits, suspended, while there are none. */
@@ -275,7 +178,7 @@ static enum MHD_Result answer_models(struct http_exchange *ex) {
         json_object_object_add(m, "max_model_len", json_object_new_int64(s->model.config.max_model_len));
         json_object_array_add(list, m);
         json_object_object_add(o, "data", list);
-        return queue_json(ex->conn, MHD_HTTP_OK, o);
+        return http_queue_json(ex, MHD_HTTP_OK, o);
 }
 
 /* GET /v1/models/{id}: the model, or 404 for another name. */
@@ -284,34 +187,34 @@ static enum MHD_Result answer_model(struct http_exchange *ex, const char *id) {
         if (strcmp(id, served_name(s)) != 0) {
                 struct openai_error e;
                 openai_error_set(&e, 404, "NotFoundError", "model", "The model `%.200s` does not exist.", id);
-                return queue_error(ex->conn, &e, 0);
+                return http_queue_error(ex, &e, 0);
         }
         struct json_object *m = json_object_new_object();
         json_object_object_add(m, "id", json_object_new_string(served_name(s)));
         json_object_object_add(m, "object", json_object_new_string("model"));
         json_object_object_add(m, "created", json_object_new_int64((int64_t) time(NULL)));
         json_object_object_add(m, "owned_by", json_object_new_string("asyncllmd"));
-        return queue_json(ex->conn, MHD_HTTP_OK, m);
+        return http_queue_json(ex, MHD_HTTP_OK, m);
 }
 
 static enum MHD_Result answer_health(struct http_exchange *ex) {
         struct server *s = ex->front->server;
         struct error err = { 0 };
         if (s->shutting_down)
-                return reply_error(ex->conn, 503, "shutting_down", NULL, "the daemon is stopping");
+                return http_reply_error(ex, 503, "shutting_down", NULL, "the daemon is stopping");
         if (async_llm_check_health(s->model.llm, s->settings->health_stall_timeout, &err) < 0)
-                return reply_error(ex->conn, 503, "engine_dead", NULL, err.message);
-        return queue_body(ex->conn, MHD_HTTP_OK, strdup(""), "text/plain", 0);
+                return http_reply_error(ex, 503, "engine_dead", NULL, err.message);
+        return http_queue_body(ex, MHD_HTTP_OK, strdup(""), "text/plain", 0);
 }
 
 static enum MHD_Result answer_version(struct http_exchange *ex) {
         struct json_object *o = json_object_new_object();
         json_object_object_add(o, "version", json_object_new_string(PACKAGE_VERSION));
-        return queue_json(ex->conn, MHD_HTTP_OK, o);
+        return http_queue_json(ex, MHD_HTTP_OK, o);
 }
 
 static enum MHD_Result answer_metrics(struct http_exchange *ex) {
-        return queue_body(ex->conn, MHD_HTTP_OK, commands_metrics_text(ex->front->server), "text/plain; version=0.0.4", 0);
+        return http_queue_body(ex, MHD_HTTP_OK, commands_metrics_text(ex->front->server), "text/plain; version=0.0.4", 0);
 }
 
 /* vLLM's /tokenize: {"prompt"} or {"messages", "add_generation_prompt"} (true unless false),
@@ -327,7 +230,7 @@ static enum MHD_Result answer_tokenize(struct http_exchange *ex) {
         struct openai_request req;
         if (openai_parse(ex->body ? ex->body : "", ex->body_len, chat ? OPENAI_CHAT_COMPLETIONS : OPENAI_COMPLETIONS, &req,
                          &e) < 0)
-                return queue_error(ex->conn, &e, 0);
+                return http_queue_error(ex, &e, 0);
         const struct generate_message *g = &req.msg.generate;
         struct error err = { 0 };
         char *rendered = NULL;
@@ -353,7 +256,7 @@ static enum MHD_Result answer_tokenize(struct http_exchange *ex) {
         free(rendered);
         if (r < 0) {
                 free(ids);
-                return reply_error(ex->conn, r == -ENOMEM ? 500 : 400, "invalid_request_error", NULL, err.message);
+                return http_reply_error(ex, r == -ENOMEM ? 500 : 400, "invalid_request_error", NULL, err.message);
         }
         struct json_object *o = json_object_new_object(), *tokens = json_object_new_array();
         for (size_t i = 0; i < n; i++)
@@ -363,7 +266,7 @@ static enum MHD_Result answer_tokenize(struct http_exchange *ex) {
         json_object_object_add(o, "max_model_len", json_object_new_int64(s->model.config.max_model_len));
         json_object_object_add(o, "tokens", tokens);
         json_object_object_add(o, "token_strs", NULL);
-        return queue_json(ex->conn, MHD_HTTP_OK, o);
+        return http_queue_json(ex, MHD_HTTP_OK, o);
 }
 
 /* vLLM's /detokenize: {"tokens": [...]} to {"prompt": text}. */
@@ -373,7 +276,7 @@ static enum MHD_Result answer_detokenize(struct http_exchange *ex) {
         if (!root || !json_object_is_type(root, json_type_object) || !json_object_object_get_ex(root, "tokens", &tokens) ||
             !json_object_is_type(tokens, json_type_array)) {
                 json_object_put(root);
-                return reply_error(ex->conn, 400, "invalid_request_error", "tokens",
+                return http_reply_error(ex, 400, "invalid_request_error", "tokens",
                                    "the body must be a JSON object with \"tokens\", a list of token ids");
         }
         size_t n = json_object_array_length(tokens);
@@ -395,11 +298,11 @@ static enum MHD_Result answer_detokenize(struct http_exchange *ex) {
                 r = tokenizer_decode_text(s->model.tk, ids, n, false, &text, &len, &err);
         free(ids);
         if (r < 0)
-                return reply_error(ex->conn, r == -ENOMEM ? 500 : 400, "invalid_request_error", "tokens", err.message);
+                return http_reply_error(ex, r == -ENOMEM ? 500 : 400, "invalid_request_error", "tokens", err.message);
         struct json_object *o = json_object_new_object();
         json_object_object_add(o, "prompt", protocol_json_text(text, len));
         free(text);
-        return queue_json(ex->conn, MHD_HTTP_OK, o);
+        return http_queue_json(ex, MHD_HTTP_OK, o);
 }
 
 /* The client closed its socket (or half-closed it: an HTTP client that will read no more of
@@ -429,7 +332,7 @@ static enum MHD_Result answer_submitted(struct http_exchange *ex) {
                         return MHD_YES;
                 if (ex->failure.status && !ex->events_len) {
                         ex->responded = true;
-                        return queue_error(ex->conn, &ex->failure, ex->retry_after);
+                        return http_queue_error(ex, &ex->failure, ex->retry_after);
                 }
                 if (ex->events_len || ex->finished) {
                         ex->responded = true;
@@ -439,7 +342,7 @@ static enum MHD_Result answer_submitted(struct http_exchange *ex) {
                                 return MHD_NO;
                         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
                         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-                        enum MHD_Result q = MHD_queue_response(ex->conn, MHD_HTTP_OK, resp);
+                        enum MHD_Result q = http_queue_response(ex, MHD_HTTP_OK, resp);
                         MHD_destroy_response(resp);
                         return q;
                 }
@@ -458,16 +361,16 @@ static enum MHD_Result start_generate(struct http_exchange *ex, enum openai_rout
         char *rendered = NULL;
 
         if (s->shutting_down)
-                return reply_error(ex->conn, 503, "shutting_down", NULL, "the daemon is stopping and takes no new requests");
+                return http_reply_error(ex, 503, "shutting_down", NULL, "the daemon is stopping and takes no new requests");
         if (openai_parse(ex->body ? ex->body : "", ex->body_len, route, &ex->req, &e) < 0)
-                return queue_error(ex->conn, &e, 0);
+                return http_queue_error(ex, &e, 0);
         if (ex->req.model && strcmp(ex->req.model, served_name(s)) != 0) {
                 openai_error_set(&e, 404, "NotFoundError", "model", "The model `%s` does not exist.", ex->req.model);
-                return queue_error(ex->conn, &e, 0);
+                return http_queue_error(ex, &e, 0);
         }
         struct generate_message *g = &ex->req.msg.generate;
         if (g->prompt_kind == PROMPT_MESSAGES && chat_render(s->model.tk, g->messages, g->n_messages, true, &rendered, &err) < 0)
-                return reply_error(ex->conn, 400, "invalid_request_error", "messages", err.message);
+                return http_reply_error(ex, 400, "invalid_request_error", "messages", err.message);
         if (ex->req.echo && g->prompt_kind == PROMPT_TEXT && !(ex->prompt = strdup(g->prompt))) {
                 free(rendered);
                 return MHD_NO;
@@ -489,10 +392,10 @@ static enum MHD_Result start_generate(struct http_exchange *ex, enum openai_rout
         free(rendered);
         if (r == -EINVAL || r == -EOPNOTSUPP) {
                 openai_refused(err.message, &e);
-                return queue_error(ex->conn, &e, 0);
+                return http_queue_error(ex, &e, 0);
         }
         if (r < 0)
-                return reply_error(ex->conn, r == -ESHUTDOWN ? 503 : 500, r == -ESHUTDOWN ? "engine_dead" : "internal_error",
+                return http_reply_error(ex, r == -ESHUTDOWN ? 503 : 500, r == -ESHUTDOWN ? "engine_dead" : "internal_error",
                                    NULL, err.message);
         ex->submitted = true;
         ex->front->server->http_in_flight++;
@@ -507,15 +410,14 @@ static enum MHD_Result start_generate(struct http_exchange *ex, enum openai_rout
 /* A non-streamed request's answer, once its last output came. */
 static enum MHD_Result finish_generate(struct http_exchange *ex) {
         if (ex->failure.status)
-                return queue_error(ex->conn, &ex->failure, ex->retry_after);
-        return queue_body(ex->conn, MHD_HTTP_OK, openai_answer_body(&ex->req, &ex->answer, ex->choices, ex->req.n),
+                return http_queue_error(ex, &ex->failure, ex->retry_after);
+        return http_queue_body(ex, MHD_HTTP_OK, openai_answer_body(&ex->req, &ex->answer, ex->choices, ex->req.n),
                           "application/json", 0);
 }
 
-/* Whether the request carries the API key (or none is set), compared in time that does not
- * depend on where the keys differ. */
-static bool key_matches(struct http_exchange *ex) {
-        const char *key = ex->front->api_key;
+/* Whether the request carries key (or key is NULL), compared in time that does not depend on
+ * where the keys differ. */
+static bool key_matches(struct http_exchange *ex, const char *key) {
         if (!key)
                 return true;
         const char *auth = MHD_lookup_connection_value(ex->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
@@ -529,47 +431,73 @@ static bool key_matches(struct http_exchange *ex) {
         return diff == 0;
 }
 
+enum route_access {
+        ROUTE_OPEN,  /* as vLLM's /health, /version and /metrics */
+        ROUTE_KEYED, /* the API key, when there is one: vLLM's /v1 routes and the tokenizer's */
+        ROUTE_ADMIN, /* the admin key; absent (404) without --enable-admin-http */
+};
+
 static enum MHD_Result route(struct http_exchange *ex, const char *url, const char *method) {
         static const struct {
                 const char *path, *method;
                 int route; /* a generate route, or -1 */
                 enum MHD_Result (*answer)(struct http_exchange *ex);
-                bool keyed; /* needs the API key, when there is one (vLLM's /v1 routes, and the tokenizer's) */
+                enum route_access access;
         } routes[] = {
-                { "/v1/completions", "POST", OPENAI_COMPLETIONS, NULL, true },
-                { "/v1/chat/completions", "POST", OPENAI_CHAT_COMPLETIONS, NULL, true },
-                { "/v1/models", "GET", -1, answer_models, true },
-                { "/tokenize", "POST", -1, answer_tokenize, true },
-                { "/detokenize", "POST", -1, answer_detokenize, true },
-                { "/health", "GET", -1, answer_health, false },
-                { "/version", "GET", -1, answer_version, false },
-                { "/metrics", "GET", -1, answer_metrics, false },
+                { "/v1/completions", "POST", OPENAI_COMPLETIONS, NULL, ROUTE_KEYED },
+                { "/v1/chat/completions", "POST", OPENAI_CHAT_COMPLETIONS, NULL, ROUTE_KEYED },
+                { "/v1/models", "GET", -1, answer_models, ROUTE_KEYED },
+                { "/tokenize", "POST", -1, answer_tokenize, ROUTE_KEYED },
+                { "/detokenize", "POST", -1, answer_detokenize, ROUTE_KEYED },
+                { "/health", "GET", -1, answer_health, ROUTE_OPEN },
+                { "/version", "GET", -1, answer_version, ROUTE_OPEN },
+                { "/metrics", "GET", -1, answer_metrics, ROUTE_OPEN },
+                { "/pause", "POST", -1, http_admin_pause, ROUTE_ADMIN },
+                { "/resume", "POST", -1, http_admin_resume, ROUTE_ADMIN },
+                { "/is_paused", "GET", -1, http_admin_is_paused, ROUTE_ADMIN },
+                { "/sleep", "POST", -1, http_admin_sleep, ROUTE_ADMIN },
+                { "/wake_up", "POST", -1, http_admin_wake_up, ROUTE_ADMIN },
+                { "/is_sleeping", "GET", -1, http_admin_is_sleeping, ROUTE_ADMIN },
+                { "/reset_prefix_cache", "POST", -1, http_admin_reset_prefix_cache, ROUTE_ADMIN },
+                { "/collective_rpc", "POST", -1, http_admin_collective_rpc, ROUTE_ADMIN },
         };
+        struct http_front *h = ex->front;
+        if (http_cors_is_preflight(ex, method)) {
+                struct MHD_Response *resp = http_cors_preflight_response(ex);
+                if (!resp)
+                        return MHD_NO;
+                enum MHD_Result r = http_queue_response(ex, MHD_HTTP_NO_CONTENT, resp);
+                MHD_destroy_response(resp);
+                return r;
+        }
         for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
-                if (strcmp(url, routes[i].path) != 0)
+                if (strcmp(url, routes[i].path) != 0 || (routes[i].access == ROUTE_ADMIN && !h->admin_key))
                         continue;
-                if (routes[i].keyed && !key_matches(ex))
-                        return reply_error(ex->conn, 401, "invalid_request_error", NULL,
+                if (routes[i].access == ROUTE_KEYED && !key_matches(ex, h->api_key))
+                        return http_reply_error(ex, 401, "invalid_request_error", NULL,
                                            "a valid API key is required: send 'Authorization: Bearer KEY'");
+                if (routes[i].access == ROUTE_ADMIN && !key_matches(ex, h->admin_key))
+                        return http_reply_error(ex, 401, "invalid_request_error", NULL,
+                                           "the admin routes want the admin key: send 'Authorization: Bearer ADMIN_KEY'");
                 if (strcmp(method, routes[i].method) != 0) {
                         char msg[96];
                         snprintf(msg, sizeof(msg), "%s takes %s, not %s", url, routes[i].method, method);
-                        return reply_error(ex->conn, 405, "invalid_request_error", NULL, msg);
+                        return http_reply_error(ex, 405, "invalid_request_error", NULL, msg);
                 }
                 if (routes[i].route >= 0)
                         return start_generate(ex, (enum openai_route) routes[i].route);
                 return routes[i].answer(ex);
         }
         if (strncmp(url, "/v1/models/", 11) == 0 && strcmp(method, "GET") == 0) {
-                if (!key_matches(ex))
-                        return reply_error(ex->conn, 401, "invalid_request_error", NULL,
+                if (!key_matches(ex, h->api_key))
+                        return http_reply_error(ex, 401, "invalid_request_error", NULL,
                                            "a valid API key is required: send 'Authorization: Bearer KEY'");
                 return answer_model(ex, url + 11);
         }
         char msg[256];
         snprintf(msg, sizeof(msg), "no route %.100s; the routes are /v1/completions, /v1/chat/completions, /v1/models, "
                  "/tokenize, /detokenize, /health, /version and /metrics", url);
-        return reply_error(ex->conn, 404, "NotFoundError", NULL, msg);
+        return http_reply_error(ex, 404, "NotFoundError", NULL, msg);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
@@ -614,11 +542,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 peer->answering = true;
         if (ex->submitted)
                 return answer_submitted(ex);
+        if (ex->controlling)
+                return http_admin_answer(ex);
         if (ex->body_too_large) {
                 char msg[128];
                 snprintf(msg, sizeof(msg), "the body is over %" PRIu64 " bytes (max-line-bytes)",
                          h->server->settings->max_line_bytes);
-                return reply_error(conn, 413, "invalid_request_error", NULL, msg);
+                return http_reply_error(ex, 413, "invalid_request_error", NULL, msg);
         }
         return route(ex, url, method);
 }
@@ -639,6 +569,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
                 *socket_context = p;
                 return;
         }
+        h->peer_closed = true;
         if (!p)
                 return;
         if (p->prev)
@@ -702,8 +633,14 @@ static void rearm_timer(struct http_front *h) {
 }
 
 static void run_mhd(struct http_front *h) {
+        h->peer_closed = false;
         MHD_run(h->mhd);
         rearm_timer(h);
+        /* At max-connections libmicrohttpd takes its listening socket out of its epoll set and
+         * puts it back only at the start of a run, which nothing would bring: new clients
+         * would wait in the backlog for ever. One more run once a connection closed. */
+        if (h->peer_closed)
+                sd_event_source_set_enabled(h->kick, SD_EVENT_ONESHOT);
 }
 
 static int on_io(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
@@ -777,21 +714,27 @@ static int open_listener(const char *host, uint32_t port, bool any_address, int 
         return 0;
 }
 
-/* --api-key, or the first line of --api-key-file (not both). */
-static int load_api_key(const struct daemon_settings *st, char **ret, struct error *err) {
+static void free_key(char *key) {
+        if (key)
+                explicit_bzero(key, strlen(key));
+        free(key);
+}
+
+/* --NAME KEY, or the first line of --NAME-file FILE (not both); NULL when neither is set. */
+static int load_key(const char *name, const char *key, const char *file, char **ret, struct error *err) {
         *ret = NULL;
-        if (st->api_key && st->api_key_file)
-                return error_set(err, EINVAL, "give --api-key or --api-key-file, not both");
-        if (st->api_key) {
-                if (!*st->api_key)
-                        return error_set(err, EINVAL, "--api-key is empty");
-                return (*ret = strdup(st->api_key)) ? 0 : error_set(err, ENOMEM, "out of memory");
+        if (key && file)
+                return error_set(err, EINVAL, "give --%s or --%s-file, not both", name, name);
+        if (key) {
+                if (!*key)
+                        return error_set(err, EINVAL, "--%s is empty", name);
+                return (*ret = strdup(key)) ? 0 : error_set(err, ENOMEM, "out of memory");
         }
-        if (!st->api_key_file)
+        if (!file)
                 return 0;
-        FILE *f = fopen(st->api_key_file, "re");
+        FILE *f = fopen(file, "re");
         if (!f)
-                return error_set(err, errno, "--api-key-file %s: %s", st->api_key_file, strerror(errno));
+                return error_set(err, errno, "--%s-file %s: %s", name, file, strerror(errno));
         char *line = NULL;
         size_t cap = 0;
         ssize_t n = getline(&line, &cap, f);
@@ -800,9 +743,35 @@ static int load_api_key(const struct daemon_settings *st, char **ret, struct err
                 line[--n] = '\0';
         if (n <= 0) {
                 free(line);
-                return error_set(err, EINVAL, "--api-key-file %s: its first line is empty", st->api_key_file);
+                return error_set(err, EINVAL, "--%s-file %s: its first line is empty", name, file);
         }
         *ret = line;
+        return 0;
+}
+
+/* The admin routes' key: none without --enable-admin-http; with it, one that is set and is
+ * not the API key, so that holding the key to generate never gives control of the engine. */
+static int load_admin_key(const struct daemon_settings *st, const char *api_key, char **ret, struct error *err) {
+        char *key;
+        int r = load_key("admin-api-key", st->admin_api_key, st->admin_api_key_file, &key, err);
+        *ret = NULL;
+        if (r < 0)
+                return r;
+        if (!st->enable_admin_http) {
+                if (key)
+                        log_warning("an admin key is set, but the admin routes stay off without --enable-admin-http");
+                free_key(key);
+                return 0;
+        }
+        if (!key)
+                return error_set(err, EINVAL, "--enable-admin-http needs an admin key: set --admin-api-key-file FILE "
+                                              "(or --admin-api-key KEY) to a key other than the API key");
+        if (api_key && strcmp(key, api_key) == 0) {
+                free_key(key);
+                return error_set(err, EINVAL, "the admin key is the API key, so that every client could control the "
+                                              "engine: give --admin-api-key-file (or --admin-api-key) a key of its own");
+        }
+        *ret = key;
         return 0;
 }
 
@@ -826,7 +795,9 @@ int http_front_start(struct server *s, struct http_front **ret, struct error *er
                 return error_set(err, ENOMEM, "out of memory");
         h->server = s;
         h->listen_fd = -1;
-        int r = load_api_key(st, &h->api_key, err);
+        int r = load_key("api-key", st->api_key, st->api_key_file, &h->api_key, err);
+        if (r == 0)
+                r = load_admin_key(st, h->api_key, &h->admin_key, err);
         if (r == 0 && activated) {
                 /* the socket unit's address, whatever --host and --port say */
                 if (!h->api_key && !passed_is_loopback(s->http_listen_fd))
@@ -837,7 +808,8 @@ int http_front_start(struct server *s, struct http_front **ret, struct error *er
         } else if (r == 0)
                 r = open_listener(host, port, h->api_key != NULL, &h->listen_fd, err);
         if (r < 0) {
-                free(h->api_key);
+                free_key(h->api_key);
+                free_key(h->admin_key);
                 free(h);
                 return r;
         }
@@ -851,7 +823,8 @@ int http_front_start(struct server *s, struct http_front **ret, struct error *er
                                   MHD_OPTION_END);
         if (!h->mhd) {
                 close(h->listen_fd);
-                free(h->api_key);
+                free_key(h->api_key);
+                free_key(h->admin_key);
                 free(h);
                 return error_set(err, EIO, "cannot start the HTTP front on %s port %u (libmicrohttpd)", host, port);
         }
@@ -883,14 +856,14 @@ void http_front_abort_all(struct http_front *h) {
 void http_front_free(struct http_front *h) {
         if (!h)
                 return;
-        sd_event_source_disable_unref(h->io);
-        sd_event_source_disable_unref(h->timer);
-        sd_event_source_disable_unref(h->kick);
-        sd_event_source_disable_unref(h->sweep);
         /* the suspended ones are resumed, and a few runs give the answers that are due (an
-         * engine's death: its error) their chance to go out before the connections close */
-        for (struct http_exchange *ex = h->first; ex; ex = ex->next)
-                wake(ex);
+         * engine's death: its error) their chance to go out before the connections close;
+         * an admin op still running answers that the daemon stops */
+        for (struct http_exchange *ex = h->first; ex; ex = ex->next) {
+                if (ex->call)
+                        http_admin_abandon(ex, 503, "shutting_down", "the daemon is stopping");
+                http_exchange_wake(ex);
+        }
         for (int i = 0; h->mhd && i < 4; i++)
                 MHD_run(h->mhd);
         if (h->mhd) {
@@ -899,10 +872,14 @@ void http_front_free(struct http_front *h) {
         }
         while (h->first)
                 exchange_free(h->first);
+        /* only now: waking an exchange above enables the kick */
+        sd_event_source_disable_unref(h->io);
+        sd_event_source_disable_unref(h->timer);
+        sd_event_source_disable_unref(h->kick);
+        sd_event_source_disable_unref(h->sweep);
         if (h->listen_fd >= 0)
                 close(h->listen_fd);
-        if (h->api_key)
-                explicit_bzero(h->api_key, strlen(h->api_key));
-        free(h->api_key);
+        free_key(h->api_key);
+        free_key(h->admin_key);
         free(h);
 }

@@ -2,11 +2,13 @@
 #pragma once
 
 /* The HTTP front: vLLM's OpenAI-compatible routes (/v1/completions, /v1/chat/completions,
- * /v1/models, /health, /version) on a TCP socket, served by libmicrohttpd from the daemon's
- * sd-event loop (its epoll fd is one of the loop's sources; no thread of its own). A request
- * runs as a socket client's does, through the same AsyncLLM; a stream is Server-Sent
- * Events. A client that goes away has its request aborted when the next output finds it
- * gone. */
+ * /v1/models, /tokenize, /detokenize, /health, /version, /metrics) on a TCP socket, served
+ * by libmicrohttpd from the daemon's sd-event loop (its epoll fd is one of the loop's
+ * sources; no thread of its own). A request runs as a socket client's does, through the
+ * same AsyncLLM; a stream is Server-Sent Events. A client that goes away has its request
+ * aborted at once. With --enable-admin-http, vLLM's dev-mode admin routes (/pause, /sleep,
+ * ...) run the socket's admin ops for holders of the admin key; with --allowed-origins,
+ * answers carry CORS headers for those origins. */
 
 #include "error.h"
 

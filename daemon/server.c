@@ -50,6 +50,10 @@ static int on_engine(sd_event_source *source, int fd, uint32_t revents, void *us
         struct server *s = userdata;
         (void) source, (void) fd, (void) revents;
         async_llm_dispatch(s->model.llm);
+        /* each step on its own while the loop keeps up with the engine */
+        struct async_llm_stats st;
+        async_llm_stats(s->model.llm, &st);
+        daemon_metrics_observe_steps(&s->metrics, &st.engine.stats);
         bus_check_state(s);
         check_engine_death(s);
         server_request_ended(s);

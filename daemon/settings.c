@@ -14,6 +14,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <json-c/json.h>
+
 #include "log.h"
 #include "name-table.h"
 #include "settings.h"
@@ -45,6 +47,8 @@ enum setting_type {
         SETTING_CHOICE,      /* an int-sized enum: the index of the value in choices */
         SETTING_NAME,        /* const char *: the entry of choices itself (static) */
         SETTING_LOG_LEVEL,   /* int: LOG_EMERG..LOG_DEBUG by syslog's names */
+        SETTING_LIST,        /* char *, malloc()ed: a JSON list of strings or a comma-separated one,
+                              * stored as "a, b" (the form HTTP headers take) */
 };
 
 enum setting_id {
@@ -77,6 +81,13 @@ enum setting_id {
         KEY_SERVED_MODEL_NAME,
         KEY_API_KEY,
         KEY_API_KEY_FILE,
+        KEY_ALLOWED_ORIGINS,
+        KEY_ALLOWED_METHODS,
+        KEY_ALLOWED_HEADERS,
+        KEY_ALLOW_CREDENTIALS,
+        KEY_ENABLE_ADMIN_HTTP,
+        KEY_ADMIN_API_KEY,
+        KEY_ADMIN_API_KEY_FILE,
         KEY_BUS,
         KEY_CONFIG,
         KEY_LOG_LEVEL,
@@ -289,6 +300,38 @@ static const struct setting table[N_KEYS] = {
                 .help = "a file whose first line is the API key (a systemd credential, for one)",
                 .default_text = "no file",
         },
+        [KEY_ALLOWED_ORIGINS] = {
+                "allowed-origins", SETTING_LIST, FIELD(allowed_origins), .arg = "LIST",
+                .help = "CORS: the origins whose browser pages may read the HTTP front's answers (\"*\": any)",
+                .default_text = "none, no CORS headers",
+        },
+        [KEY_ALLOWED_METHODS] = {
+                "allowed-methods", SETTING_LIST, FIELD(allowed_methods), .arg = "LIST",
+                .help = "CORS: the methods a preflight allows (\"*\": whichever is asked)",
+        },
+        [KEY_ALLOWED_HEADERS] = {
+                "allowed-headers", SETTING_LIST, FIELD(allowed_headers), .arg = "LIST",
+                .help = "CORS: the request headers a preflight allows (\"*\": whichever are asked)",
+        },
+        [KEY_ALLOW_CREDENTIALS] = {
+                "allow-credentials", SETTING_BOOL, FIELD(allow_credentials), .negated = "no-allow-credentials",
+                .arg = "BOOL", .help = "CORS: browsers may send cookies and Authorization to the allowed origins",
+        },
+        [KEY_ENABLE_ADMIN_HTTP] = {
+                "enable-admin-http", SETTING_BOOL, FIELD(enable_admin_http), .negated = "no-enable-admin-http",
+                .arg = "BOOL", .help = "serve pause, resume, sleep, wake_up, reset_prefix_cache and collective_rpc "
+                                       "over HTTP, to holders of the admin key",
+        },
+        [KEY_ADMIN_API_KEY] = {
+                "admin-api-key", SETTING_PATH, FIELD(admin_api_key), .max = 1024, .arg = "KEY",
+                .help = "the key the HTTP admin routes want, other than the API key (visible in ps: prefer "
+                        "--admin-api-key-file)",
+                .default_text = "no key",
+        },
+        [KEY_ADMIN_API_KEY_FILE] = {
+                "admin-api-key-file", SETTING_PATH, FIELD(admin_api_key_file), .max = 4096, .arg = "PATH",
+                .help = "a file whose first line is the admin key", .default_text = "no file",
+        },
         [KEY_MAX_CONNECTIONS] = {
                 "max-connections", SETTING_U32, FIELD(max_connections), .min = 1, .max = 65536, .reloadable = true,
                 .arg = "N", .help = "client connections open at once",
@@ -428,6 +471,10 @@ static const char *describe_allowed(const struct setting *st, char *buf, size_t 
                 join_log_levels(list, sizeof(list));
                 snprintf(buf, size, "%s", list);
                 break;
+        case SETTING_LIST:
+                snprintf(buf, size, "a JSON list of strings such as [\"a\", \"b\"], or a, b; each item visible ASCII "
+                         "without commas or quotes");
+                break;
         }
         return buf;
 }
@@ -549,6 +596,90 @@ static bool valid_group_name(const char *v) {
         return true;
 }
 
+/* A list item: an origin, a method or a header name, which need nothing else, and with which
+ * the stored "a, b" splits back unambiguously. */
+static bool valid_list_item(const char *item, size_t len) {
+        if (len == 0)
+                return false;
+        for (size_t i = 0; i < len; i++)
+                if (item[i] <= ' ' || item[i] > '~' || item[i] == ',' || item[i] == '"')
+                        return false;
+        return true;
+}
+
+/* The JSON text v (with nothing after it but blanks), or NULL. */
+static struct json_object *parse_json_whole(const char *v) {
+        struct json_tokener *tok = json_tokener_new();
+        if (!tok)
+                return NULL;
+        size_t len = strlen(v);
+        struct json_object *o = json_tokener_parse_ex(tok, v, (int) len);
+        size_t end = (size_t) json_tokener_get_parse_end(tok);
+        if (o && (json_tokener_get_error(tok) != json_tokener_success || v[end + strspn(v + end, " \t")])) {
+                json_object_put(o);
+                o = NULL;
+        }
+        json_tokener_free(tok);
+        return o;
+}
+
+/* v, a JSON list of strings or a comma-separated list, as "a, b" in *ret (malloc()ed); ret
+ * NULL only checks it. -EINVAL with what is wrong in problem, or -ENOMEM. */
+static int normalize_list(const char *v, char **ret, char *problem, size_t size) {
+        /* an item's ", " is at most twice what the input spends between items */
+        char *out = malloc(2 * strlen(v) + 1);
+        size_t n = 0;
+        int r = 0;
+        if (!out)
+                return -ENOMEM;
+        out[0] = 0;
+        const char *p = v + strspn(v, " \t");
+        if (*p == '[') {
+                struct json_object *list = parse_json_whole(p);
+                size_t count = json_object_is_type(list, json_type_array) ? json_object_array_length(list) : 0;
+                if (!json_object_is_type(list, json_type_array)) {
+                        snprintf(problem, size, "'%s' is not a JSON list of strings", v);
+                        r = -EINVAL;
+                } else if (count == 0) {
+                        snprintf(problem, size, "an empty list (leave the key out for none)");
+                        r = -EINVAL;
+                }
+                for (size_t i = 0; r == 0 && i < count; i++) {
+                        struct json_object *item = json_object_array_get_idx(list, i);
+                        const char *text = json_object_get_string(item);
+                        if (!json_object_is_type(item, json_type_string) ||
+                            !valid_list_item(text, (size_t) json_object_get_string_len(item))) {
+                                snprintf(problem, size, "item %zu of %s is not a string of visible ASCII without "
+                                         "commas or quotes", i, v);
+                                r = -EINVAL;
+                        } else
+                                n += (size_t) sprintf(out + n, "%s%s", i ? ", " : "", text);
+                }
+                json_object_put(list);
+        } else
+                for (;;) {
+                        p += strspn(p, " \t");
+                        size_t len = strcspn(p, ",");
+                        while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+                                len--;
+                        if (!valid_list_item(p, len)) {
+                                snprintf(problem, size, "'%s' has an empty item, or one with other than visible "
+                                         "ASCII", v);
+                                r = -EINVAL;
+                                break;
+                        }
+                        n += (size_t) sprintf(out + n, "%s%.*s", n ? ", " : "", (int) len, p);
+                        p += strcspn(p, ",");
+                        if (!*p++)
+                                break;
+                }
+        if (r < 0 || !ret)
+                free(out);
+        else
+                *ret = out;
+        return r;
+}
+
 /* Fails with "WHO: PROBLEM; allowed: what st takes". */
 static int refuse_value(struct error *err, int errnum, const struct setting *st, const char *who,
                         const char *problem_fmt, ...) __attribute__((format(printf, 5, 6)));
@@ -629,6 +760,15 @@ static int parse_value(const struct setting *st, const char *who, const char *v,
                         break;
                 ret->i = r;
                 return 0;
+        case SETTING_LIST: {
+                char problem[ERROR_MESSAGE_MAX / 2];
+                if ((r = normalize_list(v, NULL, problem, sizeof(problem))) == -EINVAL)
+                        return refuse_value(err, EINVAL, st, who, "%s", problem);
+                if (r < 0)
+                        return error_set(err, -r, "out of memory");
+                ret->s = v;
+                return 0;
+        }
         }
         /* a name that is not one of the choices (the list says what is allowed) */
         return error_set(err, EINVAL, "%s: '%s' is not one of %s", who, v, describe_allowed(st, allowed, sizeof(allowed)));
@@ -671,6 +811,14 @@ static int store_value(struct daemon_settings *s, const struct setting *st, cons
         case SETTING_NAME:
                 *(const char **) p = v->s;
                 break;
+        case SETTING_LIST: {
+                char *list, problem[8];
+                if (normalize_list(v->s, &list, problem, sizeof(problem)) < 0) /* checked already: -ENOMEM */
+                        return -ENOMEM;
+                free(*(char **) p);
+                *(char **) p = list;
+                break;
+        }
         }
         return 0;
 }
@@ -693,6 +841,7 @@ static bool value_equal(const struct daemon_settings *a, const struct daemon_set
                 return *(const double *) pa == *(const double *) pb;
         case SETTING_PATH:
         case SETTING_GROUP:
+        case SETTING_LIST:
         case SETTING_NAME: {
                 const char *sa = *(char *const *) pa, *sb = *(char *const *) pb;
                 return sa == sb || (sa && sb && strcmp(sa, sb) == 0);
@@ -721,6 +870,7 @@ static size_t value_size(const struct setting *st) {
                 return sizeof(double);
         case SETTING_PATH:
         case SETTING_GROUP:
+        case SETTING_LIST:
                 return sizeof(char *);
         case SETTING_NAME:
                 return sizeof(const char *);
@@ -757,6 +907,7 @@ static void format_value(const struct daemon_settings *s, const struct setting *
                 break;
         case SETTING_PATH:
         case SETTING_GROUP:
+        case SETTING_LIST:
         case SETTING_NAME:
                 str = *(char *const *) p;
                 snprintf(buf, size, "%s", str ? str : "(none)");
@@ -790,7 +941,9 @@ int daemon_settings_init(struct daemon_settings *s) {
         engine_config_init_default(&s->engine);
         s->admin_group = strdup("asyncllm-admin");
         s->service_group = strdup("asyncllm");
-        if (!s->admin_group || !s->service_group) {
+        s->allowed_methods = strdup("GET, POST"); /* what the routes take */
+        s->allowed_headers = strdup("*");
+        if (!s->admin_group || !s->service_group || !s->allowed_methods || !s->allowed_headers) {
                 daemon_settings_done(s);
                 return -ENOMEM;
         }
@@ -799,7 +952,7 @@ int daemon_settings_init(struct daemon_settings *s) {
 
 void daemon_settings_done(struct daemon_settings *s) {
         for (size_t i = 0; i < N_KEYS; i++)
-                if (table[i].type == SETTING_PATH || table[i].type == SETTING_GROUP) {
+                if (table[i].type == SETTING_PATH || table[i].type == SETTING_GROUP || table[i].type == SETTING_LIST) {
                         char **p = field(s, &table[i]);
                         free(*p);
                         *p = NULL;

@@ -59,6 +59,13 @@ struct daemon_settings {
         char *served_model_name;      /* NULL: the model file's name */
         char *api_key;                /* the HTTP front's key; NULL: none */
         char *api_key_file;           /* a file holding it */
+        char *allowed_origins;        /* CORS, as "a, b" ("*": any); NULL: no CORS headers */
+        char *allowed_methods;        /* CORS, as "GET, POST" ("*": whichever a preflight asks) */
+        char *allowed_headers;        /* CORS, likewise */
+        bool allow_credentials;       /* CORS: Access-Control-Allow-Credentials */
+        bool enable_admin_http;       /* the admin routes, for holders of the admin key */
+        char *admin_api_key;          /* the admin routes' key; NULL: none */
+        char *admin_api_key_file;     /* a file holding it */
         enum daemon_bus bus;
         char *config;                 /* the file read (or to read); NULL when there is none */
         int log_level;                /* LOG_EMERG..LOG_DEBUG */

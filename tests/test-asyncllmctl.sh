@@ -321,8 +321,8 @@ check "list --json" 0 "" "$ctl" "${S[@]}" list --json
 expect "list --json" grep -qxF '{"requests":[]}' "$tmp/out"
 check "metrics" 0 "" "$ctl" "${S[@]}" metrics
 expect "Prometheus text" grep -q '^vllm:num_requests_running{' "$tmp/out"
-for metric in 'asyncllm:slo_rejected_total{' 'asyncllm:slo_demoted_total{' 'asyncllm:step_model_error{.*quantile="0.5"}' \
-    'asyncllm:step_model_error{.*quantile="0.99"}'; do
+for metric in 'asyncllm_slo_rejected_total{' 'asyncllm_slo_demoted_total{' 'asyncllm_step_model_error{.*quantile="0.5"}' \
+    'asyncllm_step_model_error{.*quantile="0.99"}'; do
     expect "metrics has $metric" grep -q "^$metric" "$tmp/out"
 done
 
@@ -370,6 +370,8 @@ if [[ -n $bus_address ]]; then
     check "bus: reset-prefix-cache" 0 "" "$ctl" "${B[@]}" reset-prefix-cache --preempt
     check "bus: metrics" 0 "" "$ctl" "${B[@]}" metrics
     expect "bus: Prometheus text" grep -q '^vllm:num_requests_running{' "$tmp/out"
+    "$ctl" "${S[@]}" metrics >"$tmp/socket-metrics" 2>&1
+    expect "bus: the same metrics text as the socket's" cmp -s "$tmp/out" "$tmp/socket-metrics"
     check "bus: abort unknown" 1 "no request 9/bus9 is in flight" "$ctl" "${B[@]}" abort 9/bus9
     set -m
     "$ctl" "${B[@]}" generate --ignore-eos --max-tokens 900 "Once upon a time" >"$tmp/sig.out" 2>"$tmp/sig.err" &
@@ -412,7 +414,7 @@ if wait_ready "$tmp/slo.sock"; then
     expect "slo: status counts the refusals" grep -qE "^SLO admission: +3 refused, 0 demoted" "$tmp/out"
     expect "slo: status shows the step model" grep -qE "^Step model error: +[0-9.]+% median" "$tmp/out"
     check "slo: metrics" 0 "" "$ctl" "${SLO[@]}" metrics
-    expect "slo: asyncllm:slo_rejected_total counts them" grep -qE '^asyncllm:slo_rejected_total\{.*\} 3$' "$tmp/out"
+    expect "slo: asyncllm_slo_rejected_total counts them" grep -qE '^asyncllm_slo_rejected_total\{.*\} 3$' "$tmp/out"
 else
     fail "the slo asyncllmd did not start: $(cat "$tmp/slo.log")"
 fi

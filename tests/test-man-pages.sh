@@ -605,7 +605,7 @@ else
                 type=${tag#* = }
                 [[ $tag == *" = "* ]] || continue
                 case $type in
-                path | group | address | name | text) ;; # free text: an address, a name, a key
+                path | group | address | name | text | list) ;; # free text: an address, a name, a key, origins
                 boolean)
                         expect_daemon accepted "$key" "--$key" "asyncllmd.8 lists --$key"
                         expect_daemon accepted "no-$key" "--no-$key" "asyncllmd.8 lists --no-$key"

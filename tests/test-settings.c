@@ -913,6 +913,70 @@ START_TEST(test_dump_round_trip) {
 }
 END_TEST
 
+START_TEST(test_http_keys) {
+        /* CORS lists as JSON or comma-separated, kept as "a, b"; the admin routes' switch and key */
+        struct daemon_settings s;
+        struct error err;
+        ck_assert_int_eq(daemon_settings_init(&s), 0);
+        ck_assert_ptr_null(s.allowed_origins);
+        ck_assert_str_eq(s.allowed_methods, "GET, POST");
+        ck_assert_str_eq(s.allowed_headers, "*");
+        ck_assert(!s.allow_credentials);
+        ck_assert(!s.enable_admin_http);
+        ck_assert_ptr_null(s.admin_api_key);
+        ck_assert_ptr_null(s.admin_api_key_file);
+        expect_format(&s, "allowed-origins", "(none)");
+        daemon_settings_done(&s);
+
+        ck_assert_int_eq(load(&s,
+                              ARGS("--allowed-origins", "[\"http://a.example\", \"https://b.example:8443\"]",
+                                   "--allowed-methods= GET ,POST,OPTIONS ", "--allowed-headers", "Content-Type",
+                                   "--allow-credentials", "--enable-admin-http", "--admin-api-key", "sk-admin",
+                                   "--admin-api-key-file=/run/credentials/admin"),
+                              NULL, true, &err),
+                         0);
+        ck_assert_str_eq(s.allowed_origins, "http://a.example, https://b.example:8443");
+        ck_assert_str_eq(s.allowed_methods, "GET, POST, OPTIONS");
+        ck_assert_str_eq(s.allowed_headers, "Content-Type");
+        ck_assert(s.allow_credentials);
+        ck_assert(s.enable_admin_http);
+        ck_assert_str_eq(s.admin_api_key, "sk-admin");
+        ck_assert_str_eq(s.admin_api_key_file, "/run/credentials/admin");
+        daemon_settings_done(&s);
+        ck_assert_int_eq(load(&s, ARGS("--allowed-origins=*", "--no-allow-credentials", "--no-enable-admin-http"), NULL,
+                              true, &err),
+                         0);
+        ck_assert_str_eq(s.allowed_origins, "*");
+        ck_assert(!s.allow_credentials);
+        ck_assert(!s.enable_admin_http);
+        daemon_settings_done(&s);
+
+        char *path = write_conf("http.conf", "allowed-origins = [\"*\"]\nallowed-headers = X-A,X-B\n"
+                                             "allow-credentials = yes\nenable-admin-http = true\n"
+                                             "admin-api-key-file = /etc/asyncllm/admin-key\n");
+        ck_assert_int_eq(load(&s, ARGS("--config", path), NULL, true, &err), 0);
+        ck_assert_str_eq(s.allowed_origins, "*");
+        ck_assert_str_eq(s.allowed_headers, "X-A, X-B");
+        ck_assert(s.allow_credentials);
+        ck_assert(s.enable_admin_http);
+        ck_assert_str_eq(s.admin_api_key_file, "/etc/asyncllm/admin-key");
+        daemon_settings_done(&s);
+        free(path);
+
+        expect_flag_error(ARGS("--allowed-origins=[]"), "--allowed-origins: an empty list (leave the key out for none)");
+        expect_flag_error(ARGS("--allowed-origins=a,,b"), "--allowed-origins: 'a,,b' has an empty item");
+        expect_flag_error(ARGS("--allowed-origins=a,"), "has an empty item");
+        expect_flag_error(ARGS("--allowed-origins=http://a b"), "has an empty item, or one with other than visible ASCII");
+        expect_flag_error(ARGS("--allowed-methods=[\"GET\", 1]"), "--allowed-methods: item 1 of");
+        expect_flag_error(ARGS("--allowed-headers=[\"a b\"]"), "item 0 of [\"a b\"] is not a string of visible ASCII");
+        expect_flag_error(ARGS("--allowed-origins=[\"a\"] x"), "is not a JSON list of strings; allowed: a JSON list");
+        expect_flag_error(ARGS("--allowed-origins=[\"a,b\"]"), "item 0 of");
+        expect_flag_error(ARGS("--allowed-origins="), "--allowed-origins: empty value");
+        expect_flag_error(ARGS("--enable-admin-http=maybe"), "--enable-admin-http: 'maybe' is not a boolean");
+        expect_file_error("allowed-origins = [\"http://a\"\n", "is not a JSON list of strings");
+}
+END_TEST
+
 START_TEST(test_help) {
         char *text = NULL;
         size_t len = 0;
@@ -957,6 +1021,7 @@ int main(void) {
         tcase_add_test(tc, test_slo_keys);
         tcase_add_test(tc, test_reload_default_file);
         tcase_add_test(tc, test_dump_round_trip);
+        tcase_add_test(tc, test_http_keys);
         tcase_add_test(tc, test_help);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
