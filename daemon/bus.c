@@ -375,7 +375,8 @@ static int method_abort(sd_bus_message *m, void *userdata, sd_bus_error *error) 
         struct daemon_request *req = id_map_get(&s->requests, id);
         if (req && !creds.is_admin && req->conn->uid != creds.uid)
                 return sd_bus_error_set(error, BUS_ERROR("PermissionDenied"), "this request belongs to another user");
-        return sd_bus_reply_method_return(m, "b", req ? async_llm_abort(s->model.llm, id) : false);
+        /* an admin may name any request ListRequests shows, an HTTP client's too */
+        return sd_bus_reply_method_return(m, "b", (req || creds.is_admin) && async_llm_abort(s->model.llm, id));
 }
 
 /* Control methods answer when the engine thread has acted. */
@@ -497,6 +498,17 @@ out:
         return r;
 }
 
+struct id_listing {
+        sd_bus_message *reply;
+        int *r; /* the first failure stops the appending */
+};
+
+static void append_request_id(const char *request_id, void *userdata) {
+        struct id_listing *l = userdata;
+        if (*l->r >= 0)
+                *l->r = sd_bus_message_append(l->reply, "s", request_id);
+}
+
 static int method_list_requests(sd_bus_message *m, void *userdata, sd_bus_error *error) {
         struct server *s = userdata;
         struct connection creds;
@@ -506,11 +518,14 @@ static int method_list_requests(sd_bus_message *m, void *userdata, sd_bus_error 
                 return r;
         if ((r = sd_bus_message_new_method_return(m, &reply)) < 0 || (r = sd_bus_message_open_container(reply, 'a', "s")) < 0)
                 goto out;
-        /* admins see every request; others their own uid's */
-        for (struct connection *c = s->connections; c && r >= 0; c = c->next)
-                for (struct daemon_request *q = c->first_request; q && r >= 0; q = q->next)
-                        if (creds.is_admin || c->uid == creds.uid)
-                                r = sd_bus_message_append(reply, "s", q->daemon_id);
+        /* admins see every request, whichever front sent it; others their own uid's */
+        if (creds.is_admin)
+                async_llm_for_each_request(s->model.llm, append_request_id, &(struct id_listing) { reply, &r });
+        else
+                for (struct connection *c = s->connections; c && r >= 0; c = c->next)
+                        for (struct daemon_request *q = c->first_request; q && r >= 0; q = q->next)
+                                if (c->uid == creds.uid)
+                                        r = sd_bus_message_append(reply, "s", q->daemon_id);
         if (r >= 0 && (r = sd_bus_message_close_container(reply)) >= 0)
                 r = sd_bus_send(NULL, reply, NULL);
 out:

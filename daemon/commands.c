@@ -257,9 +257,10 @@ fail:
 static bool abort_one(struct connection *c, const char *id) {
         struct server *s = c->server;
         struct daemon_request *r = id_map_get(&c->requests, id);
-        if (!r && c->is_admin) /* admins may name any request as list shows it */
-                r = id_map_get(&s->requests, id);
-        return r && async_llm_abort(s->model.llm, r->daemon_id);
+        if (r)
+                return async_llm_abort(s->model.llm, r->daemon_id);
+        /* admins may name any request as list shows it: the engine's id, whichever front */
+        return c->is_admin && async_llm_abort(s->model.llm, id);
 }
 
 /* {"aborted": bool} for one id; {"aborted": [bool, ...]} in the list's order for a list. */
@@ -454,13 +455,23 @@ static struct json_object *model_json(struct server *s) {
         return o;
 }
 
+struct listing {
+        struct connection *conn;
+        struct json_object *ids;
+};
+
+/* An admin's own requests under its ids, the others under the engine's. */
+static void list_one(const char *request_id, void *userdata) {
+        struct listing *l = userdata;
+        struct daemon_request *r = id_map_get(&l->conn->server->requests, request_id);
+        json_object_array_add(l->ids, json_object_new_string(r && r->conn == l->conn ? r->client_id : request_id));
+}
+
 static struct json_object *list_json(struct connection *c) {
         struct json_object *a = json_object_new_array();
-        if (c->is_admin) {
-                for (struct connection *k = c->server->connections; k; k = k->next)
-                        for (struct daemon_request *r = k->first_request; r; r = r->next)
-                                json_object_array_add(a, json_object_new_string(k == c ? r->client_id : r->daemon_id));
-        } else
+        if (c->is_admin)
+                async_llm_for_each_request(c->server->model.llm, list_one, &(struct listing) { c, a });
+        else
                 for (struct daemon_request *r = c->first_request; r; r = r->next)
                         json_object_array_add(a, json_object_new_string(r->client_id));
         struct json_object *o = json_object_new_object();

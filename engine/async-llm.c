@@ -524,6 +524,13 @@ static void abort_stream(struct async_stream *s) {
         stream_unref(s);
 }
 
+void async_llm_for_each_request(struct async_llm *llm, void (*fn)(const char *request_id, void *userdata),
+                                void *userdata) {
+        for (struct async_stream *s = llm->all; s; s = s->next)
+                if (s->in_map)
+                        fn(s->request_id, userdata);
+}
+
 bool async_llm_abort(struct async_llm *llm, const char *request_id) {
         struct async_stream *s = id_map_get(&llm->streams, request_id);
         if (!s)

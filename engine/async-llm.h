@@ -62,6 +62,9 @@ int async_llm_generate(struct async_llm *llm, const struct request_spec *req, as
  * its id is free for reuse at once, and its KV blocks come back in the engine's current
  * step. Unknown or finished ids are ignored: returns false. */
 bool async_llm_abort(struct async_llm *llm, const char *request_id);
+/* Calls fn with the id of every request in flight, whichever front sent it. */
+void async_llm_for_each_request(struct async_llm *llm, void (*fn)(const char *request_id, void *userdata),
+                                void *userdata);
 
 /* The merged pending output, or NULL when the mailbox is empty. Free it with
  * request_output_free(). Its finished is true only on the last output of the request. */

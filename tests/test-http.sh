@@ -134,6 +134,19 @@ while [[ $(running_now) != 0 ]] && ((SECONDS < end)); do sleep 0.1; done
 running=$(running_now)
 expect "a whole answer whose client left is aborted (running: ${running:-?})" test "${running:-x}" = 0
 
+# An admin on the socket sees an HTTP client's request in list and may abort it: the stream
+# ends with finish_reason abort and [DONE].
+curl -sN --max-time "$(scaled 60)" "$base/v1/completions" \
+    -d '{"prompt": "Tell a long story.", "max_tokens": 3500, "ignore_eos": true, "stream": true}' >"$tmp/aborted" &
+curl_pid=$!
+end=$((SECONDS + $(scaled 10)))
+until http_id=$("$ctl" --socket "$sock" list 2>/dev/null | grep -m1 '^http/') || ((SECONDS >= end)); do sleep 0.1; done
+"$ctl" --socket "$sock" abort "$http_id" >"$tmp/abort.out" 2>&1
+wait "$curl_pid"
+expect "an admin lists the HTTP request (${http_id:-none}) and aborts it: finish_reason abort, [DONE]" \
+    grep -q '"finish_reason":"abort"' "$tmp/aborted"
+expect "the aborted stream still ends with [DONE]" grep -q '^data: \[DONE\]' "$tmp/aborted"
+
 # A client sending its request a byte at a time is cut after client-timeout (3 s), not before.
 python3 - "$port" <<'EOF_PY' && pass "a slow client is cut at client-timeout" || fail "a slow client: $(cat "$tmp/slow" 2>/dev/null)"
 import socket, sys, time
