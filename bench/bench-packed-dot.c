@@ -66,7 +66,7 @@ static int matrices_new(enum tensor_type type, const struct shape *s, uint64_t t
         for (uint64_t b = 0; b < m->n_copies * m->rows * m->n_blocks; b++) {
                 f16_bits d = f32_to_f16(next_float(0.05f)), mm = f32_to_f16(next_float(0.1f));
                 memcpy(m->original + b * block_bytes, &d, 2);
-                if (type == TENSOR_Q4_1)
+                if (type == TENSOR_Q4_1 || type == TENSOR_Q5_1)
                         memcpy(m->original + b * block_bytes + 2, &mm, 2);
         }
         for (uint64_t c = 0; c < m->n_copies; c++) {
@@ -172,7 +172,7 @@ static void measure(const struct dot_kernels *k, const struct matrices *m, const
 }
 
 static void usage(FILE *f) {
-        fprintf(f, "Usage: bench-packed-dot [--type q4_1|q4_0|q8_0] [--logits] [--kernels NAME] [--reps N] [--mbytes N] [--no-prefill]\n"
+        fprintf(f, "Usage: bench-packed-dot [--type q4_1|q4_0|q5_0|q5_1|q8_0] [--logits] [--kernels NAME] [--reps N] [--mbytes N] [--no-prefill]\n"
                    "                        [--batch-tokens N] [--huge-pages]\n");
 }
 
@@ -204,7 +204,11 @@ int main(int argc, char **argv) {
         while ((c = getopt_long(argc, argv, "h", options, NULL)) != -1)
                 switch (c) {
                 case 'T':
-                        type = strcmp(optarg, "q4_0") == 0 ? TENSOR_Q4_0 : strcmp(optarg, "q8_0") == 0 ? TENSOR_Q8_0 : TENSOR_Q4_1;
+                        type = strcmp(optarg, "q4_0") == 0   ? TENSOR_Q4_0
+                               : strcmp(optarg, "q5_0") == 0 ? TENSOR_Q5_0
+                               : strcmp(optarg, "q5_1") == 0 ? TENSOR_Q5_1
+                               : strcmp(optarg, "q8_0") == 0 ? TENSOR_Q8_0
+                                                             : TENSOR_Q4_1;
                         break;
                 case 'k':
                         if (!(k = dot_kernels_by_name(optarg))) {

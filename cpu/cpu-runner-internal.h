@@ -18,7 +18,7 @@ struct activations {
         float *xn;             /* (tokens, max_dim) */
         struct block_q8_1 *xq; /* (tokens, max_dim / 32) */
         float *ds;             /* (tokens, max_dim / 32, 2) */
-        int32_t *corrections;  /* (tokens, max_dim / 32, PACKED_CORRECTIONS) for packed Q4_0 and Q8_0 */
+        int32_t *corrections;  /* (tokens, max_dim / 32, PACKED_CORRECTIONS) for packed Q4_0, Q5_0 and Q8_0 */
         int32_t *logits_corrections; /* (tokens, max_dim / 32) for the packed logits product */
 };
 

@@ -47,16 +47,32 @@ WIDE_ATTRS __m512i wide_nibbles(const uint8_t *qs_r, const uint8_t *qs_r1) {
         return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
 }
 
+/* Two rows' 5-bit blocks as bytes 0..31 in element order: their nibbles as wide_nibbles()
+ * lays them out, and bit j of each qh as 16 in that row's byte j (the two qh words are the
+ * byte mask). */
+WIDE_ATTRS __m512i wide_q5(const uint8_t *qs_r, const uint8_t *qh_r, const uint8_t *qs_r1, const uint8_t *qh_r1) {
+        uint32_t h0, h1;
+        memcpy(&h0, qh_r, sizeof(h0));
+        memcpy(&h1, qh_r1, sizeof(h1));
+        __m512i high = _mm512_maskz_mov_epi8((__mmask64) h0 | (__mmask64) h1 << 32, _mm512_set1_epi8(16));
+        return _mm512_or_si512(wide_nibbles(qs_r, qs_r1), high);
+}
+
 WIDE_ATTRS __m512 wide_pair_ps(float lo, float hi) {
         return _mm512_mask_broadcastss_ps(_mm512_set1_ps(lo), 0xff00, _mm_set_ss(hi));
 }
 
-/* kind 0: q4_0 (nibbles, offset 8), 1: q4_1 (nibbles, plus m * s), 2: q8_0 (bytes, offset 128). */
+/* kind 0: q4_0 (nibbles, offset 8), 1: q4_1 (nibbles, plus m * s), 2: q8_0 (bytes, offset 128),
+ * 3: q5_0 (5-bit quants, offset 16), 4: q5_1 (5-bit quants, plus m * s). */
 WIDE_ATTRS void wide_tile(const uint8_t *rows, size_t row_bytes, const struct block_q8_1 *act, const float *ds,
                           size_t act_stride, const unsigned T, size_t n_blocks, float *out, const int kind) {
         const size_t block_bytes = kind == 0 ? sizeof(struct block_q4_0)
                                  : kind == 1 ? sizeof(struct block_q4_1)
-                                             : sizeof(struct block_q8_0);
+                                 : kind == 2 ? sizeof(struct block_q8_0)
+                                 : kind == 3 ? sizeof(struct block_q5_0)
+                                             : sizeof(struct block_q5_1);
+        const bool has_offset = kind == 1 || kind == 4;
+        const char bias = kind == 0 ? 8 : kind == 3 ? 16 : (char) 128;
         __m512 acc[DOT_TILE_ROWS / 2][DOT_TILE_TOKENS];
         __m128 offset[DOT_TILE_ROWS];
         _Pragma("GCC unroll 4") for (unsigned p = 0; p < DOT_TILE_ROWS / 2; p++)
@@ -73,13 +89,12 @@ WIDE_ATTRS void wide_tile(const uint8_t *rows, size_t row_bytes, const struct bl
                         const struct block_q8_1 *a = act + t * act_stride + b;
                         aq[t] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *) a->qs));
                         ad[t] = _mm512_set1_ps(ds[2 * (t * act_stride + b)]);
-                        if (kind == 1)
+                        if (has_offset)
                                 as[t] = ds[2 * (t * act_stride + b) + 1];
                         else /* -c * (sum of each lane's four activations) */
                                 correction[t] = _mm512_sub_epi32(
                                         _mm512_setzero_si512(),
-                                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(kind == 0 ? 8 : (char) 128),
-                                                            aq[t]));
+                                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(bias), aq[t]));
                 }
                 /* in registers, not through memory: four narrow stores do not forward to one wide load */
                 __m128 as4 = _mm_setr_ps(as[0], as[1], as[2], as[3]);
@@ -94,14 +109,24 @@ WIDE_ATTRS void wide_tile(const uint8_t *rows, size_t row_bytes, const struct bl
                                 w = _mm512_xor_si512(s, _mm512_set1_epi8((char) 0x80)); /* w + 128 as unsigned */
                                 d0 = wide_half(w0->d);
                                 d1 = wide_half(w1->d);
-                        } else if (kind == 1) {
-                                const struct block_q4_1 *w0 = (const void *) b0, *w1 = (const void *) b1;
-                                w = wide_nibbles(w0->qs, w1->qs);
-                                __m128 dm0 = wide_half_pair(w0), dm1 = wide_half_pair(w1); /* d and m, adjacent */
+                        } else if (has_offset) {
+                                __m128 dm0 = wide_half_pair(b0), dm1 = wide_half_pair(b1); /* d and m, adjacent */
+                                if (kind == 4) {
+                                        const struct block_q5_1 *w0 = (const void *) b0, *w1 = (const void *) b1;
+                                        w = wide_q5(w0->qs, w0->qh, w1->qs, w1->qh);
+                                } else {
+                                        const struct block_q4_1 *w0 = (const void *) b0, *w1 = (const void *) b1;
+                                        w = wide_nibbles(w0->qs, w1->qs);
+                                }
                                 d0 = _mm_cvtss_f32(dm0);
                                 d1 = _mm_cvtss_f32(dm1);
                                 offset[2 * p] = _mm_fmadd_ps(_mm_permute_ps(dm0, 0x55), as4, offset[2 * p]);
                                 offset[2 * p + 1] = _mm_fmadd_ps(_mm_permute_ps(dm1, 0x55), as4, offset[2 * p + 1]);
+                        } else if (kind == 3) {
+                                const struct block_q5_0 *w0 = (const void *) b0, *w1 = (const void *) b1;
+                                w = wide_q5(w0->qs, w0->qh, w1->qs, w1->qh);
+                                d0 = wide_half(w0->d);
+                                d1 = wide_half(w1->d);
                         } else {
                                 const struct block_q4_0 *w0 = (const void *) b0, *w1 = (const void *) b1;
                                 w = wide_nibbles(w0->qs, w1->qs);
@@ -110,7 +135,7 @@ WIDE_ATTRS void wide_tile(const uint8_t *rows, size_t row_bytes, const struct bl
                         }
                         __m512 wd = wide_pair_ps(d0, d1);
                         _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
-                                __m512i sum = _mm512_dpbusd_epi32(kind == 1 ? _mm512_setzero_si512() : correction[t], w, aq[t]);
+                                __m512i sum = _mm512_dpbusd_epi32(has_offset ? _mm512_setzero_si512() : correction[t], w, aq[t]);
                                 acc[p][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(wd, ad[t]), acc[p][t]);
                         }
                 }
@@ -122,7 +147,7 @@ WIDE_ATTRS void wide_tile(const uint8_t *rows, size_t row_bytes, const struct bl
                 _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
                         float *o = out + t * DOT_TILE_ROWS + 2 * p;
                         wide_store(acc[p][t], o, o + 1);
-                        if (kind == 1) {
+                        if (has_offset) {
                                 o[0] += off_lo[t];
                                 o[1] += off_hi[t];
                         }
@@ -146,5 +171,7 @@ WIDE_ATTRS void wide_tile(const uint8_t *rows, size_t row_bytes, const struct bl
 WIDE_TILE_ENTRY(tile_q4_0, 0)
 WIDE_TILE_ENTRY(tile_q4_1, 1)
 WIDE_TILE_ENTRY(tile_q8_0, 2)
+WIDE_TILE_ENTRY(tile_q5_0, 3)
+WIDE_TILE_ENTRY(tile_q5_1, 4)
 
 #define DOT_TILE_FN(name) wide_##name

@@ -37,6 +37,38 @@ static float dot_q4_1_scalar(const void *weight_row, const struct block_q8_1 *ac
         return sum;
 }
 
+/* The 5-bit types in llama.cpp's x86 order (dot.h), so that the other sets' single products
+ * and tiles are held to these bits, not to a tolerance: eight lanes of four elements, each
+ * lane's exact integer sum meeting d_w * d_a in one fma per block, lanes_sum8() at the end;
+ * Q5_1's offset m * s summed apart by fma, as the peer's compiler contracts it. */
+static void q5_lanes_scalar(const uint8_t *qs, const uint8_t *qh, int32_t bias, const int8_t *act, float scale,
+                            float lanes[PACKED_LANES]) {
+        for (unsigned l = 0; l < PACKED_LANES; l++) {
+                int32_t isum = 0;
+                for (unsigned k = 4 * l; k < 4 * l + 4; k++)
+                        isum += ((int32_t) q5_element(qs, qh, k) - bias) * act[k];
+                lanes[l] = fmaf((float) isum, scale, lanes[l]);
+        }
+}
+
+static float dot_q5_0_scalar(const void *weight_row, const struct block_q8_1 *act, size_t n_blocks) {
+        const struct block_q5_0 *w = weight_row;
+        float lanes[PACKED_LANES] = { 0 };
+        for (size_t b = 0; b < n_blocks; b++)
+                q5_lanes_scalar(w[b].qs, w[b].qh, 16, act[b].qs, f16_to_f32(w[b].d) * f16_to_f32(act[b].d), lanes);
+        return lanes_sum8(lanes);
+}
+
+static float dot_q5_1_scalar(const void *weight_row, const struct block_q8_1 *act, size_t n_blocks) {
+        const struct block_q5_1 *w = weight_row;
+        float lanes[PACKED_LANES] = { 0 }, off = 0.0f;
+        for (size_t b = 0; b < n_blocks; b++) {
+                q5_lanes_scalar(w[b].qs, w[b].qh, 0, act[b].qs, f16_to_f32(w[b].d) * f16_to_f32(act[b].d), lanes);
+                off = fmaf(f16_to_f32(w[b].m), f16_to_f32(act[b].s), off);
+        }
+        return lanes_sum8(lanes) + off;
+}
+
 static float dot_q8_0_scalar(const void *weight_row, const struct block_q8_1 *act, size_t n_blocks) {
         const struct block_q8_0 *w = weight_row;
         float sum = 0.0f;
@@ -74,6 +106,8 @@ float dot_logits_q8_0_reference(const void *weight_row, const struct block_q8_1 
         }
 SCALAR_TILE(q4_0)
 SCALAR_TILE(q4_1)
+SCALAR_TILE(q5_0)
+SCALAR_TILE(q5_1)
 SCALAR_TILE(q8_0)
 
 /* The reference for the packed product: one row and token at a time, in dot.h's order (eight
@@ -86,6 +120,8 @@ static float packed_row_scalar(const struct packed_weights *w, uint64_t row, con
         const uint8_t *quants = w->data + row / PACKED_ROWS * w->group_bytes;
         const uint8_t *scales = quants + w->n_blocks * w->quant_bytes;
         int32_t bias = packed_quant_bias(w->type);
+        bool five_bits = w->type == TENSOR_Q5_0 || w->type == TENSOR_Q5_1;
+        bool has_m = w->type == TENSOR_Q4_1 || w->type == TENSOR_Q5_1;
         float lanes[PACKED_LANES] = { 0 }, off = 0.0f, acc = 0.0f;
         for (uint64_t b = 0; b < w->n_blocks; b++) {
                 const uint8_t *rec = quants + b * w->quant_bytes;
@@ -101,6 +137,8 @@ static float packed_row_scalar(const struct packed_weights *w, uint64_t row, con
                                 else { /* lanes 0..3 are low nibbles, 4..7 the high ones of the same bytes */
                                         uint8_t v = rec[l % 4 * 4 * PACKED_ROWS + 4 * r + k];
                                         q = l < 4 ? v & 15 : v >> 4;
+                                        if (five_bits) /* bit l of byte k of the fifth vector's lane */
+                                                q |= (rec[4 * 4 * PACKED_ROWS + 4 * r + k] >> l & 1) << 4;
                                 }
                                 isum += (q - bias) * act[b].qs[4 * l + k];
                         }
@@ -111,12 +149,12 @@ static float packed_row_scalar(const struct packed_weights *w, uint64_t row, con
                 }
                 if (logits)
                         acc = fmaf((float) block_sum, scale, acc);
-                if (w->type == TENSOR_Q4_1)
+                if (has_m)
                         off = fmaf(f16_to_f32(s[PACKED_ROWS + r]), f16_to_f32(act[b].s), off);
         }
         if (logits)
                 return acc;
-        return w->type == TENSOR_Q4_1 ? lanes_sum8(lanes) + off : lanes_sum8(lanes);
+        return has_m ? lanes_sum8(lanes) + off : lanes_sum8(lanes);
 }
 
 static void packed_rows_scalar(const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,
@@ -237,12 +275,18 @@ const struct dot_kernels dot_kernels_scalar = {
         .name = "scalar",
         .q4_0 = dot_q4_0_scalar,
         .q4_1 = dot_q4_1_scalar,
+        .q5_0 = dot_q5_0_scalar,
+        .q5_1 = dot_q5_1_scalar,
         .q8_0 = dot_q8_0_scalar,
         .tile_q4_0 = tile_q4_0_scalar,
         .tile_q4_1 = tile_q4_1_scalar,
+        .tile_q5_0 = tile_q5_0_scalar,
+        .tile_q5_1 = tile_q5_1_scalar,
         .tile_q8_0 = tile_q8_0_scalar,
         .packed_q4_0 = packed_scalar,
         .packed_q4_1 = packed_scalar,
+        .packed_q5_0 = packed_scalar,
+        .packed_q5_1 = packed_scalar,
         .packed_q8_0 = packed_scalar,
         .packed_logits_q8_0 = packed_logits_scalar,
         .attn_scores = attn_scores_scalar,

@@ -50,6 +50,8 @@ dot_q_fn dot_kernel_for(const struct dot_kernels *k, enum tensor_type type) {
         switch (type) {
         case TENSOR_Q4_0: return k->q4_0;
         case TENSOR_Q4_1: return k->q4_1;
+        case TENSOR_Q5_0: return k->q5_0;
+        case TENSOR_Q5_1: return k->q5_1;
         case TENSOR_Q8_0: return k->q8_0;
         default: return NULL;
         }
@@ -59,6 +61,8 @@ dot_tile_fn dot_tile_kernel_for(const struct dot_kernels *k, enum tensor_type ty
         switch (type) {
         case TENSOR_Q4_0: return k->tile_q4_0;
         case TENSOR_Q4_1: return k->tile_q4_1;
+        case TENSOR_Q5_0: return k->tile_q5_0;
+        case TENSOR_Q5_1: return k->tile_q5_1;
         case TENSOR_Q8_0: return k->tile_q8_0;
         default: return NULL;
         }
@@ -68,6 +72,8 @@ dot_packed_fn dot_packed_kernel_for(const struct dot_kernels *k, enum tensor_typ
         switch (type) {
         case TENSOR_Q4_0: return k->packed_q4_0;
         case TENSOR_Q4_1: return k->packed_q4_1;
+        case TENSOR_Q5_0: return k->packed_q5_0;
+        case TENSOR_Q5_1: return k->packed_q5_1;
         case TENSOR_Q8_0: return k->packed_q8_0;
         default: return NULL;
         }

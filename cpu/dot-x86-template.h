@@ -36,6 +36,12 @@ __attribute__((target(DOT_TARGET))) static inline __m256i DOT_FN(unpack_nibbles)
         return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
 }
 
+/* The 32 quants of a 5-bit block as bytes 0..31 in element order: the nibbles, and bit j of
+ * qh as 16 in byte j (dot_q5_high_bits(), which the including file defines). */
+__attribute__((target(DOT_TARGET))) static inline __m256i DOT_FN(unpack_q5)(const uint8_t *qs, const uint8_t *qh) {
+        return _mm256_or_si256(DOT_FN(unpack_nibbles)(qs), dot_q5_high_bits(qh));
+}
+
 /* Signed by signed through the unsigned-by-signed instruction: |w| * (a with w's sign). */
 __attribute__((target(DOT_TARGET))) static inline __m256i DOT_FN(dot_s8_s8)(__m256i w, __m256i a) {
         return dot_u8_s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
@@ -69,6 +75,34 @@ __attribute__((target(DOT_TARGET))) static float DOT_FN(dot_q4_1)(const void *we
         return DOT_FN(hsum)(acc) + offset;
 }
 
+__attribute__((target(DOT_TARGET))) static float DOT_FN(dot_q5_0)(const void *weight_row, const struct block_q8_1 *act,
+                                                                  size_t n_blocks) {
+        const struct block_q5_0 *w = weight_row;
+        __m256 acc = _mm256_setzero_ps();
+        for (size_t b = 0; b < n_blocks; b++) {
+                __m256i wq = _mm256_sub_epi8(DOT_FN(unpack_q5)(w[b].qs, w[b].qh), _mm256_set1_epi8(16));
+                __m256i aq = _mm256_loadu_si256((const __m256i *) act[b].qs);
+                __m256 scale = _mm256_set1_ps(DOT_FN(half)(w[b].d) * DOT_FN(half)(act[b].d));
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT_FN(dot_s8_s8)(wq, aq)), scale, acc);
+        }
+        return DOT_FN(hsum)(acc);
+}
+
+__attribute__((target(DOT_TARGET))) static float DOT_FN(dot_q5_1)(const void *weight_row, const struct block_q8_1 *act,
+                                                                  size_t n_blocks) {
+        const struct block_q5_1 *w = weight_row;
+        __m256 acc = _mm256_setzero_ps();
+        float offset = 0.0f;
+        for (size_t b = 0; b < n_blocks; b++) {
+                __m256i wq = DOT_FN(unpack_q5)(w[b].qs, w[b].qh);
+                __m256i aq = _mm256_loadu_si256((const __m256i *) act[b].qs);
+                __m256 scale = _mm256_set1_ps(DOT_FN(half)(w[b].d) * DOT_FN(half)(act[b].d));
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8_s8(wq, aq)), scale, acc);
+                offset = fmaf(DOT_FN(half)(w[b].m), DOT_FN(half)(act[b].s), offset);
+        }
+        return DOT_FN(hsum)(acc) + offset;
+}
+
 __attribute__((target(DOT_TARGET))) static float DOT_FN(dot_q8_0)(const void *weight_row, const struct block_q8_1 *act,
                                                                   size_t n_blocks) {
         const struct block_q8_0 *w = weight_row;
@@ -87,8 +121,6 @@ __attribute__((target(DOT_TARGET))) static float DOT_FN(dot_q8_0)(const void *we
  * registers. */
 #define TILE_ATTRS __attribute__((target(DOT_TARGET), always_inline)) static inline
 
-/* The weight block of row r as signed bytes for dot_s8_s8 (q4_0, q8_0) or as unsigned
- * nibbles for dot_u8_s8 (q4_1), and its scale. */
 /* The two halves at p, as floats in lanes 0 and 1. */
 TILE_ATTRS __m128 DOT_FN(half_pair)(const void *p) {
         int32_t bits;
@@ -96,10 +128,17 @@ TILE_ATTRS __m128 DOT_FN(half_pair)(const void *p) {
         return _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
 }
 
+/* The signed types: the weight block of row r as signed bytes for dot_s8_s8, and its scale. */
 TILE_ATTRS __m256i DOT_FN(tile_weights_q4_0)(const void *block, float *d) {
         const struct block_q4_0 *w = block;
         *d = DOT_FN(half)(w->d);
         return _mm256_sub_epi8(DOT_FN(unpack_nibbles)(w->qs), _mm256_set1_epi8(8));
+}
+
+TILE_ATTRS __m256i DOT_FN(tile_weights_q5_0)(const void *block, float *d) {
+        const struct block_q5_0 *w = block;
+        *d = DOT_FN(half)(w->d);
+        return _mm256_sub_epi8(DOT_FN(unpack_q5)(w->qs, w->qh), _mm256_set1_epi8(16));
 }
 
 TILE_ATTRS __m256i DOT_FN(tile_weights_q8_0)(const void *block, float *d) {
@@ -140,10 +179,24 @@ TILE_ATTRS __m256i DOT_FN(tile_weights_q8_0)(const void *block, float *d) {
         }
 
 DOT_TILE_SIGNED(q4_0, struct block_q4_0)
+DOT_TILE_SIGNED(q5_0, struct block_q5_0)
 DOT_TILE_SIGNED(q8_0, struct block_q8_0)
 
-TILE_ATTRS void DOT_FN(tile_q4_1_n)(const uint8_t *rows, size_t row_bytes, const struct block_q8_1 *act, const float *ds,
-                                    size_t act_stride, const unsigned T, size_t n_blocks, float *out) {
+/* The types with an offset, Q4_1 and Q5_1 (type, a constant after inlining): row r's weight
+ * block as unsigned quants, its d and m (adjacent, first in the block) in lanes 0 and 1. */
+TILE_ATTRS __m256i DOT_FN(tile_weights_offset)(const uint8_t *block, __m128 *dm, const enum tensor_type type) {
+        *dm = DOT_FN(half_pair)(block);
+        if (type == TENSOR_Q5_1) {
+                const struct block_q5_1 *w = (const void *) block;
+                return DOT_FN(unpack_q5)(w->qs, w->qh);
+        }
+        return DOT_FN(unpack_nibbles)(((const struct block_q4_1 *) (const void *) block)->qs);
+}
+
+TILE_ATTRS void DOT_FN(tile_offset_n)(const uint8_t *rows, size_t row_bytes, const struct block_q8_1 *act, const float *ds,
+                                      size_t act_stride, const unsigned T, size_t n_blocks, float *out,
+                                      const enum tensor_type type) {
+        const size_t block_bytes = type == TENSOR_Q5_1 ? sizeof(struct block_q5_1) : sizeof(struct block_q4_1);
         __m256 acc[DOT_TILE_ROWS][DOT_TILE_TOKENS];
         __m128 offset[DOT_TILE_ROWS]; /* lane t: the offset sum of token t, by fused multiply-adds */
         _Pragma("GCC unroll 4") for (unsigned r = 0; r < DOT_TILE_ROWS; r++) {
@@ -162,9 +215,8 @@ TILE_ATTRS void DOT_FN(tile_q4_1_n)(const uint8_t *rows, size_t row_bytes, const
                 /* in registers, not through memory: four narrow stores do not forward to one wide load */
                 __m128 as4 = _mm_setr_ps(as[0], as[1], as[2], as[3]);
                 _Pragma("GCC unroll 4") for (unsigned r = 0; r < DOT_TILE_ROWS; r++) {
-                        const struct block_q4_1 *w = (const struct block_q4_1 *) (rows + r * row_bytes) + b;
-                        __m256i wq = DOT_FN(unpack_nibbles)(w->qs);
-                        __m128 dm = DOT_FN(half_pair)(w); /* d and m, adjacent */
+                        __m128 dm;
+                        __m256i wq = DOT_FN(tile_weights_offset)(rows + r * row_bytes + b * block_bytes, &dm, type);
                         float wd = _mm_cvtss_f32(dm);
                         offset[r] = _mm_fmadd_ps(_mm_permute_ps(dm, 0x55), as4, offset[r]);
                         _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
@@ -180,6 +232,16 @@ TILE_ATTRS void DOT_FN(tile_q4_1_n)(const uint8_t *rows, size_t row_bytes, const
         }
 }
 
+#define DOT_TILE_OFFSET(name, type)                                                                                    \
+        TILE_ATTRS void DOT_FN(tile_##name##_n)(const uint8_t *rows, size_t row_bytes, const struct block_q8_1 *act,  \
+                                                const float *ds, size_t act_stride, const unsigned T, size_t n_blocks, \
+                                                float *out) {                                                          \
+                DOT_FN(tile_offset_n)(rows, row_bytes, act, ds, act_stride, T, n_blocks, out, type);                   \
+        }
+
+DOT_TILE_OFFSET(q4_1, TENSOR_Q4_1)
+DOT_TILE_OFFSET(q5_1, TENSOR_Q5_1)
+
 __attribute__((target(DOT_TARGET))) static void DOT_FN(rope)(float *x, uint32_t n_heads, uint32_t head_dim, uint32_t half,
                                                              const float *cos, const float *sin) {
         rope_rows(x, n_heads, head_dim, half, cos, sin);
@@ -194,6 +256,7 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(activation_corrections)(c
         const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
         const __m256i neg_bias_q4_0 = _mm256_set1_epi32(-packed_quant_bias(TENSOR_Q4_0));
         const __m256i neg_bias_q8_0 = _mm256_set1_epi32(-packed_quant_bias(TENSOR_Q8_0));
+        const __m256i neg_bias_q5_0 = _mm256_set1_epi32(-packed_quant_bias(TENSOR_Q5_0));
         for (size_t b = 0; b < n_blocks; b++) {
                 __m256i q = _mm256_loadu_si256((const __m256i *) xq[b].qs);
                 __m256i lane_sums = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16);
@@ -202,6 +265,8 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(activation_corrections)(c
                                     _mm256_mullo_epi32(lane_sums, neg_bias_q4_0));
                 _mm256_storeu_si256((__m256i *) (c + packed_correction_offset(TENSOR_Q8_0)),
                                     _mm256_mullo_epi32(lane_sums, neg_bias_q8_0));
+                _mm256_storeu_si256((__m256i *) (c + packed_correction_offset(TENSOR_Q5_0)),
+                                    _mm256_mullo_epi32(lane_sums, neg_bias_q5_0));
         }
 }
 
@@ -265,6 +330,8 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(quantize_q8_1)(const floa
 #ifndef DOT_TILE_FN
 DOT_TILE_ENTRY(tile_q4_0)
 DOT_TILE_ENTRY(tile_q4_1)
+DOT_TILE_ENTRY(tile_q5_0)
+DOT_TILE_ENTRY(tile_q5_1)
 DOT_TILE_ENTRY(tile_q8_0)
 #define DOT_TILE_FN(name) DOT_FN(name)
 #endif
@@ -496,18 +563,24 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(swiglu)(float *h, const f
 }
 
 /* The set's table; a set whose packed product has a variant for AMD cores (DOT_AMD_PACKED_FN)
- * gets a second table, "<set>-amd", that differs only in its 4-bit packed products. */
+ * gets a second table, "<set>-amd", that differs only in its 4- and 5-bit packed products. */
 #define DOT_TABLE(table, set_name, packed_4bit)                                                                        \
         const struct dot_kernels table = {                                                                             \
                 .name = set_name,                                                                                      \
                 .q4_0 = DOT_FN(dot_q4_0),                                                                              \
                 .q4_1 = DOT_FN(dot_q4_1),                                                                              \
+                .q5_0 = DOT_FN(dot_q5_0),                                                                              \
+                .q5_1 = DOT_FN(dot_q5_1),                                                                              \
                 .q8_0 = DOT_FN(dot_q8_0),                                                                              \
                 .tile_q4_0 = DOT_TILE_FN(tile_q4_0),                                                                   \
                 .tile_q4_1 = DOT_TILE_FN(tile_q4_1),                                                                   \
+                .tile_q5_0 = DOT_TILE_FN(tile_q5_0),                                                                   \
+                .tile_q5_1 = DOT_TILE_FN(tile_q5_1),                                                                   \
                 .tile_q8_0 = DOT_TILE_FN(tile_q8_0),                                                                   \
                 .packed_q4_0 = packed_4bit(q4_0),                                                                      \
                 .packed_q4_1 = packed_4bit(q4_1),                                                                      \
+                .packed_q5_0 = packed_4bit(q5_0),                                                                      \
+                .packed_q5_1 = packed_4bit(q5_1),                                                                      \
                 .packed_q8_0 = DOT_PACKED_FN(q8_0),                                                                    \
                 .packed_logits_q8_0 = DOT_PACKED_FN(logits_q8_0),                                                      \
                 .attn_scores = DOT_FN(attn_scores),                                                                    \

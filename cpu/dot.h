@@ -55,17 +55,18 @@ typedef void (*dot_tile_fn)(const void *weight_rows, size_t row_bytes, const str
  * llama.cpp's x86 order, which the x86 single products and tiles follow:
  *     lane[l] = 0 (l < 8); for each block b in order, for each lane l:
  *         lane[l] = fmaf((float) isum_bl, d_w[b] * d_a[b], lane[l])
- *     result = lanes_sum8(lane), for Q4_1 + off with off = fmaf(m_w[b], s_a[b], off) in order,
- * isum_bl being the exact integer product of the block's elements 4l..4l+3 (for 4-bit weights
- * in the dequantized element order: the low nibbles are elements 0..15). So each result has
- * the bits of the AVX2 and AVX-512 sets' dot_q_fn for that row and token, and depends only on
- * its row and token; every set, the scalar one included, gives those bits. Rows past n_rows
- * (the last group's padding) are not written. */
+ *     result = lanes_sum8(lane), for Q4_1 and Q5_1 + off with off = fmaf(m_w[b], s_a[b], off)
+ * in order, isum_bl being the exact integer product of the block's elements 4l..4l+3 (for 4-
+ * and 5-bit weights in the dequantized element order: the low nibbles are elements 0..15). So
+ * each result has the bits of the AVX2 and AVX-512 sets' dot_q_fn for that row and token, and
+ * depends only on its row and token; every set, the scalar one included, gives those bits.
+ * Rows past n_rows (the last group's padding) are not written. */
 struct packed_activations {
         const struct block_q8_1 *xq; /* token t's blocks at xq + t * stride */
         const float *ds;             /* their d and s as floats: ds[2 * (t * stride + b)] and the next */
         const int32_t *corrections;  /* packed_activation_corrections(), block (t * stride + b)'s at
-                                      * corrections + (t * stride + b) * PACKED_CORRECTIONS; Q4_0 and Q8_0 only */
+                                      * corrections + (t * stride + b) * PACKED_CORRECTIONS; Q4_0, Q5_0 and
+                                      * Q8_0 only */
         size_t stride;               /* blocks from one token to the next */
         const int32_t *logits_corrections; /* packed_logits_corrections(), block (t * stride + b)'s; the
                                             * logits product only */
@@ -88,12 +89,18 @@ struct dot_kernels {
         const char *name;
         dot_q_fn q4_0;
         dot_q_fn q4_1;
+        dot_q_fn q5_0;
+        dot_q_fn q5_1;
         dot_q_fn q8_0;
         dot_tile_fn tile_q4_0;
         dot_tile_fn tile_q4_1;
+        dot_tile_fn tile_q5_0;
+        dot_tile_fn tile_q5_1;
         dot_tile_fn tile_q8_0;
         dot_packed_fn packed_q4_0;
         dot_packed_fn packed_q4_1;
+        dot_packed_fn packed_q5_0;
+        dot_packed_fn packed_q5_1;
         dot_packed_fn packed_q8_0;
         /* The logits product (below) on packed Q8_0 weights, as dot_packed_fn otherwise. */
         dot_packed_fn packed_logits_q8_0;

@@ -13,7 +13,7 @@
 #include <string.h>
 
 /* Tokens per pass over a group's blocks: each token holds eight accumulators (nine for
- * Q4_1) of the 32 registers, so two tokens leave room for the weights and scales while a
+ * Q4_1 and Q5_1) of the 32 registers, so two tokens leave room for the weights and scales while a
  * third would spill. The group's weights stay in L1 from one pass to the next. */
 #ifndef PACKED_PASS_TOKENS
 #define PACKED_PASS_TOKENS 2
@@ -37,50 +37,65 @@ PACKED_ATTRS __m512i packed_broadcast4(const int8_t *p) {
         return _mm512_set1_epi32(v);
 }
 
-/* Lane l of a 4-bit block record (sixteen rows' elements 4l..4l+3) as unsigned bytes: the
- * low nibbles of vector l for lanes 0-3, the high nibbles of vector l - 4 for lanes 4-7. */
-PACKED_ATTRS __m512i packed_nibble_lane_512(const uint8_t *rec, unsigned l) {
-        __m512i v = _mm512_load_si512(rec + 64 * (l % 4));
-        return _mm512_and_si512(l < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
+/* The kinds of packed weights, a constant in every kernel once inlined: 0 Q4_0, 1 Q4_1,
+ * 2 Q8_0, 3 Q5_0, 4 Q5_1. */
+PACKED_ATTRS size_t packed_quant_bytes_512(const int kind) {
+        return kind == 2 ? PACKED_ROWS * QUANT_BLOCK : kind >= 3 ? PACKED_ROWS * (QUANT_BLOCK / 2 + 4) : PACKED_ROWS * QUANT_BLOCK / 2;
 }
 
-/* A 4-bit block of a group as the passes use it: the eight lane vectors of unsigned bytes and
- * the rows' d and m as floats. With more tokens than one pass takes, a group's blocks are
- * unpacked once into these and every pass loads them, so that the passes spend their
- * vector operations on the products: a prompt's matmuls ran ~18% faster than when every
+PACKED_ATTRS bool packed_has_m_512(const int kind) {
+        return kind == 1 || kind == 4;
+}
+
+/* Lane l of a 4- or 5-bit block record (sixteen rows' elements 4l..4l+3) as unsigned bytes:
+ * the low nibbles of vector l for lanes 0-3, the high nibbles of vector l - 4 for lanes 4-7;
+ * for 5-bit kinds bit l of each byte of the fifth vector brought to 16. */
+PACKED_ATTRS __m512i packed_lane_512(const uint8_t *rec, unsigned l, const int kind) {
+        __m512i v = _mm512_load_si512(rec + 64 * (l % 4));
+        __m512i u = _mm512_and_si512(l < 4 ? v : _mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
+        if (kind < 3)
+                return u;
+        __m512i h = _mm512_load_si512(rec + 64 * 4);
+        h = l < 4 ? _mm512_slli_epi32(h, 4 - l) : l > 4 ? _mm512_srli_epi32(h, l - 4) : h;
+        return _mm512_or_si512(u, _mm512_and_si512(h, _mm512_set1_epi8(0x10)));
+}
+
+/* A 4- or 5-bit block of a group as the passes use it: the eight lane vectors of unsigned
+ * bytes and the rows' d and m as floats. With more tokens than one pass takes, a group's
+ * blocks are unpacked once into these and every pass loads them, so that the passes spend
+ * their vector operations on the products: a prompt's matmuls ran ~18% faster than when every
  * pass unpacked the nibbles itself. */
 struct packed_unpacked_block {
         __m512i lanes[PACKED_LANES];
         __m512 d, m;
 };
 
-/* Group g's blocks into unpacked[0..n_blocks), prefetching the stream ahead. kind 0 or 1. */
+/* Group g's blocks into unpacked[0..n_blocks), prefetching the stream ahead. Any kind but 2. */
 PACKED_ATTRS void packed_unpack_group_512(const struct packed_weights *w, uint64_t g, struct packed_unpacked_block *unpacked,
                                           const int kind) {
-        const size_t quant_bytes = PACKED_ROWS * QUANT_BLOCK / 2, scale_bytes = kind == 1 ? 64 : 32;
+        const size_t quant_bytes = packed_quant_bytes_512(kind), scale_bytes = packed_has_m_512(kind) ? 64 : 32;
         const uint64_t n_blocks = w->n_blocks;
         const uint8_t *quants = w->data + g * w->group_bytes, *scales = quants + n_blocks * quant_bytes;
         for (uint64_t b = 0; b < n_blocks; b++) {
                 const uint8_t *rec = quants + b * quant_bytes;
                 packed_prefetch_block(w, quants, b, quant_bytes + scale_bytes);
                 _Pragma("GCC unroll 8") for (unsigned l = 0; l < PACKED_LANES; l++)
-                        _mm512_store_si512(&unpacked[b].lanes[l], packed_nibble_lane_512(rec, l));
+                        _mm512_store_si512(&unpacked[b].lanes[l], packed_lane_512(rec, l, kind));
                 unpacked[b].d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * scale_bytes)));
-                if (kind == 1)
+                if (packed_has_m_512(kind))
                         unpacked[b].m = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * scale_bytes + 32)));
         }
 }
 
-/* Group g's rows against tokens t0..t0+T-1. kind 0: Q4_0, 1: Q4_1, 2: Q8_0 (constants after
- * inlining, as T is). The weights come from unpacked when given, else from the group's
- * packed stream, whose first pass prefetches prefetch_distance bytes ahead of it (0: none). */
+/* Group g's rows against tokens t0..t0+T-1 (kind and T constants after inlining). The
+ * weights come from unpacked when given, else from the group's packed stream, whose first
+ * pass prefetches prefetch_distance bytes ahead of it (0: none). */
 PACKED_ATTRS void packed_pass_512(const struct packed_weights *w, uint64_t g, const struct packed_activations *a,
                                   unsigned t0, const unsigned T, float *out, size_t out_stride, bool accumulate,
                                   size_t prefetch_distance, const struct packed_unpacked_block *unpacked, struct packed_fetch fetch,
                                   const int kind) {
-        const size_t quant_bytes = kind == 2 ? PACKED_ROWS * QUANT_BLOCK : PACKED_ROWS * QUANT_BLOCK / 2;
-        const size_t scale_bytes = kind == 1 ? 64 : 32;
-        const unsigned correction = packed_correction_offset(kind == 2 ? TENSOR_Q8_0 : TENSOR_Q4_0);
+        const size_t quant_bytes = packed_quant_bytes_512(kind), scale_bytes = packed_has_m_512(kind) ? 64 : 32;
+        const unsigned correction = packed_correction_offset(kind == 2 ? TENSOR_Q8_0 : kind == 3 ? TENSOR_Q5_0 : TENSOR_Q4_0);
         const uint64_t n_blocks = w->n_blocks;
         const uint8_t *quants = w->data + g * w->group_bytes, *scales = quants + n_blocks * quant_bytes;
         __m512 acc[PACKED_PASS_TOKENS][PACKED_LANES], off[PACKED_PASS_TOKENS];
@@ -100,7 +115,7 @@ PACKED_ATTRS void packed_pass_512(const struct packed_weights *w, uint64_t g, co
                 _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
                         size_t ab = (t0 + t) * a->stride + b;
                         scale[t] = _mm512_mul_ps(dw, _mm512_set1_ps(a->ds[2 * ab]));
-                        if (kind == 1) {
+                        if (packed_has_m_512(kind)) {
                                 __m512 mw = unpacked ? unpacked[b].m
                                                      : _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * scale_bytes + 32)));
                                 off[t] = _mm512_fmadd_ps(mw, _mm512_set1_ps(a->ds[2 * ab + 1]), off[t]);
@@ -114,10 +129,10 @@ PACKED_ATTRS void packed_pass_512(const struct packed_weights *w, uint64_t g, co
                         else if (unpacked)
                                 u = _mm512_load_si512(&unpacked[b].lanes[l]);
                         else
-                                u = packed_nibble_lane_512(rec, l);
+                                u = packed_lane_512(rec, l, kind);
                         _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
                                 size_t ab = (t0 + t) * a->stride + b;
-                                __m512i start = kind == 1 ? _mm512_setzero_si512()
+                                __m512i start = packed_has_m_512(kind) ? _mm512_setzero_si512()
                                                           : _mm512_set1_epi32(a->corrections[ab * PACKED_CORRECTIONS + correction + l]);
                                 __m512i isum = _mm512_dpbusd_epi32(start, u, packed_broadcast4(a->xq[ab].qs + 4 * l));
                                 acc[t][l] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale[t], acc[t][l]);
@@ -132,7 +147,7 @@ PACKED_ATTRS void packed_pass_512(const struct packed_weights *w, uint64_t g, co
                 const __m512 *l = acc[t];
                 __m512 v = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[2], l[6])),
                                          _mm512_add_ps(_mm512_add_ps(l[1], l[5]), _mm512_add_ps(l[3], l[7])));
-                if (kind == 1)
+                if (packed_has_m_512(kind))
                         v = _mm512_add_ps(v, off[t]);
                 float *o = out + (t0 + t) * out_stride + row0;
                 if (accumulate)
@@ -162,7 +177,7 @@ PACKED_ATTRS void packed_passes_512(const struct packed_weights *w, uint64_t g, 
         }
 }
 
-/* Groups group_begin..group_end-1 against the tokens. A group of 4-bit blocks met by more
+/* Groups group_begin..group_end-1 against the tokens. A group of 4- or 5-bit blocks met by more
  * than unpack_above tokens (a constant after inlining, at least a pass's) is unpacked once
  * and every pass loads the bytes; otherwise every pass takes the nibbles apart itself from
  * the group's bytes, which stay in L1 from one pass to the next. Either way the passes fetch
@@ -280,6 +295,8 @@ __attribute__((target(DOT_TARGET))) static void packed_logits_q8_0_512(const str
 PACKED_ENTRY_512(q4_0, 0, PACKED_PASS_TOKENS)
 PACKED_ENTRY_512(q4_1, 1, PACKED_PASS_TOKENS)
 PACKED_ENTRY_512(q8_0, 2, PACKED_PASS_TOKENS)
+PACKED_ENTRY_512(q5_0, 3, PACKED_PASS_TOKENS)
+PACKED_ENTRY_512(q5_1, 4, PACKED_PASS_TOKENS)
 /* The set's variant for AMD cores (dot-select.c) unpacks only for more tokens than a decode
  * batch has. On Zen 4 the nibble masks and shifts run beside the multiplies, which take the
  * two 512-bit pipes, while an unpacked group's ten 512-bit stores per block held up the
@@ -291,6 +308,8 @@ PACKED_ENTRY_512(q8_0, 2, PACKED_PASS_TOKENS)
 #define PACKED_AMD_UNPACK_ABOVE 32
 PACKED_ENTRY_512(q4_0_streamed, 0, PACKED_AMD_UNPACK_ABOVE)
 PACKED_ENTRY_512(q4_1_streamed, 1, PACKED_AMD_UNPACK_ABOVE)
+PACKED_ENTRY_512(q5_0_streamed, 3, PACKED_AMD_UNPACK_ABOVE)
+PACKED_ENTRY_512(q5_1_streamed, 4, PACKED_AMD_UNPACK_ABOVE)
 
 #define DOT_PACKED_FN(name) packed_##name##_512
 #define DOT_AMD_PACKED_FN(name) packed_##name##_streamed_512

@@ -19,6 +19,12 @@ PACKED_ATTRS_256 __m256i DOT_FN(packed_broadcast4)(const int8_t *p) {
         return _mm256_set1_epi32(v);
 }
 
+/* The kinds of packed weights, a constant in every kernel once inlined: 0 Q4_0, 1 Q4_1,
+ * 2 Q8_0, 3 Q5_0, 4 Q5_1. */
+PACKED_ATTRS_256 bool DOT_FN(packed_has_m)(const int kind) {
+        return kind == 1 || kind == 4;
+}
+
 /* Rows 8h..8h+7 of group g in the packed layout (packed-weights.h): the group's stream, the
  * half's quants and scales, and their bytes per block for kind (constants once inlined). */
 struct packed_half_layout {
@@ -29,16 +35,18 @@ struct packed_half_layout {
 PACKED_ATTRS_256 struct packed_half_layout DOT_FN(packed_half_layout)(const struct packed_weights *w, uint64_t g, unsigned h,
                                                                      const int kind) {
         struct packed_half_layout lay;
-        lay.quant_bytes = kind == 2 ? PACKED_ROWS * QUANT_BLOCK : PACKED_ROWS * QUANT_BLOCK / 2;
-        lay.scale_bytes = kind == 1 ? 64 : 32;
+        lay.quant_bytes = kind == 2 ? PACKED_ROWS * QUANT_BLOCK
+                        : kind >= 3 ? PACKED_ROWS * (QUANT_BLOCK / 2 + 4)
+                                    : PACKED_ROWS * QUANT_BLOCK / 2;
+        lay.scale_bytes = DOT_FN(packed_has_m)(kind) ? 64 : 32;
         lay.group = w->data + g * w->group_bytes;
         lay.quants = lay.group + 32 * h;
         lay.scales = lay.group + w->n_blocks * lay.quant_bytes + 16 * h;
         return lay;
 }
 
-/* A token's rows 8h..8h+7 of group g from the lanes' sums: lanes_sum8()'s tree, Q4_1's
- * offset, then into out (one token's row of outputs), the padding rows left out. */
+/* A token's rows 8h..8h+7 of group g from the lanes' sums: lanes_sum8()'s tree, the offset
+ * (Q4_1, Q5_1), then into out (one token's row of outputs), the padding rows left out. */
 PACKED_ATTRS_256 void DOT_FN(packed_half_store)(const struct packed_weights *w, uint64_t g, unsigned h,
                                                 const __m256 acc[PACKED_LANES], __m256 off, float *out, bool accumulate,
                                                 const int kind) {
@@ -48,7 +56,7 @@ PACKED_ATTRS_256 void DOT_FN(packed_half_store)(const struct packed_weights *w, 
         unsigned n_valid = w->n_rows - row0 < 8 ? (unsigned) (w->n_rows - row0) : 8;
         __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6])),
                                    _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7])));
-        if (kind == 1)
+        if (DOT_FN(packed_has_m)(kind))
                 sum = _mm256_add_ps(sum, off);
         float v[8];
         _mm256_storeu_ps(v, sum);
@@ -57,17 +65,22 @@ PACKED_ATTRS_256 void DOT_FN(packed_half_store)(const struct packed_weights *w, 
                 o[r] = accumulate ? o[r] + v[r] : v[r];
 }
 
-/* Lane l of a half group's block record: Q8_0's bytes as signed again, or the 4-bit
- * quants as unsigned bytes. */
+/* Lane l of a half group's block record: Q8_0's bytes as signed again, or the 4- and 5-bit
+ * quants as unsigned bytes (bit l of each byte of the fifth vector brought to 16). */
 PACKED_ATTRS_256 __m256i DOT_FN(packed_lane_weights)(const uint8_t *rec, unsigned l, const int kind) {
         if (kind == 2)
                 return _mm256_xor_si256(_mm256_load_si256((const __m256i *) (rec + 64 * l)), _mm256_set1_epi8((char) 0x80));
         __m256i v = _mm256_load_si256((const __m256i *) (rec + 64 * (l % 4)));
-        return _mm256_and_si256(l < 4 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
+        __m256i u = _mm256_and_si256(l < 4 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
+        if (kind < 3)
+                return u;
+        __m256i h = _mm256_load_si256((const __m256i *) (rec + 64 * 4));
+        h = l < 4 ? _mm256_slli_epi32(h, 4 - l) : l > 4 ? _mm256_srli_epi32(h, l - 4) : h;
+        return _mm256_or_si256(u, _mm256_and_si256(h, _mm256_set1_epi8(0x10)));
 }
 
-/* A 4-bit block of a half group as the passes use it: the eight lanes' weight bytes and the
- * rows' d and m as floats. With more tokens than one pass takes, a half group's blocks are
+/* A 4- or 5-bit block of a half group as the passes use it: the eight lanes' weight bytes and
+ * the rows' d and m as floats. With more tokens than one pass takes, a half group's blocks are
  * unpacked once into these for all the passes, as the 512-bit kernel does
  * (packed-dot-avx512.h): prefill ~7% faster per block on an Intel core. Q8_0's bytes need
  * only an xor, which was not worth the copy. */
@@ -76,7 +89,8 @@ struct DOT_FN(packed_unpacked_half) {
         __m256 d, m;
 };
 
-/* Half h of group g into unpacked[0..n_blocks), prefetching the stream ahead (half 0). kind 0 or 1. */
+/* Half h of group g into unpacked[0..n_blocks), prefetching the stream ahead (half 0). Any
+ * kind but 2. */
 PACKED_ATTRS_256 void DOT_FN(packed_unpack_half)(const struct packed_weights *w, uint64_t g, unsigned h,
                                                  struct DOT_FN(packed_unpacked_half) *unpacked, const int kind) {
         const struct packed_half_layout lay = DOT_FN(packed_half_layout)(w, g, h, kind);
@@ -87,26 +101,26 @@ PACKED_ATTRS_256 void DOT_FN(packed_unpack_half)(const struct packed_weights *w,
                 _Pragma("GCC unroll 8") for (unsigned l = 0; l < PACKED_LANES; l++)
                         _mm256_store_si256(&unpacked[b].lanes[l], DOT_FN(packed_lane_weights)(rec, l, kind));
                 unpacked[b].d = _mm256_cvtph_ps(_mm_load_si128((const __m128i *) (lay.scales + b * lay.scale_bytes)));
-                if (kind == 1)
+                if (DOT_FN(packed_has_m)(kind))
                         unpacked[b].m = _mm256_cvtph_ps(_mm_load_si128((const __m128i *) (lay.scales + b * lay.scale_bytes + 32)));
         }
 }
 
 /* The eight rows' exact int32 for lane l of activation block ab: Q8_0 by the sign trick,
- * Q4_0 with the lane's correction for its stored bias. */
+ * Q4_0 and Q5_0 with the lane's correction for their stored bias. */
 PACKED_ATTRS_256 __m256i DOT_FN(packed_lane_isum)(__m256i u, const struct packed_activations *a, size_t ab, unsigned l,
                                                   const int kind) {
         __m256i act = DOT_FN(packed_broadcast4)(a->xq[ab].qs + 4 * l);
         if (kind == 2)
                 return dot_u8_s8(_mm256_sign_epi8(u, u), _mm256_sign_epi8(act, u));
         __m256i isum = dot_u8_s8(u, act);
-        if (kind == 0)
-                isum = _mm256_add_epi32(
-                        isum, _mm256_set1_epi32(a->corrections[ab * PACKED_CORRECTIONS + packed_correction_offset(TENSOR_Q4_0) + l]));
+        if (kind == 0 || kind == 3)
+                isum = _mm256_add_epi32(isum, _mm256_set1_epi32(a->corrections[ab * PACKED_CORRECTIONS +
+                                                                               packed_correction_offset(kind == 3 ? TENSOR_Q5_0 : TENSOR_Q4_0) + l]));
         return isum;
 }
 
-/* Rows 8h..8h+7 of group g against token t; kind 0: Q4_0, 1: Q4_1, 2: Q8_0. */
+/* Rows 8h..8h+7 of group g against token t. */
 PACKED_ATTRS_256 void DOT_FN(packed_half)(const struct packed_weights *w, uint64_t g, unsigned h,
                                           const struct packed_activations *a, unsigned t, float *out,
                                           size_t out_stride, bool accumulate, bool prefetch,
@@ -128,7 +142,7 @@ PACKED_ATTRS_256 void DOT_FN(packed_half)(const struct packed_weights *w, uint64
                 size_t ab = t * a->stride + b;
                 __m256 dw = unpacked ? unpacked[b].d : _mm256_cvtph_ps(_mm_load_si128((const __m128i *) (scales + b * scale_bytes)));
                 __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(a->ds[2 * ab]));
-                if (kind == 1) {
+                if (DOT_FN(packed_has_m)(kind)) {
                         __m256 mw = unpacked ? unpacked[b].m
                                              : _mm256_cvtph_ps(_mm_load_si128((const __m128i *) (scales + b * scale_bytes + 32)));
                         off = _mm256_fmadd_ps(mw, _mm256_set1_ps(a->ds[2 * ab + 1]), off);
@@ -146,8 +160,8 @@ PACKED_ATTRS_256 void DOT_FN(packed_half)(const struct packed_weights *w, uint64
 /* Rows 8h..8h+7 of group g against tokens t and t + 1, for a prompt: two tokens share each
  * unpacked weight vector. Their sixteen accumulators would not fit beside the weights in
  * sixteen registers, so the block's lanes go in two passes (0-3, then 4-7 from L1) and
- * Q4_1's offset in a third over the scales; each lane still sums its blocks in order, so
- * the bits are those of packed_half(). */
+ * the offset (Q4_1, Q5_1) in a third over the scales; each lane still sums its blocks in
+ * order, so the bits are those of packed_half(). */
 PACKED_ATTRS_256 void DOT_FN(packed_half_pair)(const struct packed_weights *w, uint64_t g, unsigned h,
                                                const struct packed_activations *a, unsigned t, float *out,
                                                size_t out_stride, bool accumulate, bool prefetch,
@@ -188,7 +202,7 @@ PACKED_ATTRS_256 void DOT_FN(packed_half_pair)(const struct packed_weights *w, u
                         _Pragma("GCC unroll 4") for (unsigned l = 0; l < PACKED_LANES / 2; l++)
                                 lanes[k][first + l] = acc[k][l];
         }
-        if (kind == 1)
+        if (DOT_FN(packed_has_m)(kind))
                 for (uint64_t b = 0; b < n_blocks; b++) {
                         __m256 mw = unpacked ? unpacked[b].m
                                              : _mm256_cvtph_ps(_mm_load_si128((const __m128i *) (scales + b * scale_bytes + 32)));
@@ -289,5 +303,7 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(packed_logits_q8_0)(const
 PACKED_ENTRY_256(q4_0, 0)
 PACKED_ENTRY_256(q4_1, 1)
 PACKED_ENTRY_256(q8_0, 2)
+PACKED_ENTRY_256(q5_0, 3)
+PACKED_ENTRY_256(q5_1, 4)
 
 #define DOT_PACKED_FN(name) DOT_FN(packed_##name)

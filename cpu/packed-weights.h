@@ -17,11 +17,16 @@
  *           For 4-bit types the low nibbles of vector q are elements 4q..4q+3 (lane q) and
  *           the high nibbles elements 16+4q..16+4q+3 (lane 4+q), as in the GGUF block. Q8_0
  *           quants are stored biased as unsigned bytes (w + 128), so that vpdpbusd takes them
- *           as they are.
- *   scales: n_blocks records of scale_bytes: the 16 rows' d as f16, then for Q4_1 their m.
- * For Q4_0 (nibbles 0..15 for w + 8) and Q8_0 the kernels start each lane's integer sum at
- * -bias * (the sum of the lane's four activation quants), from packed_activation_corrections(),
- * which leaves the exact int32 of the signed weights. */
+ *           as they are. 5-bit types hold their low four bits as the 4-bit types do, then a
+ *           fifth vector whose lane r is row r's fifth bits rearranged (packed_q5_high()):
+ *           bit l of byte k is element 4l + k's, so that lane l's bits come to 16 in each
+ *           byte by one shift and one mask (320 bytes a record: the rows' 22 or 24-byte
+ *           blocks take 352 or 384 with the scales, as in the file).
+ *   scales: n_blocks records of scale_bytes: the 16 rows' d as f16, then for Q4_1 and Q5_1
+ *           their m.
+ * For Q4_0 (nibbles 0..15 for w + 8), Q5_0 (0..31 for w + 16) and Q8_0 the kernels start each
+ * lane's integer sum at -bias * (the sum of the lane's four activation quants), from
+ * packed_activation_corrections(), which leaves the exact int32 of the signed weights. */
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -45,35 +50,47 @@
 /* llama.cpp's x86 block product sums a block's 32 products in 8 int32 lanes, lane l holding
  * elements 4l..4l+3, and keeps one float accumulator per lane. */
 #define PACKED_LANES 8
-/* Per activation block: the lanes' corrections for Q4_0, then those for Q8_0. */
-#define PACKED_CORRECTIONS (2 * PACKED_LANES)
+/* Per activation block: the lanes' corrections for Q4_0, then those for Q8_0 and Q5_0. */
+#define PACKED_CORRECTIONS (3 * PACKED_LANES)
 
 struct packed_weights {
-        enum tensor_type type; /* TENSOR_Q4_0, TENSOR_Q4_1 or TENSOR_Q8_0 */
+        enum tensor_type type; /* TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q5_0, TENSOR_Q5_1 or TENSOR_Q8_0 */
         uint64_t n_rows, n_cols;
         uint64_t n_groups; /* ceil(n_rows / PACKED_ROWS) */
         uint64_t n_blocks; /* n_cols / QUANT_BLOCK */
-        uint32_t quant_bytes; /* per block of a group: 256 (4-bit) or 512 (Q8_0) */
+        uint32_t quant_bytes; /* per block of a group: 256 (4-bit), 320 (5-bit) or 512 (Q8_0) */
         uint32_t scale_bytes; /* per block of a group: 32 (d), 64 (d, m) */
         uint64_t group_bytes; /* a multiple of PACKED_ALIGN */
         uint8_t *data;        /* PACKED_ALIGN-aligned, n_groups * group_bytes; NULL when empty */
         bool keep_cached;     /* the kernels' prefetches keep the stream in every cache level (weight-residency.h) */
 };
 
-/* The bias of the stored quants: 8 for Q4_0 (nibbles stored as 0..15), 128 for Q8_0
- * (stored w + 128), 0 for Q4_1 (unsigned already; its offset is the separate m * s). */
+/* The bias of the stored quants: 8 for Q4_0 (nibbles stored as 0..15), 16 for Q5_0 (0..31),
+ * 128 for Q8_0 (stored w + 128), 0 for Q4_1 and Q5_1 (unsigned already; their offset is the
+ * separate m * s). */
 static inline int32_t packed_quant_bias(enum tensor_type type) {
-        return type == TENSOR_Q4_0 ? 8 : type == TENSOR_Q8_0 ? 128 : 0;
+        return type == TENSOR_Q4_0 ? 8 : type == TENSOR_Q5_0 ? 16 : type == TENSOR_Q8_0 ? 128 : 0;
 }
 
 /* Where a type's corrections start within a block's PACKED_CORRECTIONS. */
 static inline unsigned packed_correction_offset(enum tensor_type type) {
-        return type == TENSOR_Q8_0 ? PACKED_LANES : 0;
+        return type == TENSOR_Q8_0 ? PACKED_LANES : type == TENSOR_Q5_0 ? 2 * PACKED_LANES : 0;
 }
 
 /* Whether packed_weights_build() takes this type. */
 static inline bool packed_type_supported(enum tensor_type type) {
-        return type == TENSOR_Q4_0 || type == TENSOR_Q4_1 || type == TENSOR_Q8_0;
+        return type == TENSOR_Q4_0 || type == TENSOR_Q4_1 || type == TENSOR_Q5_0 || type == TENSOR_Q5_1 ||
+               type == TENSOR_Q8_0;
+}
+
+/* A 5-bit block's qh (bit e: element e's fifth bit) as the packed layout holds it: bit l of
+ * byte k is element 4l + k's, lane l's four elements in bit l of the four bytes. */
+static inline uint32_t packed_q5_high(const uint8_t qh[4]) {
+        uint32_t bits = (uint32_t) qh[0] | (uint32_t) qh[1] << 8 | (uint32_t) qh[2] << 16 | (uint32_t) qh[3] << 24, high = 0;
+        for (unsigned l = 0; l < PACKED_LANES; l++)
+                for (unsigned k = 0; k < 4; k++)
+                        high |= (bits >> (4 * l + k) & 1u) << (8 * k + l);
+        return high;
 }
 
 /* The layout for n_rows rows of n_cols (a multiple of 32) elements, data left NULL. -EINVAL
@@ -153,7 +170,7 @@ static inline void packed_fetch_step(struct packed_fetch *f) {
 
 /* For each activation block b and lane l: corrections[b * PACKED_CORRECTIONS +
  * packed_correction_offset(type) + l] = -packed_quant_bias(type) * (the sum of the block's
- * quants 4l..4l+3), for Q4_0 and Q8_0; exact. Computed once per activation, shared by every
+ * quants 4l..4l+3), for Q4_0, Q8_0 and Q5_0; exact. Computed once per activation, shared by every
  * matrix and row that meets it. */
 void packed_activation_corrections(const struct block_q8_1 *xq, size_t n_blocks, int32_t *corrections);
 

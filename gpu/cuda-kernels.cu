@@ -189,7 +189,7 @@ __global__ static void __launch_bounds__(MATMUL_WARPS * 32)
                                                 for (int offset = GPU_ROW_LANES / 2; offset > 0; offset /= 2)
                                                         isum += __shfl_xor_sync(group, isum, offset, GPU_ROW_LANES);
                                         acc[t] = fmaf((float) isum, wd[k] * d[k], acc[t]);
-                                        if (w.kind == GPU_WEIGHT_Q4_1)
+                                        if (gpu_has_offset(w.kind))
                                                 off[t] = fmaf(wm[k], sums[k], off[t]);
                                 }
                         }
@@ -203,7 +203,7 @@ __global__ static void __launch_bounds__(MATMUL_WARPS * 32)
         if (row >= w.n_rows || l != 0)
                 return;
         for (int t = 0; t < TT && t0 + t < n; t++) {
-                float v = w.kind == GPU_WEIGHT_Q4_1 && !logits_product ? acc[t] + off[t] : acc[t];
+                float v = gpu_has_offset(w.kind) && !logits_product ? acc[t] + off[t] : acc[t];
                 float *o = &out[(size_t) (t0 + t) * out_stride + row];
                 *o = accumulate ? *o + v : v;
         }

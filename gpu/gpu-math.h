@@ -9,6 +9,7 @@
  * result's bits depend on the data and the order written here, never on the compiler, the
  * batch or the launch shape. */
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "tensor-types.h"
@@ -25,16 +26,21 @@
 /* The device's layouts are lane-major, so that a thread loads the words it multiplies for
  * four blocks at once (16 bytes): a row of nb blocks is padded to gpu_padded_blocks(nb)
  * blocks (nbp), and word w (of the 4 words of a 4-bit block's nibbles, or the 8 of a Q8_0
- * block's or an activation block's int8 quants) of block b lies at word w * nbp + b of the
- * row. A weight row's scales are one word per block (nbp of them): the f16 scale d in the low
- * half, the f16 minimum m (Q4_1) in the high half. An activation row's scales are nbp floats
+ * block's, a 5-bit block's or an activation block's byte quants) of block b lies at word
+ * w * nbp + b of the row. 5-bit blocks go up as one byte a quant (Q5_0's less 16, signed;
+ * Q5_1's as they are), so that the kernel multiplies them as Q8_0's, with no bits to gather:
+ * 32 bytes a block on the device where the file has 22 or 24. A weight row's scales are one
+ * word per block (nbp of them): the f16 scale d in the low half, the f16 minimum m (Q4_1,
+ * Q5_1) in the high half. An activation row's scales are nbp floats
  * d, then nbp floats s = d * sum(quants), both rounded to f16 as the CPU's q8_1 blocks hold
  * them. Padding is zero and never enters a product. */
 #define GPU_QBLOCK 32
 
-enum gpu_weight_kind {
+enum gpu_weight_kind { /* the quantized kinds first, up to GPU_WEIGHT_Q8_0 */
         GPU_WEIGHT_Q4_0,
         GPU_WEIGHT_Q4_1,
+        GPU_WEIGHT_Q5_0,
+        GPU_WEIGHT_Q5_1,
         GPU_WEIGHT_Q8_0,
         GPU_WEIGHT_F32,
         GPU_WEIGHT_F16,
@@ -47,6 +53,8 @@ GPU_MATH enum gpu_weight_kind gpu_weight_kind_of(enum tensor_type type) {
         switch (type) {
         case TENSOR_Q4_0: return GPU_WEIGHT_Q4_0;
         case TENSOR_Q4_1: return GPU_WEIGHT_Q4_1;
+        case TENSOR_Q5_0: return GPU_WEIGHT_Q5_0;
+        case TENSOR_Q5_1: return GPU_WEIGHT_Q5_1;
         case TENSOR_Q8_0: return GPU_WEIGHT_Q8_0;
         case TENSOR_F32: return GPU_WEIGHT_F32;
         case TENSOR_F16: return GPU_WEIGHT_F16;
@@ -55,8 +63,18 @@ GPU_MATH enum gpu_weight_kind gpu_weight_kind_of(enum tensor_type type) {
         }
 }
 
+/* Whether the device holds a block's quants one a byte (else two a byte, as nibbles). */
+GPU_MATH bool gpu_byte_quants(enum gpu_weight_kind kind) {
+        return kind == GPU_WEIGHT_Q8_0 || kind == GPU_WEIGHT_Q5_0 || kind == GPU_WEIGHT_Q5_1;
+}
+
+/* Whether the kind has a minimum m, which meets the activations' sums apart. */
+GPU_MATH bool gpu_has_offset(enum gpu_weight_kind kind) {
+        return kind == GPU_WEIGHT_Q4_1 || kind == GPU_WEIGHT_Q5_1;
+}
+
 GPU_MATH uint32_t gpu_block_quant_bytes(enum gpu_weight_kind kind) {
-        return kind == GPU_WEIGHT_Q8_0 ? 32 : 16;
+        return gpu_byte_quants(kind) ? 32 : 16;
 }
 
 GPU_MATH uint32_t gpu_padded_blocks(uint32_t n_blocks) {
@@ -146,23 +164,23 @@ GPU_MATH int32_t gpu_dp4a(uint32_t a, uint32_t b, int32_t c) {
  * each result has the CPU backend's bits: eight lanes per row, lane l taking elements
  * 4l..4l+3 of every block,
  *     lane[l] = fmaf((float) isum_bl, d_w[b] * d_a[b], lane[l])   for each block b in order,
- *     result = lanes_sum8(lane), plus off = fmaf(m_w[b], s_a[b], off) in order for Q4_1,
+ *     result = lanes_sum8(lane), plus off = fmaf(m_w[b], s_a[b], off) in order for Q4_1 and Q5_1,
  * and for the logits product (a Q8_0 output weight) one accumulator per row over the blocks'
  * whole integer sums, acc = fmaf((float) isum_b, d_w[b] * d_a[b], acc). On the device the
  * eight lanes are eight threads and lanes_sum8 is the butterfly of shuffles 4, 2, 1. */
 #define GPU_ROW_LANES 8
 
-/* Which of a block's quant words lane l reads: word l of Q8_0's eight, word l % 4 of the
- * 4-bit types' four (element i in the low nibble of byte i, element 16 + i in its high one). */
+/* Which of a block's quant words lane l reads: word l of the byte kinds' eight, word l % 4 of
+ * the 4-bit types' four (element i in the low nibble of byte i, element 16 + i in its high one). */
 GPU_MATH uint32_t gpu_lane_word(enum gpu_weight_kind kind, uint32_t l) {
-        return kind == GPU_WEIGHT_Q8_0 ? l : l % 4;
+        return gpu_byte_quants(kind) ? l : l % 4;
 }
 
 /* Lane l's exact integer product in a block: its quant word (gpu_lane_word()), the bias
- * taken off each quant (8 for Q4_0), with the activation's word l. */
+ * taken off each quant (8 for Q4_0; Q5_0's went at the upload), with the activation's word l. */
 GPU_MATH int32_t gpu_lane_isum(enum gpu_weight_kind kind, uint32_t word, uint32_t l, uint32_t activation_word) {
         uint32_t quants;
-        if (kind == GPU_WEIGHT_Q8_0)
+        if (gpu_byte_quants(kind))
                 quants = word;
         else {
                 uint32_t nibbles = l < 4 ? word & 0x0f0f0f0fu : (word >> 4) & 0x0f0f0f0fu;
@@ -184,7 +202,9 @@ GPU_MATH float gpu_dequant(enum gpu_weight_kind kind, const uint8_t *quants, con
                            uint32_t i) {
         uint32_t b = i / GPU_QBLOCK, j = i % GPU_QBLOCK, scale = scales[b];
         float d = gpu_f16_to_f32(scale & 0xffffu);
-        if (kind == GPU_WEIGHT_Q8_0)
+        if (kind == GPU_WEIGHT_Q5_1)
+                return fmaf((float) quants[gpu_lane_major_offset(nbp, b, j)], d, gpu_f16_to_f32(scale >> 16));
+        if (gpu_byte_quants(kind))
                 return (float) (int8_t) quants[gpu_lane_major_offset(nbp, b, j)] * d;
         uint32_t byte = quants[gpu_lane_major_offset(nbp, b, j % 16)], q = j < 16 ? byte & 15 : byte >> 4;
         if (kind == GPU_WEIGHT_Q4_0)
@@ -192,12 +212,22 @@ GPU_MATH float gpu_dequant(enum gpu_weight_kind kind, const uint8_t *quants, con
         return fmaf((float) q, d, gpu_f16_to_f32(scale >> 16));
 }
 
-/* A GGUF row of nb blocks (Q4_0, Q4_1 or Q8_0, block_bytes each) repacked lane-major into
- * quants (nbp * block_quant_bytes) and scales (nbp words), the padding zeroed: what the
- * device reads, made on the host when the weights are uploaded. */
+/* Quant k (0..31) of a 5-bit block whose qh and 16 nibble bytes start at high, as the device
+ * holds it: Q5_0's less 16 (a signed byte), Q5_1's as it is. */
+GPU_MATH uint8_t gpu_q5_byte(enum gpu_weight_kind kind, const uint8_t *high, uint32_t k) {
+        uint32_t qh = (uint32_t) high[0] | (uint32_t) high[1] << 8 | (uint32_t) high[2] << 16 | (uint32_t) high[3] << 24;
+        uint32_t nibble = k < 16 ? high[4 + k] & 15u : high[4 + k - 16] >> 4;
+        uint32_t q = nibble | ((qh >> k) & 1u) << 4;
+        return (uint8_t) (kind == GPU_WEIGHT_Q5_0 ? q - 16u : q);
+}
+
+/* A GGUF row of nb blocks (Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0, block_bytes each) repacked
+ * lane-major into quants (nbp * block_quant_bytes) and scales (nbp words), the padding
+ * zeroed: what the device reads, made on the host when the weights are uploaded. */
 GPU_MATH void gpu_repack_row(enum gpu_weight_kind kind, const uint8_t *row, uint32_t block_bytes, uint32_t nb,
                              uint8_t *quants, uint32_t *scales) {
-        uint32_t nbp = gpu_padded_blocks(nb), qb = gpu_block_quant_bytes(kind), head = kind == GPU_WEIGHT_Q4_1 ? 4 : 2;
+        uint32_t nbp = gpu_padded_blocks(nb), qb = gpu_block_quant_bytes(kind), head = gpu_has_offset(kind) ? 4 : 2;
+        bool five_bits = kind == GPU_WEIGHT_Q5_0 || kind == GPU_WEIGHT_Q5_1;
         for (uint32_t b = 0; b < nbp; b++) {
                 uint32_t d = 0, m = 0;
                 for (uint32_t k = 0; k < qb; k++)
@@ -205,10 +235,11 @@ GPU_MATH void gpu_repack_row(enum gpu_weight_kind kind, const uint8_t *row, uint
                 if (b < nb) {
                         const uint8_t *block = row + (size_t) b * block_bytes;
                         d = (uint32_t) block[0] | (uint32_t) block[1] << 8;
-                        if (kind == GPU_WEIGHT_Q4_1)
+                        if (gpu_has_offset(kind))
                                 m = (uint32_t) block[2] | (uint32_t) block[3] << 8;
                         for (uint32_t k = 0; k < qb; k++)
-                                quants[gpu_lane_major_offset(nbp, b, k)] = block[head + k];
+                                quants[gpu_lane_major_offset(nbp, b, k)] = five_bits ? gpu_q5_byte(kind, block + head, k)
+                                                                                     : block[head + k];
                 }
                 scales[b] = d | m << 16;
         }

@@ -255,10 +255,14 @@ static int read_tensor_info(struct cursor *c, struct gguf_tensor *t) {
                 return r;
 
         const struct tensor_type_info *info = tensor_type_info(type);
-        if (!info)
-                return error_set(c->err, EOPNOTSUPP,
-                                 "%s: tensor '%.*s' has unsupported tensor type %u (supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q8_1)",
-                                 c->name, (int) t->name.len, t->name.data, type);
+        if (!info) {
+                char supported[256];
+                const char *name = tensor_type_name(type);
+                tensor_type_supported_names(supported, sizeof(supported));
+                return error_set(c->err, EOPNOTSUPP, "%s: tensor '%.*s' has unsupported tensor type %u (%s; supported: %s)",
+                                 c->name, (int) t->name.len, t->name.data, type, name ? name : "not a GGUF type",
+                                 supported);
+        }
         t->type = type;
 
         uint64_t n_elements = 1;

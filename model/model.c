@@ -97,7 +97,8 @@ static int bind_weight(const struct gguf_file *f, const char *name, uint64_t n_c
                                  f->path, name, (unsigned long long) t->ne[0], (unsigned long long) t->ne[1],
                                  (unsigned long long) n_cols, (unsigned long long) n_rows);
         switch (t->type) {
-        case TENSOR_Q4_0: case TENSOR_Q4_1: case TENSOR_Q8_0: case TENSOR_F32: case TENSOR_F16: case TENSOR_BF16:
+        case TENSOR_Q4_0: case TENSOR_Q4_1: case TENSOR_Q5_0: case TENSOR_Q5_1: case TENSOR_Q8_0:
+        case TENSOR_F32: case TENSOR_F16: case TENSOR_BF16:
                 break;
         default:
                 return error_set(err, EOPNOTSUPP, "%s: tensor '%s' has type %s, which a weight matrix may not have",

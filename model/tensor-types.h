@@ -17,6 +17,8 @@ enum tensor_type {
         TENSOR_F16 = 1,
         TENSOR_Q4_0 = 2,
         TENSOR_Q4_1 = 3,
+        TENSOR_Q5_0 = 6,
+        TENSOR_Q5_1 = 7,
         TENSOR_Q8_0 = 8,
         TENSOR_Q8_1 = 9,
         TENSOR_BF16 = 30,
@@ -39,6 +41,20 @@ struct block_q4_1 {
         f16_bits m;
         uint8_t qs[QUANT_BLOCK / 2];
 };
+/* q[j] = (qs[j] & 15) | (bit j of qh) << 4 and q[j + 16] = (qs[j] >> 4) | (bit j + 16 of qh) << 4,
+ * qh read as a little-endian uint32; x[j] = (q[j] - 16) * d */
+struct block_q5_0 {
+        f16_bits d;
+        uint8_t qh[4];
+        uint8_t qs[QUANT_BLOCK / 2];
+};
+/* q[j] as for q5_0; x[j] = q[j] * d + m */
+struct block_q5_1 {
+        f16_bits d;
+        f16_bits m;
+        uint8_t qh[4];
+        uint8_t qs[QUANT_BLOCK / 2];
+};
 /* x[j] = qs[j] * d */
 struct block_q8_0 {
         f16_bits d;
@@ -54,8 +70,17 @@ struct block_q8_1 {
 
 _Static_assert(sizeof(struct block_q4_0) == 18, "q4_0 block is 18 bytes");
 _Static_assert(sizeof(struct block_q4_1) == 20, "q4_1 block is 20 bytes");
+_Static_assert(sizeof(struct block_q5_0) == 22, "q5_0 block is 22 bytes");
+_Static_assert(sizeof(struct block_q5_1) == 24, "q5_1 block is 24 bytes");
 _Static_assert(sizeof(struct block_q8_0) == 34, "q8_0 block is 34 bytes");
 _Static_assert(sizeof(struct block_q8_1) == 36, "q8_1 block is 36 bytes");
+
+/* Element j (0..31) of a 5-bit block: its low four bits from the nibbles, the fifth from qh. */
+static inline uint32_t q5_element(const uint8_t qs[QUANT_BLOCK / 2], const uint8_t qh[4], unsigned j) {
+        uint32_t high = (uint32_t) qh[0] | (uint32_t) qh[1] << 8 | (uint32_t) qh[2] << 16 | (uint32_t) qh[3] << 24;
+        uint32_t low = j < QUANT_BLOCK / 2 ? qs[j] & 15u : qs[j - QUANT_BLOCK / 2] >> 4;
+        return low | ((high >> j) & 1u) << 4;
+}
 
 struct tensor_type_info {
         const char *name;    /* NULL for an id this project does not know */
@@ -65,6 +90,14 @@ struct tensor_type_info {
 
 /* NULL when the id is unknown or unsupported. */
 const struct tensor_type_info *tensor_type_info(uint32_t type);
+
+/* The GGUF format's name for a type id, supported or not ("Q6_K" for 14); NULL for an id the
+ * format does not define. For messages about a file's types. */
+const char *tensor_type_name(uint32_t type);
+
+/* The supported types' names in id order, comma-separated ("F32, F16, ..."), into out
+ * (size bytes, truncated if short). For messages that say what a file may hold. */
+void tensor_type_supported_names(char *out, size_t size);
 
 /* Bytes of one row of n elements; 0 when n is not a multiple of the block size. */
 uint64_t tensor_row_bytes(enum tensor_type type, uint64_t n);

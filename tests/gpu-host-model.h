@@ -54,12 +54,12 @@ static inline float host_row_dot(enum gpu_weight_kind kind, const uint8_t *quant
                         lanes[l] = fmaf((float) isum, scale, lanes[l]);
                 }
                 acc = fmaf((float) block_sum, scale, acc);
-                if (kind == GPU_WEIGHT_Q4_1)
+                if (gpu_has_offset(kind))
                         off = fmaf(gpu_f16_to_f32(scales[b] >> 16), ds[2 * b + 1], off);
         }
         if (logits_product)
                 return acc;
-        return kind == GPU_WEIGHT_Q4_1 ? gpu_lanes_sum8(lanes) + off : gpu_lanes_sum8(lanes);
+        return gpu_has_offset(kind) ? gpu_lanes_sum8(lanes) + off : gpu_lanes_sum8(lanes);
 }
 
 /* k_matmul_f's result for one row (F32, F16 or BF16, as in the file) and token. */

@@ -48,34 +48,71 @@ static int clamp_round(float v, int lo, int hi) {
         return r < lo ? lo : r > hi ? hi : (int) r;
 }
 
-static void quantize_q4_0(const float *x, struct block_q4_0 *b) {
-        /* The element of largest magnitude maps to code 0 (-8 * d) exactly, so the sign of d
-         * follows it and the full range -8..7 is used on that side. */
+/* Codes 0..2 * zero - 1 around zero, the element of largest magnitude at code 0 (-zero * d)
+ * exactly, so that the sign of d follows it and the full range is used on its side: q4_0's
+ * and q5_0's rule. */
+static void quantize_symmetric(const float *x, int zero, f16_bits *d_bits, uint8_t q[QUANT_BLOCK]) {
         float vmax = 0.0f;
         for (int j = 0; j < QUANT_BLOCK; j++)
                 if (fabsf(x[j]) > fabsf(vmax))
                         vmax = x[j];
-        b->d = f32_to_f16(vmax / -8.0f);
-        float d = f16_to_f32(b->d), id = d != 0.0f ? 1.0f / d : 0.0f;
-        uint8_t q[QUANT_BLOCK];
+        *d_bits = f32_to_f16(vmax / (float) -zero);
+        float d = f16_to_f32(*d_bits), id = d != 0.0f ? 1.0f / d : 0.0f;
         for (int j = 0; j < QUANT_BLOCK; j++)
-                q[j] = (uint8_t) clamp_round(x[j] * id + 8.0f, 0, 15);
+                q[j] = (uint8_t) clamp_round(x[j] * id + (float) zero, 0, 2 * zero - 1);
+}
+
+static void quantize_q4_0(const float *x, struct block_q4_0 *b) {
+        uint8_t q[QUANT_BLOCK];
+        quantize_symmetric(x, 8, &b->d, q);
         pack_nibbles(q, b->qs);
 }
 
-static void quantize_q4_1(const float *x, struct block_q4_1 *b) {
+/* Codes 0..max_code from the block's minimum m in steps of d: q4_1's and q5_1's rule. */
+static void quantize_with_offset(const float *x, int max_code, f16_bits *d_bits, f16_bits *m_bits,
+                                 uint8_t q[QUANT_BLOCK]) {
         float lo = x[0], hi = x[0];
         for (int j = 1; j < QUANT_BLOCK; j++) {
                 lo = fminf(lo, x[j]);
                 hi = fmaxf(hi, x[j]);
         }
-        b->d = f32_to_f16((hi - lo) / 15.0f);
-        b->m = f32_to_f16(lo);
-        float d = f16_to_f32(b->d), m = f16_to_f32(b->m), id = d != 0.0f ? 1.0f / d : 0.0f;
-        uint8_t q[QUANT_BLOCK];
+        *d_bits = f32_to_f16((hi - lo) / (float) max_code);
+        *m_bits = f32_to_f16(lo);
+        float d = f16_to_f32(*d_bits), m = f16_to_f32(*m_bits), id = d != 0.0f ? 1.0f / d : 0.0f;
         for (int j = 0; j < QUANT_BLOCK; j++)
-                q[j] = (uint8_t) clamp_round((x[j] - m) * id, 0, 15);
+                q[j] = (uint8_t) clamp_round((x[j] - m) * id, 0, max_code);
+}
+
+static void quantize_q4_1(const float *x, struct block_q4_1 *b) {
+        uint8_t q[QUANT_BLOCK];
+        quantize_with_offset(x, 15, &b->d, &b->m, q);
         pack_nibbles(q, b->qs);
+}
+
+/* Five-bit codes: the low four bits as pack_nibbles() lays them out, the fifth of element j
+ * in bit j of qh (a little-endian uint32). */
+static void pack_q5(const uint8_t q[QUANT_BLOCK], uint8_t qs[QUANT_BLOCK / 2], uint8_t qh[4]) {
+        uint8_t low[QUANT_BLOCK];
+        uint32_t high = 0;
+        for (int j = 0; j < QUANT_BLOCK; j++) {
+                low[j] = q[j] & 15;
+                high |= (uint32_t) (q[j] >> 4) << j;
+        }
+        pack_nibbles(low, qs);
+        for (int i = 0; i < 4; i++)
+                qh[i] = (uint8_t) (high >> (8 * i));
+}
+
+static void quantize_q5_0(const float *x, struct block_q5_0 *b) {
+        uint8_t q[QUANT_BLOCK];
+        quantize_symmetric(x, 16, &b->d, q);
+        pack_q5(q, b->qs, b->qh);
+}
+
+static void quantize_q5_1(const float *x, struct block_q5_1 *b) {
+        uint8_t q[QUANT_BLOCK];
+        quantize_with_offset(x, 31, &b->d, &b->m, q);
+        pack_q5(q, b->qs, b->qh);
 }
 
 static void quantize_q8_0(const float *x, struct block_q8_0 *b) {
@@ -109,6 +146,14 @@ void test_quantize_row(enum tensor_type type, const float *x, void *out, uint64_
                 for (uint64_t k = 0; k < n / QUANT_BLOCK; k++)
                         quantize_q4_1(x + k * QUANT_BLOCK, (struct block_q4_1 *) out + k);
                 return;
+        case TENSOR_Q5_0:
+                for (uint64_t k = 0; k < n / QUANT_BLOCK; k++)
+                        quantize_q5_0(x + k * QUANT_BLOCK, (struct block_q5_0 *) out + k);
+                return;
+        case TENSOR_Q5_1:
+                for (uint64_t k = 0; k < n / QUANT_BLOCK; k++)
+                        quantize_q5_1(x + k * QUANT_BLOCK, (struct block_q5_1 *) out + k);
+                return;
         case TENSOR_Q8_0:
                 for (uint64_t k = 0; k < n / QUANT_BLOCK; k++)
                         quantize_q8_0(x + k * QUANT_BLOCK, (struct block_q8_0 *) out + k);
@@ -121,7 +166,7 @@ void test_quantize_row(enum tensor_type type, const float *x, void *out, uint64_
 
 static bool quantizable(enum tensor_type t) {
         return t == TENSOR_F32 || t == TENSOR_F16 || t == TENSOR_BF16 || t == TENSOR_Q4_0 || t == TENSOR_Q4_1 ||
-               t == TENSOR_Q8_0;
+               t == TENSOR_Q5_0 || t == TENSOR_Q5_1 || t == TENSOR_Q8_0;
 }
 
 struct builder {

@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* The real model against llama.cpp on the same file (fixtures written once by
  * tests/make-fixtures): greedy continuations identical except at genuine near-ties, logprobs
- * of the chosen tokens within 1e-2, perplexity of a fixed text within 1%. */
+ * of the chosen tokens within 1e-2, perplexity of a fixed text within 1%. The default
+ * model's fixtures are greedy.json and perplexity.json; with $ASYNCLLM_FIDELITY_TYPE set
+ * (q5_0, q5_1: tests/test-fidelity-quant.sh runs those) greedy-TYPE.json and
+ * perplexity-TYPE.json, for $ASYNCLLM_MODEL requantized to that type. */
 #include "config.h"
 
 #include <check.h>
@@ -43,6 +46,17 @@ static void teardown(void) {
         model_free(model);
 }
 
+/* The fixture NAME.json, or NAME-TYPE.json for $ASYNCLLM_FIDELITY_TYPE. */
+static json_object *load_fixture(const char *name) {
+        const char *type = getenv("ASYNCLLM_FIDELITY_TYPE");
+        char file[128];
+        if (type && *type)
+                snprintf(file, sizeof(file), "%s-%s.json", name, type);
+        else
+                snprintf(file, sizeof(file), "%s.json", name);
+        return test_load_fixture(file);
+}
+
 static int compare_double(const void *a, const void *b) {
         double x = *(const double *) a, y = *(const double *) b;
         return (x > y) - (x < y);
@@ -81,7 +95,7 @@ static double our_top_logprob(const struct sample_result *r, int32_t id) {
 }
 
 START_TEST(test_greedy_matches_llama_cpp) {
-        json_object *root = test_load_fixture("greedy.json");
+        json_object *root = load_fixture("greedy");
         json_object *cases = field(root, "cases");
         size_t n_cases = json_object_array_length(cases), identical = 0, near_ties = 0;
         float *logits = malloc(sizeof(float) * model->hp.n_vocab);
@@ -162,7 +176,7 @@ START_TEST(test_greedy_matches_llama_cpp) {
 END_TEST
 
 START_TEST(test_perplexity_matches_llama_cpp) {
-        json_object *root = test_load_fixture("perplexity.json");
+        json_object *root = load_fixture("perplexity");
         size_t n_tokens;
         int32_t *tokens = json_ids(field(root, "token_ids"), &n_tokens);
         uint32_t n_ctx = (uint32_t) json_object_get_int(field(root, "n_ctx"));

@@ -221,6 +221,10 @@ static const struct synthetic_llama_config shapes[] = {
           .weight_type = TENSOR_F16, .embd_type = TENSOR_BF16, .tied_output = true, .seed = 5 },
         { .n_layer = 2, .n_embd = 64, .n_ff = 128, .n_head = 4, .n_head_kv = 2, .n_vocab = 290, .n_ctx = 64,
           .weight_type = TENSOR_BF16, .embd_type = TENSOR_Q4_1, .tied_output = false, .seed = 6 },
+        { .n_layer = 2, .n_embd = 96, .n_ff = 160, .n_head = 3, .n_head_kv = 1, .n_vocab = 310, .n_ctx = 64,
+          .weight_type = TENSOR_Q5_0, .embd_type = TENSOR_Q5_1, .tied_output = false, .seed = 7 },
+        { .n_layer = 2, .n_embd = 64, .n_ff = 128, .n_head = 4, .n_head_kv = 2, .n_vocab = 300, .n_ctx = 64,
+          .weight_type = TENSOR_Q5_1, .embd_type = TENSOR_Q5_0, .tied_output = true, .seed = 8 },
 };
 
 static void make_tokens(int32_t *tokens, uint32_t n, uint32_t n_vocab, uint32_t salt) {

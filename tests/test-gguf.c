@@ -426,7 +426,9 @@ START_TEST(test_roundtrip_tensors) {
         struct block_q4_0 q4_0[4];
         struct block_q4_1 q4_1[3];
         struct block_q8_0 q8_0[2];
-        float q4_0_expected[128], q4_1_expected[96], q8_0_expected[64];
+        struct block_q5_0 q5_0[2];
+        struct block_q5_1 q5_1[2];
+        float q4_0_expected[128], q4_1_expected[96], q8_0_expected[64], q5_0_expected[64], q5_1_expected[64];
         static const uint16_t q4_0_d[4] = { 0x3800 /* 0.5 */, 0xbc00 /* -1 */, 0x0000, 0x4400 /* 4 */ };
         static const float q4_0_dv[4] = { 0.5f, -1.0f, 0.0f, 4.0f };
         for (int k = 0; k < 4; k++) {
@@ -462,6 +464,25 @@ START_TEST(test_roundtrip_tensors) {
                 }
         }
 
+        /* code j of block k is (7 * j + 3 * k) mod 32: both halves of the range, every fifth bit */
+        static const uint16_t q5_d[2] = { 0x3800 /* 0.5 */, 0xc400 /* -4 */ }, q5_m[2] = { 0xbc00 /* -1 */, 0x4900 /* 10 */ };
+        static const float q5_dv[2] = { 0.5f, -4.0f }, q5_mv[2] = { -1.0f, 10.0f };
+        for (int k = 0; k < 2; k++) {
+                uint32_t high = 0;
+                q5_0[k].d = q5_1[k].d = q5_d[k];
+                q5_1[k].m = q5_m[k];
+                for (int j = 0; j < 32; j++) {
+                        int q = (7 * j + 3 * k) % 32;
+                        high |= (uint32_t) (q >> 4) << j;
+                        q5_0_expected[k * 32 + j] = (float) (q - 16) * q5_dv[k];
+                        q5_1_expected[k * 32 + j] = (float) q * q5_dv[k] + q5_mv[k];
+                }
+                for (int j = 0; j < 16; j++)
+                        q5_0[k].qs[j] = q5_1[k].qs[j] = (uint8_t) (((7 * j + 3 * k) % 32 & 15) | ((7 * (j + 16) + 3 * k) % 32 & 15) << 4);
+                for (int i = 0; i < 4; i++)
+                        q5_0[k].qh[i] = q5_1[k].qh[i] = (uint8_t) (high >> (8 * i));
+        }
+
         const struct tensor_case cases[] = {
                 { "f32", TENSOR_F32, 1, { 7 }, f32, sizeof(f32), f32, 7 },
                 { "f16", TENSOR_F16, 2, { 5, 3 }, f16, sizeof(f16), f16_expected, 15 },
@@ -469,6 +490,8 @@ START_TEST(test_roundtrip_tensors) {
                 { "q4_0", TENSOR_Q4_0, 2, { 64, 2 }, q4_0, sizeof(q4_0), q4_0_expected, 128 },
                 { "q4_1", TENSOR_Q4_1, 2, { 32, 3 }, q4_1, sizeof(q4_1), q4_1_expected, 96 },
                 { "q8_0", TENSOR_Q8_0, 4, { 32, 1, 1, 2 }, q8_0, sizeof(q8_0), q8_0_expected, 64 },
+                { "q5_0", TENSOR_Q5_0, 2, { 32, 2 }, q5_0, sizeof(q5_0), q5_0_expected, 64 },
+                { "q5_1", TENSOR_Q5_1, 1, { 64 }, q5_1, sizeof(q5_1), q5_1_expected, 64 },
         };
 
         struct gguf_writer *w = gguf_writer_new();
@@ -534,8 +557,8 @@ END_TEST
 
 /* The test quantizers the synthetic models use: errors within half a step of each block. */
 START_TEST(test_quantizers) {
-        static const enum tensor_type types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q8_0, TENSOR_F16, TENSOR_BF16,
-                                                  TENSOR_F32 };
+        static const enum tensor_type types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q5_0, TENSOR_Q5_1, TENSOR_Q8_0,
+                                                  TENSOR_F16,  TENSOR_BF16, TENSOR_F32 };
         enum { N = 32 * 64 };
         static float x[N], y[N];
         static uint8_t q[N * 4];
@@ -564,6 +587,9 @@ START_TEST(test_quantizers) {
                          * than the largest clamp at up to a whole step. */
                         case TENSOR_Q4_0: tol = amax / 8.0f * 1.01f + 1e-6f; break;
                         case TENSOR_Q4_1: tol = (hi - lo) / 15.0f * 0.5f * 1.01f + 1e-3f * fabsf(lo) + 1e-6f; break;
+                        /* as q4_0 and q4_1, with 16 steps on the largest's side and 31 in all */
+                        case TENSOR_Q5_0: tol = amax / 16.0f * 1.01f + 1e-6f; break;
+                        case TENSOR_Q5_1: tol = (hi - lo) / 31.0f * 0.5f * 1.01f + 1e-3f * fabsf(lo) + 1e-6f; break;
                         case TENSOR_Q8_0: tol = amax / 127.0f * 0.5f * 1.01f + 1e-6f; break;
                         case TENSOR_F16: tol = amax * 0x1p-11f + 1e-7f; break;
                         case TENSOR_BF16: tol = amax * 0x1p-8f; break;
@@ -827,11 +853,19 @@ START_TEST(test_bad_tensor_infos) {
         ck_assert_msg(parse_exact(buf, len, "raw-ok.gguf", &err) == 0, "%s", err.message);
         free(buf);
 
-        static const uint32_t bad_types[] = { 14 /* Q6_K */, 10 /* Q2_K */, 39, TENSOR_TYPE_MAX, 1000, 0xffffffffu };
+        /* Types the loader does not read: named by id and, where GGUF defines the id, by name,
+         * beside the list of those it reads. */
+        static const struct {
+                uint32_t type;
+                const char *name;
+        } bad_types[] = { { 14, "Q6_K" }, { 10, "Q2_K" }, { 39, "MXFP4" }, { 4, "not a GGUF type" },
+                          { TENSOR_TYPE_MAX, "not a GGUF type" }, { 1000, "not a GGUF type" },
+                          { 0xffffffffu, "not a GGUF type" } };
         for (size_t i = 0; i < ELEMENTS(bad_types); i++) {
-                char needle[64];
-                snprintf(needle, sizeof(needle), "unsupported tensor type %u", bad_types[i]);
-                expect_invalid_writer(writer_with_raw_tensor(bad_types[i], 2, ne32, 0), "bad-type.gguf", EOPNOTSUPP,
+                char needle[128];
+                snprintf(needle, sizeof(needle), "'raw' has unsupported tensor type %u (%s; supported: F32, F16, Q4_0, Q4_1, Q5_0, "
+                         "Q5_1, Q8_0, Q8_1, BF16)", bad_types[i].type, bad_types[i].name);
+                expect_invalid_writer(writer_with_raw_tensor(bad_types[i].type, 2, ne32, 0), "bad-type.gguf", EOPNOTSUPP,
                                       needle);
         }
 
@@ -860,8 +894,10 @@ START_TEST(test_bad_tensor_infos) {
                               "invalid shape");
 
         const uint64_t partial_block[] = { 48, 2 };
-        expect_invalid_writer(writer_with_raw_tensor(TENSOR_Q4_1, 2, partial_block, 0), "partial-block.gguf", EINVAL,
-                              "not a multiple of its block size 32");
+        static const enum tensor_type blocked[] = { TENSOR_Q4_1, TENSOR_Q5_0, TENSOR_Q5_1 };
+        for (size_t i = 0; i < ELEMENTS(blocked); i++)
+                expect_invalid_writer(writer_with_raw_tensor(blocked[i], 2, partial_block, 0), "partial-block.gguf", EINVAL,
+                                      "not a multiple of its block size 32");
 
         expect_invalid_writer(writer_with_raw_tensor(TENSOR_F32, 2, ne32, 4), "misaligned.gguf", EINVAL,
                               "'raw' offset 4 is not a multiple of the alignment 32");
@@ -1058,6 +1094,41 @@ START_TEST(test_model_errors) {
 }
 END_TEST
 
+/* Models of the 5-bit types cut anywhere in their tensor data, or their data a block short,
+ * are refused with a message that says so. */
+START_TEST(test_q5_models_truncated) {
+        static const enum tensor_type types[] = { TENSOR_Q5_0, TENSOR_Q5_1 };
+        for (size_t t = 0; t < ELEMENTS(types); t++) {
+                struct synthetic_llama_config cfg = small_config();
+                cfg.weight_type = types[t];
+                cfg.embd_type = types[t];
+                struct gguf_writer *w = gguf_writer_new();
+                ck_assert_int_eq(synthetic_llama_build(w, &cfg), 0);
+                size_t len;
+                uint8_t *buf = writer_image(w, &len);
+                size_t min_len = gguf_writer_min_valid_length(w);
+                gguf_writer_free(w);
+                struct model *m = NULL;
+                struct gguf_file *f = NULL;
+                struct error err = { "" };
+                ck_assert_msg(gguf_parse(buf, len, "q5.gguf", &f, &err) == 0, "%s", err.message);
+                ck_assert_msg(model_from_gguf(f, &m, &err) == 0, "%s", err.message);
+                ck_assert_int_eq(m->layers[0].w_down.type, types[t]);
+                model_free(m);
+                const size_t cuts[] = { min_len - 1, min_len - tensor_type_info(types[t])->block_bytes, min_len / 2,
+                                        min_len - 1000 };
+                for (size_t c = 0; c < ELEMENTS(cuts); c++) {
+                        f = NULL;
+                        err = (struct error) { "" };
+                        ck_assert_int_eq(gguf_parse(buf, cuts[c], "q5-cut.gguf", &f, &err), -EINVAL);
+                        ck_assert_msg(mentions_truncation(err.message), "%s cut at %zu: %s", tensor_type_info(types[t])->name,
+                                      cuts[c], err.message);
+                }
+                free(buf);
+        }
+}
+END_TEST
+
 /* A block_count the file cannot hold is refused before anything is allocated for it (this
  * once asked calloc for a terabyte). */
 START_TEST(test_model_huge_block_count) {
@@ -1101,6 +1172,10 @@ static const struct synthetic_llama_config shapes[] = {
         { .n_layer = 2, .n_embd = 576, .n_ff = 1536, .n_head = 9, .n_head_kv = 3, .n_vocab = 1024, .n_ctx = 8192,
           .weight_type = TENSOR_Q4_1, .embd_type = TENSOR_Q8_0, .tied_output = true, .rope_theta = 100000.0f,
           .seed = 7 },
+        { .n_layer = 2, .n_embd = 96, .n_ff = 160, .n_head = 3, .n_head_kv = 1, .n_vocab = 310, .n_ctx = 256,
+          .weight_type = TENSOR_Q5_0, .embd_type = TENSOR_Q5_1, .tied_output = false, .seed = 8 },
+        { .n_layer = 1, .n_embd = 64, .n_ff = 128, .n_head = 4, .n_head_kv = 2, .n_vocab = 300, .n_ctx = 128,
+          .weight_type = TENSOR_Q5_1, .embd_type = TENSOR_Q5_0, .tied_output = true, .seed = 9 },
 };
 
 static void assert_weight(const struct weight *w, enum tensor_type type, uint64_t n_cols, uint64_t n_rows) {
@@ -1311,6 +1386,7 @@ static Suite *gguf_suite(void) {
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_model_errors);
         tcase_add_test(tc, test_model_huge_block_count);
+        tcase_add_test(tc, test_q5_models_truncated);
         suite_add_tcase(s, tc);
 
         tc = tcase_create("synthetic");

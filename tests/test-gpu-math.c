@@ -77,15 +77,17 @@ static void random_blocks(enum tensor_type type, uint8_t *row, uint32_t nb, bool
         for (uint32_t b = 0; b < nb; b++) {
                 uint8_t *p = row + (size_t) b * block_bytes;
                 for (uint32_t i = 0; i < block_bytes; i++)
-                        p[i] = extreme ? (type == TENSOR_Q8_0 ? 0x80 : 0xff) : (uint8_t) next_u32();
+                        /* the quant of largest magnitude: -128, 15 - 8, 15, -16 and 31 */
+                        p[i] = extreme ? (type == TENSOR_Q8_0 ? 0x80 : type == TENSOR_Q5_0 ? 0x00 : 0xff) : (uint8_t) next_u32();
                 f16_bits d = f32_to_f16(next_float(0.05f)), m = f32_to_f16(next_float(0.1f));
                 memcpy(p, &d, 2);
-                if (type == TENSOR_Q4_1)
+                if (type == TENSOR_Q4_1 || type == TENSOR_Q5_1)
                         memcpy(p + 2, &m, 2);
         }
 }
 
-static const enum tensor_type quant_types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q8_0 };
+static const enum tensor_type quant_types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q5_0, TENSOR_Q5_1, TENSOR_Q8_0 };
+#define N_QUANT_TYPES (sizeof(quant_types) / sizeof(quant_types[0]))
 
 /* The device's repacked rows (lane-major, padded to four blocks) hold every element: its
  * dequantized value is the CPU's. */
@@ -93,7 +95,7 @@ START_TEST(test_dequant_gives_the_cpu_values) {
         static uint8_t row[MAX_BLOCKS * 34], quants[(MAX_BLOCKS + 3) * 32];
         static uint32_t scales[MAX_BLOCKS + 3];
         static float ref[MAX_BLOCKS * 32];
-        for (size_t t = 0; t < 3; t++) {
+        for (size_t t = 0; t < N_QUANT_TYPES; t++) {
                 enum tensor_type type = quant_types[t];
                 uint32_t nb = 1 + next_u32() % MAX_BLOCKS;
                 random_blocks(type, row, nb, false);
@@ -127,7 +129,7 @@ START_TEST(test_row_products_give_the_cpu_bits) {
         static struct block_q8_1 act[MAX_BLOCKS];
         static const uint32_t widths[] = { 1, 2, 5, 8, 17, 18, 48, 64, 100 };
         size_t n_checked = 0;
-        for (size_t t = 0; t < 3; t++)
+        for (size_t t = 0; t < N_QUANT_TYPES; t++)
                 for (size_t wi = 0; wi < sizeof(widths) / sizeof(widths[0]); wi++)
                         for (int rep = 0; rep < 20; rep++)
                                 for (int logits = 0; logits < (quant_types[t] == TENSOR_Q8_0 ? 2 : 1); logits++) {

@@ -6,7 +6,8 @@
  * chunking, replayed from CUDA graphs or launched eagerly, and the CPU backend's bits; sleep
  * gives back what it releases on the device, and after wake-up the outputs are the same bits
  * and no graph is captured again; the model split over a tensor-parallel group of ranks on the
- * one device gives the same bits. Without a GPU the test says so and exits 77, which the
+ * one device gives the same bits; and models of SmolLM2's shape with the weight types the real
+ * file lacks (Q5_0, Q5_1, written here) give the CPU backend's bits. Without a GPU the test says so and exits 77, which the
  * harness counts as a skip, not a pass. scripts/gpu-check runs it with the model tests on the
  * GPU. With --nccl (tests/test-gpu-nccl.sh) it runs the split over GPUs instead. */
 #include "config.h"
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend-open.h"
 #include "cuda-ops.h"
@@ -25,6 +27,7 @@
 #include "gpu-device.h"
 #include "gpu-host-model.h"
 #include "model.h"
+#include "synthetic-llama.h"
 #include "tensor-parallel.h"
 #include "test-random.h"
 
@@ -67,7 +70,7 @@ static void random_weight(enum tensor_type type, uint32_t n_rows, uint32_t n_col
                         } else {
                                 f16_bits d = f32_to_f16(next_float(0.05f)), m = f32_to_f16(next_float(0.1f));
                                 memcpy(p, &d, 2);
-                                if (type == TENSOR_Q4_1)
+                                if (type == TENSOR_Q4_1 || type == TENSOR_Q5_1)
                                         memcpy(p + 2, &m, 2);
                         }
                 }
@@ -76,7 +79,8 @@ static void random_weight(enum tensor_type type, uint32_t n_rows, uint32_t n_col
 /* Each matmul kernel against the host model, bit for bit: the quantized activations and
  * every output, for token counts that take each tile width of the kernel. */
 static void check_matmuls(void) {
-        static const enum tensor_type types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q8_0, TENSOR_F16, TENSOR_BF16, TENSOR_F32 };
+        static const enum tensor_type types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q5_0, TENSOR_Q5_1, TENSOR_Q8_0,
+                                                  TENSOR_F16,  TENSOR_BF16, TENSOR_F32 };
         static const uint32_t shapes[][2] = { { 300, 576 }, { 77, 1536 }, { 5, 32 }, { 192, 64 } };
         static const uint32_t token_counts[] = { 1, 2, 3, 5, 8, 13, 40, 100, 300 }; /* every tile width */
         static uint8_t data[MAX_ROWS * MAX_COLS * 4], quants[MAX_COLS + 3 * 32];
@@ -402,6 +406,56 @@ static void check_model(const char *path) {
         model_free(model);
 }
 
+/* A model of SmolLM2's shape (two layers) with weight_type matrices and an embd_type
+ * embedding, random weights: the GPU's logits against the CPU backend's, bit for bit, on one
+ * sequence's prompt and decode steps. For the types the real file does not hold. */
+static void check_type_against_cpu(enum tensor_type weight_type, enum tensor_type embd_type, bool tied) {
+        const struct synthetic_llama_config cfg = {
+                .n_layer = 2, .n_embd = 576, .n_ff = 1536, .n_head = 9, .n_head_kv = 3, .n_vocab = 2048, .n_ctx = MAX_LEN,
+                .weight_type = weight_type, .embd_type = embd_type, .tied_output = tied, .rope_theta = 100000.0f, .seed = 37,
+        };
+        const char *name = tensor_type_info(weight_type)->name;
+        char path[] = "/tmp/test-gpu-model-XXXXXX";
+        int fd = mkstemp(path);
+        struct model *model = NULL;
+        struct error err;
+        if (fd < 0 || close(fd) < 0 || synthetic_llama_write(path, &cfg) < 0 || model_load(path, &model, &err) < 0) {
+                CHECK(0, "%s model: cannot write or load %s", name, path);
+                unlink(path);
+                return;
+        }
+        unlink(path); /* the mapping outlives the name */
+        int32_t *tokens[MAX_SEQS];
+        random_tokens(cfg.n_vocab, tokens);
+        struct backend_options options = model_options();
+        struct backend gpu, cpu;
+        float *on_gpu = malloc((size_t) 8 * cfg.n_vocab * sizeof(float)), *on_cpu = malloc((size_t) 8 * cfg.n_vocab * sizeof(float));
+        if (backend_open("cuda", &options, model, &gpu, &err) < 0)
+                CHECK(0, "%s model on the GPU: %s", name, err.message);
+        else {
+                int rows = run_sequence(&gpu, cfg.n_vocab, tokens, 100, 7, 64, on_gpu);
+                backend_free(&gpu);
+                options.n_threads = 4;
+                if (backend_open("cpu", &options, model, &cpu, &err) < 0)
+                        CHECK(0, "%s model on the CPU: %s", name, err.message);
+                else {
+                        int got = run_sequence(&cpu, cfg.n_vocab, tokens, 100, 0, 100, on_cpu);
+                        backend_free(&cpu);
+                        size_t differ = 0;
+                        for (size_t i = 0; rows == 5 && got == rows && i < (size_t) rows * cfg.n_vocab; i++)
+                                differ += f32_to_bits(on_gpu[i]) != f32_to_bits(on_cpu[i]);
+                        printf("cpu: %s weights, %s embedding%s: %zu of %zu logits differ from the CPU backend's\n", name,
+                               tensor_type_info(embd_type)->name, tied ? " (tied output)" : "", differ,
+                               (size_t) rows * cfg.n_vocab);
+                        CHECK(rows == 5 && got == rows && differ == 0, "%s model: the GPU's logits are not the CPU backend's bits",
+                              name);
+                }
+        }
+        free(on_gpu);
+        free(on_cpu);
+        model_free(model);
+}
+
 static const char *model_path(void) {
         const char *model = getenv("ASYNCLLM_MODEL");
         return model && *model ? model : SOURCE_MODEL_PATH;
@@ -471,6 +525,8 @@ int main(int argc, char **argv) {
         }
         check_matmuls();
         check_model(model_path());
+        check_type_against_cpu(TENSOR_Q5_0, TENSOR_Q5_1, false);
+        check_type_against_cpu(TENSOR_Q5_1, TENSOR_Q5_0, true);
         printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
         return failures ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -34,7 +34,7 @@ static void random_weights(enum tensor_type type, void *out) {
         for (size_t b = 0; b < N_BLOCKS; b++) {
                 f16_bits d = f32_to_f16(next_float(0.05f)), m = f32_to_f16(next_float(0.1f));
                 memcpy(p + b * block_bytes, &d, 2);
-                if (type == TENSOR_Q4_1)
+                if (type == TENSOR_Q4_1 || type == TENSOR_Q5_1)
                         memcpy(p + b * block_bytes + 2, &m, 2);
         }
 }
@@ -102,7 +102,7 @@ END_TEST
 
 /* The scalar kernel equals float arithmetic on the decoded values, up to float rounding. */
 START_TEST(test_scalar_matches_float) {
-        static const enum tensor_type types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q8_0 };
+        static const enum tensor_type types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q5_0, TENSOR_Q5_1, TENSOR_Q8_0 };
         uint8_t w[N * 2];
         float wf[N], x[N], xf[N];
         struct block_q8_1 xq[N_BLOCKS];
@@ -120,16 +120,20 @@ START_TEST(test_scalar_matches_float) {
                                 magnitude += fabs((double) wf[i] * xf[i]);
                         }
                         float got = dot_kernel_for(&dot_kernels_scalar, types[ti])(w, xq, N_BLOCKS);
-                        /* Q4_1's offset uses s = d * sum(q) rounded to f16: allow its rounding */
-                        double tol = 1e-5 * magnitude + (types[ti] == TENSOR_Q4_1 ? 2e-3 * magnitude : 0.0) + 1e-6;
+                        /* the offset types use s = d * sum(q) rounded to f16: allow its rounding */
+                        bool offset = types[ti] == TENSOR_Q4_1 || types[ti] == TENSOR_Q5_1;
+                        double tol = 1e-5 * magnitude + (offset ? 2e-3 * magnitude : 0.0) + 1e-6;
                         ck_assert_msg(fabs(got - expect) <= tol, "%s: %g vs %g", tensor_type_info(types[ti])->name,
                                       got, expect);
                 }
 }
 END_TEST
 
+/* The single products against the scalar set's: the 5-bit types' scalar products are in the
+ * x86 sets' order, so theirs must have the same bits; the older types' scalar products sum
+ * in another order, hence a tolerance. */
 static void compare_sets(const struct dot_kernels *k) {
-        static const enum tensor_type types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q8_0 };
+        static const enum tensor_type types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q5_0, TENSOR_Q5_1, TENSOR_Q8_0 };
         uint8_t w[N * 2];
         float x[N];
         struct block_q8_1 xq[N_BLOCKS];
@@ -142,6 +146,9 @@ static void compare_sets(const struct dot_kernels *k) {
                         quantize_row_q8_1(x, xq, N);
                         float ref = dot_kernel_for(&dot_kernels_scalar, types[ti])(w, xq, n_blocks);
                         float got = dot_kernel_for(k, types[ti])(w, xq, n_blocks);
+                        if (types[ti] == TENSOR_Q5_0 || types[ti] == TENSOR_Q5_1)
+                                ck_assert_msg(memcmp(&got, &ref, sizeof(got)) == 0, "%s %s n_blocks %zu: %a vs %a", k->name,
+                                              tensor_type_info(types[ti])->name, n_blocks, got, ref);
                         ck_assert_msg(fabsf(got - ref) <= 1e-4f * (1.0f + fabsf(ref)), "%s %s n_blocks %zu: %g vs %g",
                                       k->name, tensor_type_info(types[ti])->name, n_blocks, got, ref);
                 }
@@ -451,7 +458,7 @@ END_TEST
 
 /* A tile gives, for every row and token, the bits of the set's own single product. */
 static void compare_tiles(const struct dot_kernels *k) {
-        static const enum tensor_type types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q8_0 };
+        static const enum tensor_type types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q5_0, TENSOR_Q5_1, TENSOR_Q8_0 };
         static uint8_t w[DOT_TILE_ROWS][N * 2];
         static struct block_q8_1 xq[DOT_TILE_TOKENS + 1][N_BLOCKS];
         static float ds[DOT_TILE_TOKENS + 1][N_BLOCKS * 2];

@@ -27,12 +27,16 @@
 #define MAX_ROWS 72
 #define MAX_TOKENS 12
 
-static const enum tensor_type types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q8_0 };
+static const enum tensor_type types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q5_0, TENSOR_Q5_1, TENSOR_Q8_0 };
 #define N_TYPES (sizeof(types) / sizeof(types[0]))
 
 
+static bool has_m(enum tensor_type type) {
+        return type == TENSOR_Q4_1 || type == TENSOR_Q5_1;
+}
+
 /* n_rows random rows of n_blocks blocks, row_bytes apart; extreme makes every quant the
- * largest magnitude its type has (15, or -128 for Q8_0) to catch saturation. */
+ * largest magnitude its type has (15 - 8, 15, -16, 31, or -128 for Q8_0) to catch saturation. */
 static void random_rows(enum tensor_type type, uint8_t *rows, size_t row_bytes, size_t n_rows, size_t n_blocks,
                         bool extreme) {
         size_t block_bytes = tensor_type_info(type)->block_bytes;
@@ -40,10 +44,10 @@ static void random_rows(enum tensor_type type, uint8_t *rows, size_t row_bytes, 
                 for (size_t b = 0; b < n_blocks; b++) {
                         uint8_t *p = rows + r * row_bytes + b * block_bytes;
                         for (size_t i = 0; i < block_bytes; i++)
-                                p[i] = extreme ? (type == TENSOR_Q8_0 ? 0x80 : 0xff) : (uint8_t) next_u32();
+                                p[i] = extreme ? (type == TENSOR_Q8_0 ? 0x80 : type == TENSOR_Q5_0 ? 0x00 : 0xff) : (uint8_t) next_u32();
                         f16_bits d = f32_to_f16(next_float(0.05f)), m = f32_to_f16(next_float(0.1f));
                         memcpy(p, &d, 2);
-                        if (type == TENSOR_Q4_1)
+                        if (has_m(type))
                                 memcpy(p + 2, &m, 2);
                 }
 }
@@ -79,16 +83,23 @@ static void row_block_quants(enum tensor_type type, const uint8_t *block, int q[
                 *m = 0.0f;
                 return;
         }
-        const uint8_t *qs = type == TENSOR_Q4_1 ? ((const struct block_q4_1 *) (const void *) block)->qs
-                                                : ((const struct block_q4_0 *) (const void *) block)->qs;
-        int offset = type == TENSOR_Q4_0 ? 8 : 0;
-        for (int j = 0; j < QUANT_BLOCK / 2; j++) {
-                q[j] = (qs[j] & 15) - offset;
-                q[j + 16] = (qs[j] >> 4) - offset;
+        if (type == TENSOR_Q5_0 || type == TENSOR_Q5_1) {
+                const struct block_q5_0 *w0 = (const void *) block;
+                const struct block_q5_1 *w1 = (const void *) block;
+                for (unsigned j = 0; j < QUANT_BLOCK; j++)
+                        q[j] = type == TENSOR_Q5_0 ? (int) q5_element(w0->qs, w0->qh, j) - 16 : (int) q5_element(w1->qs, w1->qh, j);
+        } else {
+                const uint8_t *qs = type == TENSOR_Q4_1 ? ((const struct block_q4_1 *) (const void *) block)->qs
+                                                        : ((const struct block_q4_0 *) (const void *) block)->qs;
+                int offset = type == TENSOR_Q4_0 ? 8 : 0;
+                for (int j = 0; j < QUANT_BLOCK / 2; j++) {
+                        q[j] = (qs[j] & 15) - offset;
+                        q[j + 16] = (qs[j] >> 4) - offset;
+                }
         }
         f16_bits dh, mh = 0;
         memcpy(&dh, block, 2);
-        if (type == TENSOR_Q4_1)
+        if (has_m(type))
                 memcpy(&mh, block + 2, 2);
         *d = f16_to_f32(dh);
         *m = f16_to_f32(mh);
@@ -115,7 +126,7 @@ static float formula_from_row(enum tensor_type type, const uint8_t *row, const s
                         e += (double) isum * d * da;
                         magnitude += fabs((double) isum * d * da);
                 }
-                if (type == TENSOR_Q4_1) {
+                if (has_m(type)) {
                         off = fmaf(m, sa, off);
                         e += (double) m * sa;
                         magnitude += fabs((double) m * sa);
@@ -125,7 +136,7 @@ static float formula_from_row(enum tensor_type type, const uint8_t *row, const s
         /* per block: the scale product's rounding and the lane's sum's, each at most 2^-24
          * relative; then the lanes' tree and the offset */
         *bound = magnitude * ldexp(2.0 * (double) n_blocks + 8.0, -24);
-        return type == TENSOR_Q4_1 ? lanes_sum8(lanes) + off : lanes_sum8(lanes);
+        return has_m(type) ? lanes_sum8(lanes) + off : lanes_sum8(lanes);
 }
 
 /* The x86 set whose single products every packed set must match: AVX-512 VNNI, the set the
@@ -166,7 +177,10 @@ START_TEST(test_repacked_layout) {
                                         else {
                                                 int k = j % 16;
                                                 uint8_t byte = rec[k / 4 * 64 + 4 * lane + k % 4];
-                                                got = (j < 16 ? byte & 15 : byte >> 4) - packed_quant_bias(type);
+                                                got = j < 16 ? byte & 15 : byte >> 4;
+                                                if (type == TENSOR_Q5_0 || type == TENSOR_Q5_1) /* bit j / 4 of byte j % 4 */
+                                                        got |= (rec[4 * 64 + 4 * lane + j % 4] >> (j / 4) & 1) << 4;
+                                                got -= packed_quant_bias(type);
                                         }
                                         if (r >= n_rows) /* padding rows are zero bytes */
                                                 want[j] = -packed_quant_bias(type);
@@ -174,7 +188,7 @@ START_TEST(test_repacked_layout) {
                                                       tensor_type_info(type)->name, r, b, j, got, want[j]);
                                 }
                                 ck_assert(f16_to_f32(s[lane]) == d || (r >= n_rows && s[lane] == 0));
-                                if (type == TENSOR_Q4_1)
+                                if (has_m(type))
                                         ck_assert(f16_to_f32(s[PACKED_ROWS + lane]) == m || (r >= n_rows && s[PACKED_ROWS + lane] == 0));
                         }
                 /* and each row comes back as the bytes it was made from */
@@ -370,6 +384,7 @@ START_TEST(test_activation_corrections) {
                         const int32_t *c = acts.corrections + b * PACKED_CORRECTIONS;
                         ck_assert_int_eq(c[packed_correction_offset(TENSOR_Q4_0) + l], -8 * s);
                         ck_assert_int_eq(c[packed_correction_offset(TENSOR_Q8_0) + l], -128 * s);
+                        ck_assert_int_eq(c[packed_correction_offset(TENSOR_Q5_0) + l], -16 * s);
                 }
         for (size_t b = 0; b < 3 * MAX_BLOCKS; b++) {
                 int32_t s = 0;

@@ -107,6 +107,8 @@ static void valid_models(void) {
                 { "valid-f16.gguf", TENSOR_F16, TENSOR_F16, false, 1, 2, 1 },
                 { "valid-f32-bf16.gguf", TENSOR_F32, TENSOR_BF16, true, 1, 4, 2 },
                 { "valid-bf16-q4_1.gguf", TENSOR_BF16, TENSOR_Q4_1, false, 1, 2, 1 },
+                { "valid-q5_0-untied.gguf", TENSOR_Q5_0, TENSOR_Q5_1, false, 1, 2, 1 },
+                { "valid-q5_1-tied.gguf", TENSOR_Q5_1, TENSOR_Q5_1, true, 2, 2, 2 },
         };
         for (size_t i = 0; i < ELEMENTS(models); i++) {
                 struct synthetic_llama_config cfg = tiny();
@@ -162,6 +164,8 @@ static void valid_values(void) {
         static const struct block_q4_0 t_q4_0 = { 0x3c00, { 0x12, 0x34 } };
         static const struct block_q4_1 t_q4_1 = { 0x3c00, 0xbc00, { 0x56 } };
         static const struct block_q8_1 t_q8_1 = { 0x3c00, 0x4000, { 1, -1 } };
+        static const struct block_q5_0 t_q5_0 = { 0x3c00, { 0x0f, 0, 0, 0x80 }, { 0x12, 0x34 } };
+        static const struct block_q5_1 t_q5_1 = { 0x3c00, 0xbc00, { 0xff, 0, 0x01, 0 }, { 0x56 } };
         const uint64_t ne4[] = { 4 }, ne32[] = { 32 }, ne_bf16[] = { 2, 2 };
 
         struct gguf_writer *w = gguf_writer_new();
@@ -191,6 +195,8 @@ static void valid_values(void) {
         gguf_writer_add_tensor(w, "q4_0", TENSOR_Q4_0, 1, ne32, &t_q4_0, sizeof(t_q4_0));
         gguf_writer_add_tensor(w, "q4_1", TENSOR_Q4_1, 1, ne32, &t_q4_1, sizeof(t_q4_1));
         gguf_writer_add_tensor(w, "q8_1", TENSOR_Q8_1, 1, ne32, &t_q8_1, sizeof(t_q8_1));
+        gguf_writer_add_tensor(w, "q5_0", TENSOR_Q5_0, 1, ne32, &t_q5_0, sizeof(t_q5_0));
+        gguf_writer_add_tensor(w, "q5_1", TENSOR_Q5_1, 1, ne32, &t_q5_1, sizeof(t_q5_1));
         emit("valid-values.gguf", w);
 
         emit("valid-minimal.gguf", gguf_writer_new());
@@ -314,6 +320,9 @@ static void malformed_tensors(void) {
                 { "tensor-ndims-5.gguf", TENSOR_F32, 5, { 32, 1, 1, 1, 1 }, 0 },
                 { "tensor-overflow.gguf", TENSOR_F32, 3, { 1ull << 32, 1ull << 32, 1ull << 32 }, 0 },
                 { "tensor-partial-block.gguf", TENSOR_Q4_1, 2, { 48, 2 }, 0 },
+                { "tensor-partial-block-q5_0.gguf", TENSOR_Q5_0, 2, { 48, 2 }, 0 },
+                { "tensor-partial-block-q5_1.gguf", TENSOR_Q5_1, 1, { 40 }, 0 },
+                { "tensor-past-end-q5_1.gguf", TENSOR_Q5_1, 2, { 32, 64 }, 0 },
                 { "tensor-misaligned.gguf", TENSOR_F32, 2, { 32, 2 }, 4 },
                 { "tensor-offset-oob.gguf", TENSOR_F32, 2, { 32, 2 }, 1ull << 62 },
                 { "tensor-past-end.gguf", TENSOR_F32, 2, { 32, 64 }, 0 },
@@ -329,6 +338,23 @@ static void malformed_tensors(void) {
         struct gguf_writer *w = small_writer();
         gguf_writer_add_tensor(w, "a", TENSOR_F32, 1, ne8, v, sizeof(v));
         emit("tensor-duplicate.gguf", w);
+}
+
+/* Models of the 5-bit types cut inside their tensor data. */
+static void truncated_q5_models(void) {
+        static const enum tensor_type types[] = { TENSOR_Q5_0, TENSOR_Q5_1 };
+        for (size_t t = 0; t < ELEMENTS(types); t++) {
+                struct synthetic_llama_config cfg = tiny();
+                cfg.weight_type = cfg.embd_type = types[t];
+                struct gguf_writer *w = model_writer(&cfg);
+                size_t len, min_len = gguf_writer_min_valid_length(w);
+                uint8_t *buf = image(w, &len);
+                gguf_writer_free(w);
+                char name[64];
+                snprintf(name, sizeof(name), "truncated-%s-model.gguf", types[t] == TENSOR_Q5_0 ? "q5_0" : "q5_1");
+                emit_buffer(name, buf, min_len - tensor_type_info(types[t])->block_bytes - 5);
+                free(buf);
+        }
 }
 
 static void model_errors(void) {
@@ -390,6 +416,7 @@ int main(int argc, char *argv[]) {
         malformed_values();
         malformed_tensors();
         model_errors();
+        truncated_q5_models();
         mutations();
         regressions();
         printf("make-gguf-corpus: wrote %u files to %s\n", n_written, out_dir);
