@@ -1,6 +1,11 @@
 # SPDX-License-Identifier: MIT
-# Shared by the HTTP front's shell tests (sourced): a scratch folder and the processes to
-# stop at exit, the pass/fail tally, scaled timeouts and free loopback ports.
+# Shared by the HTTP front's shell tests (sourced): the daemon and model they run (a skip
+# when the model or curl is missing), a scratch folder and the processes to stop at exit,
+# the pass/fail tally, scaled timeouts and free loopback ports.
+daemon=${ASYNCLLMD:?ASYNCLLMD must name the asyncllmd binary}
+model=${ASYNCLLM_MODEL:?ASYNCLLM_MODEL must name the model}
+[[ -f $model ]] || { echo "SKIP: $model is missing; run scripts/fetch-model"; exit 77; }
+command -v curl >/dev/null || { echo "SKIP: no curl (scripts/setup installs it)"; exit 77; }
 slowdown=${ASYNCLLM_TEST_SLOWDOWN:-1}
 scaled() { echo $(($1 * slowdown)); } # seconds, longer in sanitizer builds
 

@@ -5,12 +5,8 @@
 # mid-run (those in flight on it end with an error status the client sees, nothing hangs);
 # the health checks take it out, and put it back once it is restarted.
 set -u
-daemon=${ASYNCLLMD:?ASYNCLLMD must name the asyncllmd binary}
-model=${ASYNCLLM_MODEL:?ASYNCLLM_MODEL must name the model}
 units=${ASYNCLLMD_UNITS:?ASYNCLLMD_UNITS must name the units folder}
-[[ -f $model ]] || { echo "SKIP: $model is missing; run scripts/fetch-model"; exit 77; }
 command -v haproxy >/dev/null || { echo "SKIP: no haproxy (scripts/setup installs it)"; exit 77; }
-command -v curl >/dev/null || { echo "SKIP: no curl (scripts/setup installs it)"; exit 77; }
 . "$(dirname "$0")/http-test-lib.sh"
 
 ports=($(free_port) $(free_port) $(free_port))

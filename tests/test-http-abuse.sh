@@ -6,10 +6,6 @@
 # max-connections, and afterwards no file descriptor left behind and the daemon still serving.
 set -u
 ctl=${ASYNCLLMCTL:?ASYNCLLMCTL must name the asyncllmctl binary}
-daemon=${ASYNCLLMD:?ASYNCLLMD must name the asyncllmd binary}
-model=${ASYNCLLM_MODEL:?ASYNCLLM_MODEL must name the model}
-[[ -f $model ]] || { echo "SKIP: $model is missing; run scripts/fetch-model"; exit 77; }
-command -v curl >/dev/null || { echo "SKIP: no curl (scripts/setup installs it)"; exit 77; }
 . "$(dirname "$0")/http-test-lib.sh"
 
 # 500 clients and the daemon's 500 sockets for them

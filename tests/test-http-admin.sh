@@ -9,10 +9,6 @@
 # a worker method and its timeout; and the daemon refusing an admin front without a key of
 # its own.
 set -u
-daemon=${ASYNCLLMD:?ASYNCLLMD must name the asyncllmd binary}
-model=${ASYNCLLM_MODEL:?ASYNCLLM_MODEL must name the model}
-[[ -f $model ]] || { echo "SKIP: $model is missing; run scripts/fetch-model"; exit 77; }
-command -v curl >/dev/null || { echo "SKIP: no curl (scripts/setup installs it)"; exit 77; }
 . "$(dirname "$0")/http-test-lib.sh"
 
 # start NAME ARGS...: a daemon on a free port, its URL in $base once it answers

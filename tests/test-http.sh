@@ -7,10 +7,6 @@
 # of an address beyond loopback.
 set -u
 ctl=${ASYNCLLMCTL:?ASYNCLLMCTL must name the asyncllmctl binary}
-daemon=${ASYNCLLMD:?ASYNCLLMD must name the asyncllmd binary}
-model=${ASYNCLLM_MODEL:?ASYNCLLM_MODEL must name the model}
-[[ -f $model ]] || { echo "SKIP: $model is missing; run scripts/fetch-model"; exit 77; }
-command -v curl >/dev/null || { echo "SKIP: no curl (scripts/setup installs it)"; exit 77; }
 . "$(dirname "$0")/http-test-lib.sh"
 
 port=$(free_port)
