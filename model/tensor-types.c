@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include <assert.h>
+#include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "float16.h"
@@ -14,16 +16,72 @@ static const struct tensor_type_info type_table[TENSOR_TYPE_MAX] = {
         [TENSOR_Q5_1] = { "Q5_1", QUANT_BLOCK, sizeof(struct block_q5_1) },
         [TENSOR_Q8_0] = { "Q8_0", QUANT_BLOCK, sizeof(struct block_q8_0) },
         [TENSOR_Q8_1] = { "Q8_1", QUANT_BLOCK, sizeof(struct block_q8_1) },
+        [TENSOR_Q2_K] = { "Q2_K", QK_K, sizeof(struct block_q2_K) },
+        [TENSOR_Q3_K] = { "Q3_K", QK_K, sizeof(struct block_q3_K) },
+        [TENSOR_Q4_K] = { "Q4_K", QK_K, sizeof(struct block_q4_K) },
+        [TENSOR_Q5_K] = { "Q5_K", QK_K, sizeof(struct block_q5_K) },
+        [TENSOR_Q6_K] = { "Q6_K", QK_K, sizeof(struct block_q6_K) },
+        [TENSOR_Q8_K] = { "Q8_K", QK_K, sizeof(struct block_q8_K) },
         [TENSOR_BF16] = { "BF16", 1, 2 },
 };
 
 /* The ids GGUF defines that this project does not read, so that a refusal can name them. */
 static const char *const unread_type_names[TENSOR_TYPE_MAX] = {
-        [10] = "Q2_K",    [11] = "Q3_K",  [12] = "Q4_K",   [13] = "Q5_K",  [14] = "Q6_K",  [15] = "Q8_K",
         [16] = "IQ2_XXS", [17] = "IQ2_XS", [18] = "IQ3_XXS", [19] = "IQ1_S", [20] = "IQ4_NL", [21] = "IQ3_S",
         [22] = "IQ2_S",   [23] = "IQ4_XS", [24] = "I8",     [25] = "I16",   [26] = "I32",   [27] = "I64",
         [28] = "F64",     [29] = "IQ1_M", [34] = "TQ1_0",  [35] = "TQ2_0", [39] = "MXFP4",
 };
+
+/* One K-quant super-block as llama.cpp's dequantization computes it, float operation for
+ * float operation: its compiler contracts "a * q - m" into one fma, so that is written out. */
+static void k_quant_block_to_float(enum tensor_type type, const void *block, float out[QK_K]) {
+        switch (type) {
+        case TENSOR_Q2_K: {
+                const struct block_q2_K *b = block;
+                float d = f16_to_f32(b->d), dmin = f16_to_f32(b->dmin);
+                for (unsigned e = 0; e < QK_K; e++) {
+                        unsigned s = e / 16, q = k_quant_q2_element(b, e);
+                        out[e] = fmaf(d * (float) (b->scales[s] & 15), (float) q, -(dmin * (float) (b->scales[s] >> 4)));
+                }
+                return;
+        }
+        case TENSOR_Q3_K: {
+                const struct block_q3_K *b = block;
+                float d = f16_to_f32(b->d);
+                for (unsigned e = 0; e < QK_K; e++)
+                        out[e] = d * (float) (k_quant_q3_scale(b->scales, e / 16) - 32) * (float) k_quant_q3_element(b, e);
+                return;
+        }
+        case TENSOR_Q4_K: case TENSOR_Q5_K: {
+                const struct block_q4_K *b4 = block;
+                const struct block_q5_K *b5 = block;
+                bool five = type == TENSOR_Q5_K;
+                float d = f16_to_f32(five ? b5->d : b4->d), dmin = f16_to_f32(five ? b5->dmin : b4->dmin);
+                for (unsigned e = 0; e < QK_K; e++) {
+                        uint8_t scale, min;
+                        k_quant_scale_min(five ? b5->scales : b4->scales, e / 32, &scale, &min);
+                        uint32_t q = five ? k_quant_q5_element(b5, e) : k_quant_q4_element(b4->qs, e);
+                        out[e] = fmaf(d * (float) scale, (float) q, -(dmin * (float) min));
+                }
+                return;
+        }
+        case TENSOR_Q6_K: {
+                const struct block_q6_K *b = block;
+                float d = f16_to_f32(b->d);
+                for (unsigned e = 0; e < QK_K; e++)
+                        out[e] = d * (float) b->scales[e / 16] * (float) ((int32_t) k_quant_q6_element(b, e) - 32);
+                return;
+        }
+        case TENSOR_Q8_K: {
+                const struct block_q8_K *b = block;
+                for (unsigned e = 0; e < QK_K; e++)
+                        out[e] = b->d * (float) b->qs[e];
+                return;
+        }
+        default:
+                assert(!"k_quant_block_to_float: not a K-quant");
+        }
+}
 
 const struct tensor_type_info *tensor_type_info(uint32_t type) {
         if (type >= TENSOR_TYPE_MAX || !type_table[type].name)
@@ -134,6 +192,10 @@ void tensor_row_to_float(enum tensor_type type, const void *row, float *out, uin
                 }
                 return;
         }
+        case TENSOR_Q2_K: case TENSOR_Q3_K: case TENSOR_Q4_K: case TENSOR_Q5_K: case TENSOR_Q6_K: case TENSOR_Q8_K:
+                for (uint64_t k = 0; k < n / QK_K; k++, out += QK_K)
+                        k_quant_block_to_float(type, (const uint8_t *) row + k * type_table[type].block_bytes, out);
+                return;
         case TENSOR_TYPE_MAX:
                 break;
         }

@@ -858,13 +858,13 @@ START_TEST(test_bad_tensor_infos) {
         static const struct {
                 uint32_t type;
                 const char *name;
-        } bad_types[] = { { 14, "Q6_K" }, { 10, "Q2_K" }, { 39, "MXFP4" }, { 4, "not a GGUF type" },
+        } bad_types[] = { { 23, "IQ4_XS" }, { 20, "IQ4_NL" }, { 16, "IQ2_XXS" }, { 39, "MXFP4" }, { 4, "not a GGUF type" },
                           { TENSOR_TYPE_MAX, "not a GGUF type" }, { 1000, "not a GGUF type" },
                           { 0xffffffffu, "not a GGUF type" } };
         for (size_t i = 0; i < ELEMENTS(bad_types); i++) {
-                char needle[128];
+                char needle[256];
                 snprintf(needle, sizeof(needle), "'raw' has unsupported tensor type %u (%s; supported: F32, F16, Q4_0, Q4_1, Q5_0, "
-                         "Q5_1, Q8_0, Q8_1, BF16)", bad_types[i].type, bad_types[i].name);
+                         "Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, BF16)", bad_types[i].type, bad_types[i].name);
                 expect_invalid_writer(writer_with_raw_tensor(bad_types[i].type, 2, ne32, 0), "bad-type.gguf", EOPNOTSUPP,
                                       needle);
         }
@@ -898,6 +898,12 @@ START_TEST(test_bad_tensor_infos) {
         for (size_t i = 0; i < ELEMENTS(blocked); i++)
                 expect_invalid_writer(writer_with_raw_tensor(blocked[i], 2, partial_block, 0), "partial-block.gguf", EINVAL,
                                       "not a multiple of its block size 32");
+        /* the K-quants' super-blocks: 320 columns are ten blocks of 32 but not whole blocks of 256 */
+        const uint64_t partial_super_block[] = { 320, 2 };
+        static const enum tensor_type k_quants[] = { TENSOR_Q2_K, TENSOR_Q3_K, TENSOR_Q4_K, TENSOR_Q5_K, TENSOR_Q6_K };
+        for (size_t i = 0; i < ELEMENTS(k_quants); i++)
+                expect_invalid_writer(writer_with_raw_tensor(k_quants[i], 2, partial_super_block, 0), "partial-super-block.gguf",
+                                      EINVAL, "not a multiple of its block size 256");
 
         expect_invalid_writer(writer_with_raw_tensor(TENSOR_F32, 2, ne32, 4), "misaligned.gguf", EINVAL,
                               "'raw' offset 4 is not a multiple of the alignment 32");
