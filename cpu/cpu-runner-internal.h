@@ -13,13 +13,15 @@
 #include "thread-pool.h"
 
 /* A matmul's input: the floats (normed input, attention output or the feed-forward's h),
- * their q8_1 blocks and the blocks' d and s as floats. */
+ * their q8_1 blocks and the blocks' d and s as floats, and for K-quant weights their q8_K
+ * super-blocks. */
 struct activations {
         float *xn;             /* (tokens, max_dim) */
         struct block_q8_1 *xq; /* (tokens, max_dim / 32) */
         float *ds;             /* (tokens, max_dim / 32, 2) */
         int32_t *corrections;  /* (tokens, max_dim / 32, PACKED_CORRECTIONS) for packed Q4_0, Q5_0 and Q8_0 */
         int32_t *logits_corrections; /* (tokens, max_dim / 32) for the packed logits product */
+        struct block_q8_K *xk;       /* (tokens, max_dim / 256) when some weight is a K-quant, else NULL */
 };
 
 #define SMALL_BATCH 4
@@ -37,6 +39,7 @@ struct cpu_runner {
         uint32_t q_dim, kv_dim, max_dim;
         unsigned released; /* enum backend_memory bits */
         bool use_packed;   /* $ASYNCLLM_CPU_PACKED=0 keeps the tiles on the original rows */
+        bool k_quants;     /* some matmul weight is a K-quant: activations get q8_K blocks too */
         struct packed_model packed;
         struct matmul_share *shares; /* (n_matmul_weights, n_threads), reset before each step */
 
@@ -47,8 +50,8 @@ struct cpu_runner {
         struct activations shared; /* (T, ...) written by the threads together */
         /* Per thread, for batches of at most SMALL_BATCH tokens: each thread normalizes and
          * quantizes the whole (small) batch itself, which saves the barrier after each such
-         * phase; the values are the same on every thread. NULL when some weight has no tile
-         * kernel (the float path reads the shared xn). */
+         * phase; the values are the same on every thread. NULL when some weight is a float
+         * matrix (the float path reads the shared xn). */
         struct activations *own;
         float *q;                /* (T, q_dim) */
         float *k;                /* (T, kv_dim) */

@@ -23,7 +23,8 @@ static bool activations_alloc(struct cpu_runner *r, size_t tokens, struct activa
         a->ds = alloc_floats(r, tokens * (r->max_dim / QUANT_BLOCK) * 2);
         a->corrections = alloc_scratch(r, tokens * (r->max_dim / QUANT_BLOCK), PACKED_CORRECTIONS * sizeof(int32_t));
         a->logits_corrections = alloc_scratch(r, tokens * (r->max_dim / QUANT_BLOCK), sizeof(int32_t));
-        return a->xn && a->xq && a->ds && a->corrections && a->logits_corrections;
+        a->xk = r->k_quants ? alloc_scratch(r, tokens * (r->max_dim / QK_K), sizeof(struct block_q8_K)) : NULL;
+        return a->xn && a->xq && a->ds && a->corrections && a->logits_corrections && (a->xk || !r->k_quants);
 }
 
 static void activations_free(struct activations *a) {
@@ -32,20 +33,25 @@ static void activations_free(struct activations *a) {
         free(a->ds);
         free(a->corrections);
         free(a->logits_corrections);
+        free(a->xk);
 }
 
-static bool all_weights_tiled(const struct cpu_runner *r) {
-        const struct model *m = r->model;
-        if (!dot_tile_kernel_for(r->kernels, m->output.type))
-                return false;
-        for (uint32_t i = 0; i < m->hp.n_layer; i++) {
-                const struct model_layer *l = &m->layers[i];
-                const struct weight *w[] = { &l->wq, &l->wk, &l->wv, &l->wo, &l->w_gate, &l->w_up, &l->w_down };
-                for (size_t k = 0; k < sizeof(w) / sizeof(*w); k++)
-                        if (!dot_tile_kernel_for(r->kernels, w[k]->type))
-                                return false;
+/* Whether every matmul reads quantized activations (a tile or a K-quant product), so that
+ * small batches can quantize them per thread; a float weight reads the shared floats. */
+static bool all_weights_quantized(const struct cpu_runner *r) {
+        for (size_t i = 0; i < n_matmul_weights(r->model); i++) {
+                enum tensor_type type = matmul_weight(r->model, i)->type;
+                if (!dot_tile_kernel_for(r->kernels, type) && !dot_k_kernel_for(r->kernels, type))
+                        return false;
         }
         return true;
+}
+
+static bool any_k_quant_weight(const struct cpu_runner *r) {
+        for (size_t i = 0; i < n_matmul_weights(r->model); i++)
+                if (dot_k_kernel_for(r->kernels, matmul_weight(r->model, i)->type))
+                        return true;
+        return false;
 }
 
 int cpu_runner_new(const struct model *model, const struct cpu_runner_config *config, struct cpu_runner **ret,
@@ -105,8 +111,9 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
         r->attn_done_until = calloc((size_t) config->n_threads * hp->n_head_kv, sizeof(*r->attn_done_until));
         r->slice_outputs = alloc_scratch(r, T, sizeof(*r->slice_outputs));
         r->x = alloc_floats(r, T * hp->n_embd);
+        r->k_quants = any_k_quant_weight(r);
         bool ok = activations_alloc(r, T, &r->shared);
-        if (ok && all_weights_tiled(r)) {
+        if (ok && all_weights_quantized(r)) {
                 r->own = calloc(config->n_threads, sizeof(*r->own));
                 for (unsigned i = 0; r->own && i < config->n_threads; i++)
                         ok = ok && activations_alloc(r, SMALL_BATCH, &r->own[i]);

@@ -298,4 +298,6 @@ const struct dot_kernels dot_kernels_scalar = {
         .rope = rope_scalar,
         .activation_corrections = packed_activation_corrections,
         .swiglu = swiglu_scalar,
+        .q2_K = dot_q2_K_reference, .q3_K = dot_q3_K_reference, .q4_K = dot_q4_K_reference,
+        .q5_K = dot_q5_K_reference, .q6_K = dot_q6_K_reference, .quantize_q8_K = quantize_row_q8_K,
 };

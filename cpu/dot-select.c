@@ -68,6 +68,17 @@ dot_tile_fn dot_tile_kernel_for(const struct dot_kernels *k, enum tensor_type ty
         }
 }
 
+dot_k_fn dot_k_kernel_for(const struct dot_kernels *k, enum tensor_type type) {
+        switch (type) {
+        case TENSOR_Q2_K: return k->q2_K;
+        case TENSOR_Q3_K: return k->q3_K;
+        case TENSOR_Q4_K: return k->q4_K;
+        case TENSOR_Q5_K: return k->q5_K;
+        case TENSOR_Q6_K: return k->q6_K;
+        default: return NULL;
+        }
+}
+
 dot_packed_fn dot_packed_kernel_for(const struct dot_kernels *k, enum tensor_type type) {
         switch (type) {
         case TENSOR_Q4_0: return k->packed_q4_0;

@@ -592,6 +592,8 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(swiglu)(float *h, const f
                 .rope = DOT_FN(rope),                                                                                  \
                 .activation_corrections = DOT_FN(activation_corrections),                                              \
                 .swiglu = DOT_FN(swiglu),                                                                              \
+                .q2_K = dot_q2_K_reference, .q3_K = dot_q3_K_reference, .q4_K = dot_q4_K_reference,                    \
+                .q5_K = dot_q5_K_reference, .q6_K = dot_q6_K_reference, .quantize_q8_K = quantize_row_q8_K,            \
         };
 
 DOT_TABLE(DOT_CONCAT(dot_kernels, DOT_SET), DOT_SET_NAME, DOT_PACKED_FN)

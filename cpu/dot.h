@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "dot-k-quants.h"
 #include "error.h"
 #include "packed-weights.h"
 #include "tensor-types.h"
@@ -149,6 +150,10 @@ struct dot_kernels {
         /* h[i] = silu(g[i]) * u[i], with the exp of exp_poly.h so that every set, and the
          * reference, round alike. */
         void (*swiglu)(float *h, const float *g, const float *u, size_t n);
+        /* The K-quant products and their activations' quantizer (dot-k-quants.h), each with
+         * its reference's bits. */
+        dot_k_fn q2_K, q3_K, q4_K, q5_K, q6_K;
+        void (*quantize_q8_K)(const float *x, struct block_q8_K *out, size_t n);
 };
 
 /* The sum of 8 lanes as the 256-bit horizontal add of llama.cpp's x86 block products does
@@ -201,3 +206,5 @@ const struct dot_kernels *dot_kernels_by_name(const char *name);
 dot_q_fn dot_kernel_for(const struct dot_kernels *k, enum tensor_type type);
 dot_tile_fn dot_tile_kernel_for(const struct dot_kernels *k, enum tensor_type type);
 dot_packed_fn dot_packed_kernel_for(const struct dot_kernels *k, enum tensor_type type);
+/* The K-quant product for a K-quant weight type (whose activations are Q8_K), else NULL. */
+dot_k_fn dot_k_kernel_for(const struct dot_kernels *k, enum tensor_type type);

@@ -57,9 +57,42 @@ static void barrier_before_matmul(const struct cpu_runner *r, size_t weight_inde
  * result depends only on its row and token, never on the split or the batch: the tiles give
  * the bits of the single products. Rows go in tiles of four across the threads, and each
  * tile of weights (in L1) meets every token before the next is loaded. */
+/* Whether token t's K-quant products take llama.cpp's batched order (dot-k-quants.h); never
+ * in the last layer's feed-forward and the logits, which llama.cpp runs for the output tokens
+ * alone (one, for a generation). */
+static bool k_quant_batched(const struct cpu_runner *r, size_t weight_index, enum tensor_type type, uint32_t t) {
+        const struct batch *b = r->batch;
+        uint32_t last_layer = r->model->hp.n_layer - 1;
+        if (weight_index >= (size_t) last_layer * WEIGHTS_PER_LAYER + 4)
+                return false;
+        return k_quant_batched_order(type, (uint32_t) b->positions[t], b->seqs[b->seq_ids[t]].n_prompt);
+}
+
+/* A K-quant weight: each row against each token's q8_K super-blocks, rows shared out. */
+static void matmul_k_quant(const struct cpu_runner *r, size_t weight_index, dot_k_fn dot, const struct activations *a,
+                           uint32_t n_tokens, float *out, uint32_t out_stride, bool accumulate, unsigned ith,
+                           unsigned nth) {
+        const struct weight *w = matmul_weight(r->model, weight_index);
+        size_t n_super = w->n_cols / QK_K;
+        uint64_t begin, end;
+        split(w->n_rows, ith, nth, &begin, &end);
+        for (uint64_t row = begin; row < end; row++)
+                for (uint32_t t = 0; t < n_tokens; t++) {
+                        float v = dot(w->data + row * w->row_bytes, a->xk + t * n_super, n_super,
+                                      k_quant_batched(r, weight_index, w->type, t));
+                        float *o = &out[(size_t) t * out_stride + row];
+                        *o = accumulate ? *o + v : v;
+                }
+}
+
 static void matmul(const struct cpu_runner *r, size_t weight_index, const struct activations *a, uint32_t n_tokens,
                    float *out, uint32_t out_stride, bool accumulate, float *row_scratch, unsigned ith, unsigned nth) {
         const struct weight *w = matmul_weight(r->model, weight_index);
+        dot_k_fn dot_k = dot_k_kernel_for(r->kernels, w->type);
+        if (dot_k) {
+                matmul_k_quant(r, weight_index, dot_k, a, n_tokens, out, out_stride, accumulate, ith, nth);
+                return;
+        }
         const struct packed_weights *packed = packed_for(r, weight_index);
         const float *x = a->xn;
         const struct block_q8_1 *xq = a->xq;
@@ -122,11 +155,14 @@ static void matmul(const struct cpu_runner *r, size_t weight_index, const struct
 }
 
 /* Quantizes token row i of a (width elements at x) for the matmuls: its q8_1 blocks, their
- * scales as floats, and, when the packed product runs, the lanes' corrections it reads. */
+ * scales as floats, and, when the packed product runs, the lanes' corrections it reads; its
+ * q8_K super-blocks too when some weight is a K-quant. */
 static void quantize_row(const struct cpu_runner *r, const struct activations *a, const float *x, uint64_t i,
                          uint32_t width) {
         size_t n_blocks = width / QUANT_BLOCK;
         r->kernels->quantize_q8_1(x, a->xq + i * n_blocks, a->ds + i * n_blocks * 2, width);
+        if (r->k_quants && width % QK_K == 0)
+                r->kernels->quantize_q8_K(x, a->xk + i * (width / QK_K), width);
         if (r->packed.arena)
                 r->kernels->activation_corrections(a->xq + i * n_blocks, n_blocks,
                                                    a->corrections + i * n_blocks * PACKED_CORRECTIONS);

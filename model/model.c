@@ -98,6 +98,7 @@ static int bind_weight(const struct gguf_file *f, const char *name, uint64_t n_c
                                  (unsigned long long) n_cols, (unsigned long long) n_rows);
         switch (t->type) {
         case TENSOR_Q4_0: case TENSOR_Q4_1: case TENSOR_Q5_0: case TENSOR_Q5_1: case TENSOR_Q8_0:
+        case TENSOR_Q2_K: case TENSOR_Q3_K: case TENSOR_Q4_K: case TENSOR_Q5_K: case TENSOR_Q6_K:
         case TENSOR_F32: case TENSOR_F16: case TENSOR_BF16:
                 break;
         default:
