@@ -250,7 +250,7 @@ static enum MHD_Result answer_tokenize(struct http_exchange *ex) {
                     (r = chat_render(s->model.tk, g->messages, g->n_messages, generation_prompt, &rendered, &err)) == 0)
                         text = rendered;
                 if (r == 0)
-                        r = tokenizer_encode(s->model.tk, text, strlen(text), true, &ids, &n, &err);
+                        r = tokenizer_encode_prompt(s->model.tk, text, strlen(text), true, &ids, &n, &err);
         }
         openai_request_free(&req);
         free(rendered);

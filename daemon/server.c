@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "bus.h"
+#include "chat-template.h"
 #include "clock.h"
 #include "commands.h"
 #include "connection.h"
@@ -217,6 +218,8 @@ int server_start(struct server *s, struct daemon_settings *settings, int argc, c
         log_info("serving %s (%s): %u layers, context %u, max_model_len %u, %u KV blocks of %u tokens, %u threads",
                  s->model.name, settings->model, s->model.model->hp.n_layer, s->model.model->hp.n_ctx_train,
                  s->model.config.max_model_len, s->model.backend.kv.n_blocks, s->model.config.block_size, settings->threads);
+        const char *chat = chat_template_describe(s->model.tk);
+        log_info("chat template: %s", chat ? chat : "none; chat requests are refused");
         log_decode_calibration(&s->model);
         s->realtime_offset = realtime_seconds() - monotonic_seconds();
 

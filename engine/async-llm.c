@@ -436,7 +436,8 @@ int async_llm_generate(struct async_llm *llm, const struct request_spec *req, as
         struct bad_word_sequences bad_words = { 0 };
         if (!spec.prompt && spec.prompt_text) {
                 size_t n;
-                if ((r = tokenizer_encode(llm->tk, spec.prompt_text, strlen(spec.prompt_text), true, &tokenized, &n, err)) < 0)
+                if ((r = tokenizer_encode_prompt(llm->tk, spec.prompt_text, strlen(spec.prompt_text), true, &tokenized,
+                                                 &n, err)) < 0)
                         return r;
                 spec.prompt = tokenized;
                 spec.n_prompt = n > UINT32_MAX ? UINT32_MAX : (uint32_t) n;

@@ -713,14 +713,15 @@ END_TEST
 START_TEST(test_load_errors) {
         static const char *const merges[] = { "a b" };
         static const char *const extra[] = { "ab" };
-        struct synthetic s = { .model = "llama", .pre = "gpt2", .extra = extra, .n_extra = 1, .merges = merges,
+        struct synthetic s = { .model = "bert", .pre = "gpt2", .extra = extra, .n_extra = 1, .merges = merges,
                                .n_merges = 1, .bos = -1 };
         struct tokenizer *tk = NULL;
         struct error err = {};
 
         ck_assert_int_eq(load_synthetic(&s, &tk, &err), -EOPNOTSUPP);
         ck_assert_ptr_nonnull(strstr(err.message, "tokenizer.ggml.model"));
-        ck_assert_ptr_nonnull(strstr(err.message, "\"llama\""));
+        ck_assert_ptr_nonnull(strstr(err.message, "\"bert\""));
+        ck_assert_ptr_nonnull(strstr(err.message, "\"llama\" (SentencePiece)"));
 
         s.model = NULL;
         ck_assert_int_eq(load_synthetic(&s, &tk, &err), -ENOENT);

@@ -4,50 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pretokenizer.h"
-#include "tokenizer.h"
+#include "merge-heap.h"
+#include "tokenizer-internal.h"
 #include "unicode.h"
 
 /* The GPT-2 byte-to-unicode map sends every byte to a printable code point: bytes that are
  * printable Latin-1 keep their value, the other 68 take 256, 257, ... in byte order. So the
  * largest code point used is 256 + 67. */
 #define BYTE_CP_LIMIT (256 + 68)
-
-struct token {
-        uint32_t text_off; /* into text_arena: the vocabulary spelling, NUL-terminated */
-        uint32_t text_len;
-        uint32_t bytes_off; /* into bytes_arena: what it decodes to, NUL-terminated */
-        uint32_t bytes_len;
-        uint8_t type; /* enum token_type */
-};
-
-/* Open addressing, linear probing; a key of UINT64_MAX marks a free slot. */
-struct merge_slot {
-        uint64_t key; /* left id << 32 | right id */
-        uint32_t rank;
-        int32_t result;
-};
-
-struct tokenizer {
-        enum pretokenizer pre;
-        int32_t n_vocab;
-        struct token *tokens; /* (n_vocab) */
-        char *text_arena;
-        char *bytes_arena;
-
-        int32_t *vocab_slots; /* (vocab_mask + 1) token ids by spelling, -1 free */
-        size_t vocab_mask;
-        struct merge_slot *merge_slots; /* (merge_mask + 1) */
-        size_t merge_mask;
-
-        int32_t byte_token[256];
-        int32_t *specials; /* (n_specials) special token ids, longest text first */
-        size_t n_specials;
-
-        int32_t bos, eos, unk, pad;
-        bool add_bos;
-        char *chat_template;
-};
 
 static void byte_map(uint32_t byte_to_cp[static 256], int16_t cp_to_byte[static BYTE_CP_LIMIT]) {
         uint32_t next = 256;
@@ -230,8 +194,14 @@ static int load_tokens(struct tokenizer *tk, const struct gguf_file *f, struct e
                 tk->text_arena[off + s.len] = '\0';
                 off += (uint32_t) s.len + 1;
 
+                if (t->text_len > tk->max_text_len)
+                        tk->max_text_len = t->text_len;
+
                 t->bytes_off = bytes_off;
-                if (type_is_literal(t->type)) {
+                if (tk->kind == TOKENIZER_SPM)
+                        t->bytes_len = (uint32_t) spm_spelling_to_bytes(s.data, s.len, t->type,
+                                                                        tk->bytes_arena + bytes_off);
+                else if (type_is_literal(t->type)) {
                         memcpy(tk->bytes_arena + bytes_off, s.data, s.len);
                         t->bytes_len = (uint32_t) s.len;
                 } else
@@ -249,6 +219,8 @@ static int load_tokens(struct tokenizer *tk, const struct gguf_file *f, struct e
         for (int32_t id = 0; id < tk->n_vocab; id++)
                 vocab_insert(tk, id);
 
+        if (tk->kind == TOKENIZER_SPM)
+                return 0; /* spm_load() finds its byte pieces */
         /* Where BPE starts. A vocabulary may lack some bytes (SmolLM2's lacks 21 never seen
          * in training): those stay -1 and encode to nothing, as in llama.cpp and HF. */
         for (uint32_t b = 0; b < 256; b++) {
@@ -343,31 +315,60 @@ static int load_special_id(const struct gguf_file *f, const char *key, int32_t n
 }
 
 /* Longer text first; among equals, the lower id. */
-static bool special_before(const struct tokenizer *tk, int32_t x, int32_t y) {
-        uint32_t lx = tk->tokens[x].text_len, ly = tk->tokens[y].text_len;
-        return lx > ly || (lx == ly && x < y);
+static int special_order(const void *a, const void *b) {
+        const struct special_token *x = a, *y = b;
+        if (x->len != y->len)
+                return x->len > y->len ? -1 : 1;
+        return x->id < y->id ? -1 : x->id > y->id;
 }
 
 static int load_specials(struct tokenizer *tk, struct error *err) {
+        struct special_token *list;
         size_t n = 0;
+        int r;
 
         for (int32_t id = 0; id < tk->n_vocab; id++)
                 if (type_is_literal(tk->tokens[id].type) && tk->tokens[id].text_len > 0)
                         n++;
         if (n == 0)
                 return 0;
-        tk->specials = malloc(n * sizeof(*tk->specials));
-        if (!tk->specials)
+        list = malloc(n * sizeof(*list));
+        if (!list)
                 return error_set(err, ENOMEM, "out of memory loading special tokens");
-        /* Insertion sort: special tokens are few, and they arrive in id order. */
+        n = 0;
         for (int32_t id = 0; id < tk->n_vocab; id++) {
-                if (!type_is_literal(tk->tokens[id].type) || tk->tokens[id].text_len == 0)
-                        continue;
-                size_t i = tk->n_specials++;
-                for (; i > 0 && special_before(tk, id, tk->specials[i - 1]); i--)
-                        tk->specials[i] = tk->specials[i - 1];
-                tk->specials[i] = id;
+                const struct token *t = &tk->tokens[id];
+                if (type_is_literal(t->type) && t->text_len > 0)
+                        list[n++] = (struct special_token) {
+                                .text = token_text(tk, id),
+                                .len = t->text_len,
+                                .id = id,
+                                .always = t->type == TOKEN_TYPE_USER_DEFINED,
+                        };
         }
+        qsort(list, n, sizeof(*list), special_order);
+        r = special_matcher_new(list, n, &tk->specials);
+        free(list);
+        if (r < 0)
+                return error_set(err, -r, "out of memory loading special tokens");
+        return 0;
+}
+
+/* A string key into a malloc'ed copy, left NULL when the key is absent. */
+static int load_optional_string(const struct gguf_file *f, const char *key, char **ret, struct error *err) {
+        struct gguf_string s;
+        int r;
+
+        if (!gguf_find_kv(f, key))
+                return 0;
+        r = gguf_get_string(f, key, &s, err);
+        if (r < 0)
+                return r;
+        if (memchr(s.data, '\0', s.len))
+                return error_set(err, EINVAL, "%s: %s contains a NUL byte", f->path, key);
+        *ret = strndup(s.data, s.len);
+        if (!*ret)
+                return error_set(err, ENOMEM, "out of memory loading %s", key);
         return 0;
 }
 
@@ -379,18 +380,21 @@ int tokenizer_load(const struct gguf_file *f, struct tokenizer **ret, struct err
         r = gguf_get_string(f, "tokenizer.ggml.model", &s, err);
         if (r < 0)
                 return r;
-        if (!gguf_string_equals(s, "gpt2"))
+        if (!gguf_string_equals(s, "gpt2") && !gguf_string_equals(s, "llama"))
                 return error_set(err, EOPNOTSUPP,
-                                 "%s: tokenizer.ggml.model is \"%.*s\"; only \"gpt2\" (byte-level BPE) is supported",
+                                 "%s: tokenizer.ggml.model is \"%.*s\"; supported: \"gpt2\" (byte-level BPE), "
+                                 "\"llama\" (SentencePiece)",
                                  f->path, (int) s.len, s.data);
 
         tk = calloc(1, sizeof(*tk));
         if (!tk)
                 return error_set(err, ENOMEM, "out of memory loading the tokenizer");
+        tk->kind = gguf_string_equals(s, "llama") ? TOKENIZER_SPM : TOKENIZER_BPE;
 
-        /* Files from converters older than the key were plain GPT-2. */
+        /* Files from converters older than the key were plain GPT-2. SentencePiece has no
+         * pre-tokenizer: llama.cpp ignores the key there, and so does this. */
         tk->pre = PRETOKENIZER_GPT2;
-        if (gguf_find_kv(f, "tokenizer.ggml.pre")) {
+        if (tk->kind == TOKENIZER_BPE && gguf_find_kv(f, "tokenizer.ggml.pre")) {
                 r = gguf_get_string(f, "tokenizer.ggml.pre", &s, err);
                 if (r < 0)
                         goto fail;
@@ -405,7 +409,7 @@ int tokenizer_load(const struct gguf_file *f, struct tokenizer **ret, struct err
         r = load_tokens(tk, f, err);
         if (r < 0)
                 goto fail;
-        r = load_merges(tk, f, err);
+        r = tk->kind == TOKENIZER_SPM ? spm_load(tk, f, err) : load_merges(tk, f, err);
         if (r < 0)
                 goto fail;
         r = load_specials(tk, err);
@@ -427,26 +431,25 @@ int tokenizer_load(const struct gguf_file *f, struct tokenizer **ret, struct err
                         goto fail;
         }
 
+        /* llama.cpp's default: SentencePiece vocabularies add BOS unless the key says not. */
+        tk->add_bos = tk->kind == TOKENIZER_SPM;
         if (gguf_find_kv(f, "tokenizer.ggml.add_bos_token")) {
                 r = gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &tk->add_bos, err);
                 if (r < 0)
                         goto fail;
         }
-
-        if (gguf_find_kv(f, "tokenizer.chat_template")) {
-                r = gguf_get_string(f, "tokenizer.chat_template", &s, err);
-                if (r < 0)
-                        goto fail;
-                if (memchr(s.data, '\0', s.len)) {
-                        r = error_set(err, EINVAL, "%s: tokenizer.chat_template contains a NUL byte", f->path);
-                        goto fail;
-                }
-                tk->chat_template = strndup(s.data, s.len);
-                if (!tk->chat_template) {
-                        r = error_set(err, ENOMEM, "out of memory loading the chat template");
-                        goto fail;
-                }
+        if (tk->add_bos && tk->bos < 0) {
+                r = error_set(err, EINVAL, "%s: tokenizer.ggml.add_bos_token is true but no tokenizer.ggml.bos_token_id",
+                              f->path);
+                goto fail;
         }
+
+        r = load_optional_string(f, "tokenizer.chat_template", &tk->chat_template, err);
+        if (r < 0)
+                goto fail;
+        r = load_optional_string(f, "general.architecture", &tk->architecture, err);
+        if (r < 0)
+                goto fail;
 
         *ret = tk;
         return 0;
@@ -463,8 +466,10 @@ void tokenizer_free(struct tokenizer *tk) {
         free(tk->bytes_arena);
         free(tk->vocab_slots);
         free(tk->merge_slots);
-        free(tk->specials);
+        free(tk->scores);
+        special_matcher_free(tk->specials);
         free(tk->chat_template);
+        free(tk->architecture);
         free(tk);
 }
 
@@ -494,6 +499,10 @@ bool tokenizer_add_bos(const struct tokenizer *tk) {
 
 const char *tokenizer_chat_template(const struct tokenizer *tk) {
         return tk->chat_template;
+}
+
+const char *tokenizer_architecture(const struct tokenizer *tk) {
+        return tk->architecture;
 }
 
 bool tokenizer_valid_id(const struct tokenizer *tk, int32_t id) {
@@ -542,76 +551,21 @@ struct bpe_symbol {
         int32_t prev, next;
 };
 
-/* A candidate merge of the symbol at left with its right neighbour. It goes stale when
- * either side changes; the ids recorded here tell (a symbol's id only ever grows longer,
- * so it never returns to an earlier value). */
-struct bpe_pair {
-        uint32_t rank;
-        int32_t left;
-        int32_t left_id, right_id;
-};
-
+/* A candidate merge (struct merge_candidate: a, b the left and right ids) goes stale when
+ * either side changes; the ids recorded tell (a symbol's id only ever grows longer, so it
+ * never returns to an earlier value). */
 struct encoder {
         const struct tokenizer *tk;
-        int32_t *ids;
-        size_t n_ids, ids_cap;
-        struct bpe_symbol *symbols; /* (work_cap) */
-        struct bpe_pair *heap;      /* (3 * work_cap): n - 1 pairs at first, at most 2 more per merge */
+        struct id_list out;
+        struct bpe_symbol *symbols;    /* (work_cap) */
+        struct merge_candidate *heap; /* (3 * work_cap): n - 1 pairs at first, at most 2 more per merge */
         size_t work_cap;
+        struct spm_scratch spm;
         struct error *err;
 };
 
-static int emit(struct encoder *e, int32_t id) {
-        if (e->n_ids == e->ids_cap) {
-                size_t cap = e->ids_cap ? 2 * e->ids_cap : 64;
-                int32_t *p = realloc(e->ids, cap * sizeof(*p));
-                if (!p)
-                        return error_set(e->err, ENOMEM, "out of memory encoding text");
-                e->ids = p;
-                e->ids_cap = cap;
-        }
-        e->ids[e->n_ids++] = id;
-        return 0;
-}
-
-static bool pair_before(const struct bpe_pair *a, const struct bpe_pair *b) {
-        return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static void heap_push(struct bpe_pair *heap, size_t *n, struct bpe_pair p) {
-        size_t i = (*n)++;
-        while (i > 0) {
-                size_t parent = (i - 1) / 2;
-                if (!pair_before(&p, &heap[parent]))
-                        break;
-                heap[i] = heap[parent];
-                i = parent;
-        }
-        heap[i] = p;
-}
-
-static struct bpe_pair heap_pop(struct bpe_pair *heap, size_t *n) {
-        struct bpe_pair top = heap[0], last = heap[--*n];
-        size_t i = 0;
-
-        for (;;) {
-                size_t child = 2 * i + 1;
-                if (child >= *n)
-                        break;
-                if (child + 1 < *n && pair_before(&heap[child + 1], &heap[child]))
-                        child++;
-                if (!pair_before(&heap[child], &last))
-                        break;
-                heap[i] = heap[child];
-                i = child;
-        }
-        if (*n > 0)
-                heap[i] = last;
-        return top;
-}
-
-static void push_candidate(const struct tokenizer *tk, const struct bpe_symbol *symbols, struct bpe_pair *heap,
-                           size_t *n, int32_t left) {
+static void push_candidate(const struct tokenizer *tk, const struct bpe_symbol *symbols,
+                           struct merge_candidate *heap, size_t *n, int32_t left) {
         if (left < 0 || symbols[left].next < 0)
                 return;
         int32_t right = symbols[left].next;
@@ -619,8 +573,8 @@ static void push_candidate(const struct tokenizer *tk, const struct bpe_symbol *
                 return;
         const struct merge_slot *m = find_merge(tk, symbols[left].id, symbols[right].id);
         if (m)
-                heap_push(heap, n, (struct bpe_pair) {
-                        .rank = m->rank, .left = left, .left_id = symbols[left].id, .right_id = symbols[right].id });
+                merge_heap_push(heap, n, (struct merge_candidate) {
+                        .order = merge_order(m->rank, left), .left = left, .a = symbols[left].id, .b = symbols[right].id });
 }
 
 static int encode_piece(const char *piece, size_t len, void *userdata) {
@@ -630,14 +584,14 @@ static int encode_piece(const char *piece, size_t len, void *userdata) {
         size_t n_heap = 0;
 
         if (len == 1)
-                return tk->byte_token[s[0]] >= 0 ? emit(e, tk->byte_token[s[0]]) : 0;
+                return tk->byte_token[s[0]] >= 0 ? id_list_push(&e->out, tk->byte_token[s[0]], e->err) : 0;
 
         if (len > e->work_cap) {
                 struct bpe_symbol *symbols = realloc(e->symbols, len * sizeof(*symbols));
                 if (!symbols)
                         return error_set(e->err, ENOMEM, "out of memory encoding text");
                 e->symbols = symbols;
-                struct bpe_pair *heap = realloc(e->heap, 3 * len * sizeof(*heap));
+                struct merge_candidate *heap = realloc(e->heap, 3 * len * sizeof(*heap));
                 if (!heap)
                         return error_set(e->err, ENOMEM, "out of memory encoding text");
                 e->heap = heap;
@@ -655,12 +609,12 @@ static int encode_piece(const char *piece, size_t len, void *userdata) {
                 push_candidate(tk, symbols, e->heap, &n_heap, (int32_t) i);
 
         while (n_heap > 0) {
-                struct bpe_pair p = heap_pop(e->heap, &n_heap);
+                struct merge_candidate p = merge_heap_pop(e->heap, &n_heap);
                 struct bpe_symbol *l = &symbols[p.left];
-                if (l->id != p.left_id || l->next < 0 || symbols[l->next].id != p.right_id)
+                if (l->id != p.a || l->next < 0 || symbols[l->next].id != p.b)
                         continue;
 
-                const struct merge_slot *m = find_merge(tk, p.left_id, p.right_id);
+                const struct merge_slot *m = find_merge(tk, p.a, p.b);
                 struct bpe_symbol *r = &symbols[l->next];
                 l->id = m->result;
                 l->next = r->next;
@@ -675,150 +629,80 @@ static int encode_piece(const char *piece, size_t len, void *userdata) {
         for (int32_t i = 0; i >= 0; i = symbols[i].next) {
                 if (symbols[i].id == NO_TOKEN)
                         continue;
-                int r = emit(e, symbols[i].id);
+                int r = id_list_push(&e->out, symbols[i].id, e->err);
                 if (r < 0)
                         return r;
         }
         return 0;
 }
 
-/* memmem() is a GNU extension; special tokens are short and rare, so this will do. */
-static const char *find_bytes(const char *hay, size_t hay_len, const char *needle, size_t needle_len) {
-        if (needle_len == 0 || needle_len > hay_len)
-                return NULL;
-        const char *last = hay + (hay_len - needle_len);
-        for (const char *p = hay; p <= last; p++) {
-                p = memchr(p, needle[0], (size_t) (last - p) + 1);
-                if (!p)
-                        return NULL;
-                if (memcmp(p, needle, needle_len) == 0)
-                        return p;
-        }
-        return NULL;
-}
-
-/* A stretch of the text: raw text to pre-tokenize (id -1) or a special token. */
-struct fragment {
-        size_t start, len;
-        int32_t id;
-};
-
-struct fragments {
-        struct fragment *items;
-        size_t n, cap;
-};
-
-static int fragments_add(struct fragments *f, size_t start, size_t len, int32_t id) {
-        if (len == 0)
-                return 0;
-        if (f->n == f->cap) {
-                size_t cap = f->cap ? 2 * f->cap : 16;
-                struct fragment *p = realloc(f->items, cap * sizeof(*p));
-                if (!p)
-                        return -ENOMEM;
-                f->items = p;
-                f->cap = cap;
-        }
-        f->items[f->n++] = (struct fragment) { .start = start, .len = len, .id = id };
-        return 0;
-}
-
-/* Cuts the special tokens out of the text, longest first, each at every place it occurs
- * in what is still raw text. */
-static int split_specials(const struct tokenizer *tk, const char *text, size_t len, bool parse_special,
-                          struct fragments *out) {
-        struct fragments cur = {}, next = {};
-        int r;
-
-        r = fragments_add(&cur, 0, len, -1);
-        if (r < 0)
-                goto finish;
-
-        for (size_t k = 0; k < tk->n_specials; k++) {
-                int32_t id = tk->specials[k];
-                const struct token *t = &tk->tokens[id];
-                const char *word = token_text(tk, id);
-
-                if (!parse_special && t->type != TOKEN_TYPE_USER_DEFINED)
-                        continue;
-                /* Most texts hold no special token at all: check before rebuilding. */
-                if (!find_bytes(text, len, word, t->text_len))
-                        continue;
-
-                next.n = 0;
-                for (size_t i = 0; i < cur.n; i++) {
-                        struct fragment fr = cur.items[i];
-                        if (fr.id >= 0) {
-                                r = fragments_add(&next, fr.start, fr.len, fr.id);
-                                if (r < 0)
-                                        goto finish;
-                                continue;
-                        }
-                        size_t pos = fr.start, end = fr.start + fr.len;
-                        const char *hit;
-                        while ((hit = find_bytes(text + pos, end - pos, word, t->text_len))) {
-                                size_t at = (size_t) (hit - text);
-                                r = fragments_add(&next, pos, at - pos, -1);
-                                if (r < 0)
-                                        goto finish;
-                                r = fragments_add(&next, at, t->text_len, id);
-                                if (r < 0)
-                                        goto finish;
-                                pos = at + t->text_len;
-                        }
-                        r = fragments_add(&next, pos, end - pos, -1);
-                        if (r < 0)
-                                goto finish;
-                }
-                struct fragments swap = cur;
-                cur = next;
-                next = swap;
-        }
-
-        *out = cur;
-        cur = (struct fragments) {};
-        r = 0;
-finish:
-        free(cur.items);
-        free(next.items);
-        return r;
-}
-
-int tokenizer_encode(const struct tokenizer *tk, const char *text, size_t len, bool parse_special,
-                     int32_t **ret_ids, size_t *ret_n, struct error *err) {
-        struct encoder e = { .tk = tk, .err = err };
-        struct fragments frags = {};
+static int encode(const struct tokenizer *tk, const char *text, size_t len, bool parse_special, struct id_list *out,
+                  struct error *err) {
+        struct encoder e = { .tk = tk, .out = *out, .err = err };
+        struct fragment *frags = NULL;
+        size_t n_frags = 0;
+        bool after_special = true; /* the text's start counts as one, for add_space_prefix */
         int r;
 
         if (len > INT32_MAX)
                 return error_set(err, EINVAL, "text of %zu bytes is too long to encode", len);
 
-        r = split_specials(tk, text, len, parse_special, &frags);
+        r = special_partition(tk->specials, text, len, parse_special, &frags, &n_frags);
         if (r < 0) {
                 error_set(err, -r, "out of memory encoding text");
                 goto finish;
         }
 
-        for (size_t i = 0; i < frags.n; i++) {
-                const struct fragment *fr = &frags.items[i];
+        for (size_t i = 0; i < n_frags && r == 0; i++) {
+                const struct fragment *fr = &frags[i];
                 if (fr->id >= 0)
-                        r = emit(&e, fr->id);
+                        r = id_list_push(&e.out, fr->id, err);
+                else if (tk->kind == TOKENIZER_SPM)
+                        r = spm_encode(tk, text + fr->start, fr->len, tk->add_space_prefix && after_special, &e.spm,
+                                       &e.out, err);
                 else
                         r = pretokenize(tk->pre, text + fr->start, fr->len, encode_piece, &e);
-                if (r < 0)
-                        goto finish;
+                after_special = fr->id >= 0;
         }
 
-        *ret_ids = e.ids;
-        *ret_n = e.n_ids;
-        e.ids = NULL;
-        r = 0;
 finish:
-        free(frags.items);
-        free(e.ids);
+        *out = e.out;
+        free(frags);
         free(e.symbols);
         free(e.heap);
+        spm_scratch_free(&e.spm);
         return r;
+}
+
+int tokenizer_encode(const struct tokenizer *tk, const char *text, size_t len, bool parse_special,
+                     int32_t **ret_ids, size_t *ret_n, struct error *err) {
+        struct id_list out = {};
+        int r = encode(tk, text, len, parse_special, &out, err);
+        if (r < 0) {
+                free(out.ids);
+                return r;
+        }
+        *ret_ids = out.ids;
+        *ret_n = out.n;
+        return 0;
+}
+
+int tokenizer_encode_prompt(const struct tokenizer *tk, const char *text, size_t len, bool parse_special,
+                            int32_t **ret_ids, size_t *ret_n, struct error *err) {
+        struct id_list out = {};
+        int r = 0;
+
+        if (tk->add_bos)
+                r = id_list_push(&out, tk->bos, err);
+        if (r == 0)
+                r = encode(tk, text, len, parse_special, &out, err);
+        if (r < 0) {
+                free(out.ids);
+                return r;
+        }
+        *ret_ids = out.ids;
+        *ret_n = out.n;
+        return 0;
 }
 
 /* Decoding */

@@ -1,19 +1,28 @@
 /* SPDX-License-Identifier: MIT */
 #pragma once
 
-/* Byte-level BPE tokenizer (tokenizer.ggml.model "gpt2") loaded from a GGUF file.
+/* The tokenizer of a GGUF file: byte-level BPE (tokenizer.ggml.model "gpt2") or
+ * SentencePiece (tokenizer.ggml.model "llama"), each giving the ids llama.cpp gives.
  *
- * Encoding: special tokens found literally in the text are cut out first; each remaining
- * stretch of text is split into pieces by the model's pre-tokenizer (tokenizer.ggml.pre:
- * "smollm"/"starcoder", "gpt2"/"default"; see pretokenizer.h); each piece's bytes start as
- * single-byte tokens, and the merge with the lowest rank (leftmost on a tie) is applied
- * until none applies.
+ * Special tokens come first, in both: types control (3) and unknown (2) are recognised in
+ * the text only when parse_special is true; user-defined tokens (4) always are, as
+ * llama.cpp and HF tokenizers do. Longer tokens take precedence: they are cut out first, in
+ * order of decreasing length (special-tokens.h). What remains is raw text:
  *
- * Special tokens: types control (3) and unknown (2) are recognised in the text only when
- * parse_special is true; user-defined tokens (4) always are, as llama.cpp and HF tokenizers
- * do. Longer tokens take precedence: they are cut out first, in order of decreasing length.
+ * BPE: each stretch of raw text is split into pieces by the model's pre-tokenizer
+ * (tokenizer.ggml.pre: "smollm"/"starcoder", "gpt2"/"default"; see pretokenizer.h); each
+ * piece's bytes start as single-byte tokens, and the merge with the lowest rank (leftmost
+ * on a tie) is applied until none applies.
  *
- * Invalid UTF-8 in the text to encode: every byte that does not start a well-formed
+ * SentencePiece: spaces become U+2581 (after a leading space when
+ * tokenizer.ggml.add_space_prefix, default true, holds and the stretch opens the text or
+ * follows a special token), characters are joined by the highest piece score, and what
+ * forms no piece falls back to byte pieces "<0xXX>" (tokenizer-spm.c). Nothing is
+ * validated or replaced, and well-formed text round-trips; as in llama.cpp, a UTF-8 lead
+ * byte cut short takes the bytes after it into its character, so "\xF0 x" decodes with
+ * the space's U+2581 bytes in place of the space.
+ *
+ * Invalid UTF-8 in BPE text: every byte that does not start a well-formed
  * sequence (Unicode table 3-7: no overlong forms, surrogates or values above U+10FFFF)
  * becomes a piece of its own and so its own byte token. Nothing is replaced, so
  * tokenizer_decode(tokenizer_encode(s)) == s byte for byte. (llama.cpp instead replaces
@@ -48,8 +57,8 @@ enum token_type {
 struct tokenizer;
 
 /* Reads the tokenizer.* keys of f. Errors name the key and what is wrong with it:
- * -EOPNOTSUPP for a tokenizer.ggml.model other than "gpt2" or an unknown
- * tokenizer.ggml.pre, -ENOENT for a missing required key, -EINVAL for a malformed one,
+ * -EOPNOTSUPP for a tokenizer.ggml.model other than "gpt2" or "llama", or an unknown
+ * tokenizer.ggml.pre of a "gpt2" one, -ENOENT for a missing required key, -EINVAL for a malformed one,
  * -ENOMEM. */
 int tokenizer_load(const struct gguf_file *f, struct tokenizer **ret, struct error *err);
 void tokenizer_free(struct tokenizer *tk);
@@ -60,13 +69,17 @@ int32_t tokenizer_bos(const struct tokenizer *tk);
 int32_t tokenizer_eos(const struct tokenizer *tk);
 int32_t tokenizer_unk(const struct tokenizer *tk);
 int32_t tokenizer_pad(const struct tokenizer *tk);
-/* tokenizer.ggml.add_bos_token (false when absent). tokenizer_encode() never adds it. */
+/* tokenizer.ggml.add_bos_token; when absent, true for SentencePiece and false for BPE, as
+ * in llama.cpp. tokenizer_encode() never adds it; tokenizer_encode_prompt() does. */
 bool tokenizer_add_bos(const struct tokenizer *tk);
 /* tokenizer.chat_template, NUL-terminated, or NULL when absent. */
 const char *tokenizer_chat_template(const struct tokenizer *tk);
+/* The file's general.architecture, or NULL when absent: what a model without a chat
+ * template is chatted with (chat-template.h). */
+const char *tokenizer_architecture(const struct tokenizer *tk);
 
 bool tokenizer_valid_id(const struct tokenizer *tk, int32_t id);
-/* The token as the vocabulary spells it (byte-level form, e.g. "Ġthe"); NUL-terminated;
+/* The token as the vocabulary spells it (BPE's byte-level form "Ġthe", SentencePiece's "▁the"); NUL-terminated;
  * NULL for an invalid id. ret_len may be NULL. */
 const char *tokenizer_token_text(const struct tokenizer *tk, int32_t id, size_t *ret_len);
 /* The bytes the token decodes to (" the"); may hold NUL bytes or partial UTF-8 characters;
@@ -84,6 +97,11 @@ int32_t tokenizer_find(const struct tokenizer *tk, const char *text, size_t len)
  * No BOS is added. -ENOMEM, or -EINVAL for a text too long for 32-bit positions. */
 int tokenizer_encode(const struct tokenizer *tk, const char *text, size_t len, bool parse_special,
                      int32_t **ret_ids, size_t *ret_n, struct error *err);
+
+/* A prompt as llama.cpp's add_special tokenizes it: tokenizer_encode() after the BOS
+ * token when tokenizer_add_bos(). */
+int tokenizer_encode_prompt(const struct tokenizer *tk, const char *text, size_t len, bool parse_special,
+                            int32_t **ret_ids, size_t *ret_n, struct error *err);
 
 /* The exact bytes of ids, in a malloc'ed NUL-terminated buffer (the bytes may themselves
  * hold NULs, hence ret_len, which may be NULL). Special tokens (tokenizer_is_special()) are

@@ -246,11 +246,11 @@ static int prompt_ids(const struct options *o, const struct tokenizer *tk, int32
                 msgs[n++] = (struct chat_message) { "user", text };
                 char *rendered;
                 if ((r = chat_render(tk, msgs, n, true, &rendered, err)) == 0) {
-                        r = tokenizer_encode(tk, rendered, strlen(rendered), true, ret, ret_n, err);
+                        r = tokenizer_encode_prompt(tk, rendered, strlen(rendered), true, ret, ret_n, err);
                         free(rendered);
                 }
         } else
-                r = tokenizer_encode(tk, text, strlen(text), o->parse_special, ret, ret_n, err);
+                r = tokenizer_encode_prompt(tk, text, strlen(text), o->parse_special, ret, ret_n, err);
         free(owned);
         return r;
 }
