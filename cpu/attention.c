@@ -6,29 +6,39 @@
 
 #include "cpu-runner-internal.h"
 #include "float16.h"
+#include "rms-norm.h"
 
-/* Rotates adjacent pairs (x[2i], x[2i+1]) of each head by position * theta^(-2i / rope_dim). */
-static void rope(const struct cpu_runner *r, float *x, uint32_t n_heads, uint32_t t) {
+/* Turns each head's pairs (rope.h) by token t's angles in the layer's table. */
+static void rope(const struct cpu_runner *r, float *x, uint32_t n_heads, uint32_t t, uint32_t layer) {
         const struct model_hparams *hp = &r->model->hp;
         uint32_t half = hp->rope_dim / 2;
-        r->kernels->rope(x, n_heads, hp->head_dim, half, r->rope_cos + (size_t) t * half, r->rope_sin + (size_t) t * half);
+        size_t at = ((size_t) rope_table(r, layer) * r->slice_tokens + t) * half;
+        r->kernels->rope(x, n_heads, hp->head_dim, half, hp->rope_pairing == ROPE_HALVES, r->rope_cos + at,
+                         r->rope_sin + at);
 }
 
+/* Pair i of position p turns by scale * p * base^(-2i / rope_dim): table 0 with the global
+ * layers' base and scale, table 1 (sliding layers) with theirs and no scaling. */
 void rope_tables(struct cpu_runner *r, unsigned ith, unsigned nth) {
         const struct model_hparams *hp = &r->model->hp;
         const struct batch *b = r->batch;
         uint32_t half = hp->rope_dim / 2;
-        /* The angle advances by repeated multiplication, as the reference does, so that the
-         * rounding of each angle matches it. */
-        float theta_scale = powf(hp->rope_theta, -2.0f / (float) hp->rope_dim);
         uint64_t begin, end;
         split(b->n_tokens, ith, nth, &begin, &end);
-        for (uint64_t t = begin; t < end; t++) {
-                float theta = (float) b->positions[t];
-                for (uint32_t i = 0; i < half; i++) {
-                        r->rope_cos[t * half + i] = cosf(theta);
-                        r->rope_sin[t * half + i] = sinf(theta);
-                        theta *= theta_scale;
+        for (uint32_t k = 0; k < r->n_rope_tables; k++) {
+                float base = k ? hp->rope_theta_local : hp->rope_theta, scale = k ? 1.0f : hp->rope_scale;
+                /* The angle advances by repeated multiplication, as the reference does, so that
+                 * the rounding of each angle matches it; the scale multiplies each angle. */
+                float theta_scale = powf(base, -2.0f / (float) hp->rope_dim);
+                float *cos_k = r->rope_cos + (size_t) k * r->slice_tokens * half;
+                float *sin_k = r->rope_sin + (size_t) k * r->slice_tokens * half;
+                for (uint64_t t = begin; t < end; t++) {
+                        float theta = (float) b->positions[t];
+                        for (uint32_t i = 0; i < half; i++) {
+                                cos_k[t * half + i] = cosf(scale * theta);
+                                sin_k[t * half + i] = sinf(scale * theta);
+                                theta *= theta_scale;
+                        }
                 }
         }
 }
@@ -69,18 +79,28 @@ static float *attention_output(const struct cpu_runner *r, uint32_t t, uint32_t 
         return r->shared.xn + (size_t) t * r->q_dim + ((size_t) kv_head * (hp->n_head / hp->n_head_kv) + g) * hp->head_dim;
 }
 
-/* Applies RoPE to token t's query heads of key-value head h and to its key head h, and
- * stores that key and value in the KV pool. */
+/* Makes token t's query heads of key-value head h and its key head h ready for attention
+ * (their RMS norms where the layer has them, RoPE, the queries' scale), and stores that key
+ * and value in the KV pool. */
 static void store_kv_head(struct cpu_runner *r, uint32_t layer, uint32_t t, uint32_t h) {
         const struct model_hparams *hp = &r->model->hp;
+        const struct model_layer *l = &r->model->layers[layer];
         const struct batch *b = r->batch;
         const struct batch_seq *seq = &b->seqs[b->seq_ids[t]];
         uint32_t pos = (uint32_t) b->positions[t], group = hp->n_head / hp->n_head_kv;
         uint32_t bs = r->kv->block_size, hd = hp->head_dim, block = (uint32_t) seq->block_table[pos / bs];
         float *q = r->q + (size_t) t * r->q_dim + (size_t) h * group * hd;
         float *k = r->k + (size_t) t * r->kv_dim + (size_t) h * hd, *v = r->v + (size_t) t * r->kv_dim + (size_t) h * hd;
-        rope(r, q, group, t);
-        rope(r, k, 1, t);
+        if (l->attn_q_norm) {
+                for (uint32_t g = 0; g < group; g++)
+                        rms_norm(q + (size_t) g * hd, l->attn_q_norm, q + (size_t) g * hd, hd, hp->rms_eps);
+                rms_norm(k, l->attn_k_norm, k, hd, hp->rms_eps);
+        }
+        rope(r, q, group, t, layer);
+        rope(r, k, 1, t, layer);
+        if (hp->query_scale != 1.0f)
+                for (uint32_t i = 0; i < group * hd; i++)
+                        q[i] *= hp->query_scale;
         uint64_t row = kv_row(r, layer, block, h, pos % bs);
         for (uint32_t i = 0; i < hd; i++) {
                 r->kv->k[row + i] = f32_to_f16(k[i]);
@@ -159,6 +179,31 @@ static uint32_t attention_tile(const struct batch *b, uint32_t t, uint32_t kv_he
         return n;
 }
 
+/* The first position a layer's attention reads for queries at positions first_pos ..
+ * n_pos - 1 of a sequence: 0, or in a sliding layer the first position of first_pos's
+ * window rounded down to a multiple of window_align and kept at least 64 positions before
+ * n_pos (every lane of the sums then has a position, as when reading from 0). The positions
+ * before it lie outside every such query's window: their weights would be exactly 0, which
+ * adds nothing to any sum, so leaving them out changes no bit. */
+static uint32_t first_read(const struct cpu_runner *r, uint32_t layer, uint32_t first_pos, uint32_t n_pos) {
+        uint32_t window = r->model->layers[layer].sliding ? r->model->hp.sliding_window : 0;
+        if (window == 0 || first_pos < window || n_pos < 64)
+                return 0;
+        uint32_t from = first_pos + 1 - window;
+        if (from > n_pos - 64)
+                from = n_pos - 64;
+        return from / r->window_align * r->window_align;
+}
+
+/* In a sliding layer, the scores of the positions from `from` on that lie outside the window
+ * of the query at pos become -inf, llama.cpp's mask: position j is hidden when pos - j >=
+ * sliding_window. */
+static void mask_outside_window(const struct cpu_runner *r, uint32_t layer, float *scores, uint32_t from, uint32_t pos) {
+        uint32_t window = r->model->layers[layer].sliding ? r->model->hp.sliding_window : 0;
+        for (uint32_t j = from; window && j + window <= pos; j++)
+                scores[j] = -INFINITY;
+}
+
 /* Causal grouped-query attention of each (token, key-value head) in this thread's share over
  * the token's sequence, positions 0..pos in order, read through the block table; the query
  * heads of the group, and of a few consecutive prompt tokens, go together,
@@ -175,7 +220,7 @@ void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsigned nth)
         const struct dot_kernels *kern = r->kernels;
         uint32_t group = hp->n_head / hp->n_head_kv, hd = hp->head_dim;
         size_t scores_stride = (size_t) r->config.max_model_len + 16;
-        float scale = 1.0f / sqrtf((float) hd);
+        float scale = hp->score_scale;
         float *scores = r->thread_scratch + ith * r->thread_scratch_stride; /* (tile heads, scores_stride) */
         float *q16 = scores + r->attn_scores_floats;                        /* (tile heads, hd) */
         float *lanes = q16 + r->attn_queries_floats;                         /* (tile heads, 64, hd) */
@@ -196,29 +241,33 @@ void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsigned nth)
                 uint32_t n_pos = (uint32_t) b->positions[t + n_tile - 1] + 1; /* the tile's last token's */
                 bool prompt = (uint32_t) b->positions[t] < seq->n_prompt;
                 uint32_t n_lanes = prompt ? 16 : 64, n_q = n_tile * group;
+                uint32_t from = first_read(r, layer, (uint32_t) b->positions[t], n_pos);
+                const int32_t *blocks = seq->block_table + from / r->kv->block_size;
 
-                struct f16_rows values = kv_head_rows(r, r->kv->v, NULL, layer, kv_head, seq->block_table);
+                struct f16_rows values = kv_head_rows(r, r->kv->v, NULL, layer, kv_head, blocks);
                 /* A generated token's values are read lane by lane, positions 64 apart in
                  * blocks scattered over the pool, and the sums waited on each row. */
-                struct f16_rows keys = kv_head_rows(r, r->kv->k, prompt ? NULL : r->kv->v, layer, kv_head, seq->block_table);
+                struct f16_rows keys = kv_head_rows(r, r->kv->k, prompt ? NULL : r->kv->v, layer, kv_head, blocks);
 
                 round_queries(r, t, n_tile, kv_head, q16);
-                kern->attn_scores(&keys, n_pos, q16, hd, n_q, hd, !prompt, scale, scores, scores_stride);
+                kern->attn_scores(&keys, n_pos - from, q16, hd, n_q, hd, !prompt, scale, scores + from, scores_stride);
 
                 /* The weights meet the f16 values at f16 precision, as in the reference's
                  * attention without flash attention; a query's positions past its own (the
                  * tile's later tokens) weigh nothing. */
                 for (uint32_t g = 0; g < n_q; g++) {
                         float *sg = scores + g * scores_stride;
-                        uint32_t n_ctx = (uint32_t) b->positions[t + g / group] + 1;
-                        kern->softmax_f16(sg, n_ctx);
-                        for (uint32_t j = n_ctx; j < n_pos; j++)
+                        uint32_t pos = (uint32_t) b->positions[t + g / group];
+                        mask_outside_window(r, layer, sg, from, pos);
+                        kern->softmax_f16(sg + from, pos + 1 - from);
+                        for (uint32_t j = pos + 1; j < n_pos; j++)
                                 sg[j] = 0.0f;
                 }
-                kern->attn_values(&values, n_pos, scores, scores_stride, n_q, hd, n_lanes, 0, 16, lanes, lanes_stride);
+                kern->attn_values(&values, n_pos - from, scores + from, scores_stride, n_q, hd, n_lanes, 0, 16, lanes,
+                                  lanes_stride);
                 for (uint32_t g = 0; g < n_q; g++) {
-                        uint32_t n_ctx = (uint32_t) b->positions[t + g / group] + 1;
-                        kern->sum_lanes(lanes + g * lanes_stride, hd, n_ctx < 16 ? n_ctx : 16, hd,
+                        uint32_t n_read = (uint32_t) b->positions[t + g / group] + 1 - from;
+                        kern->sum_lanes(lanes + g * lanes_stride, hd, n_read < 16 ? n_read : 16, hd,
                                         attention_output(r, t + g / group, kv_head, g % group));
                 }
         }
@@ -231,17 +280,23 @@ void attention(struct cpu_runner *r, uint32_t layer, unsigned ith, unsigned nth)
 #define ATTN_SHARE_IMBALANCE 1.2
 
 /* Whether this decode step shares each item's attention between the threads: every token
- * its sequence's only one, some context of at least attn_split_positions (below, the extra
- * barriers cost more than the evener split saves), and attention()'s runs of items uneven
- * (one sequence's 3 key-value heads on 2 threads: two thirds of the reads on one). */
+ * its sequence's only one and generated (not a prompt position), some context of at least
+ * attn_split_positions (below, the extra barriers cost more than the evener split saves),
+ * and attention()'s runs of items uneven (one sequence's 3 key-value heads on 2 threads: two
+ * thirds of the reads on one). */
 bool attention_is_shared(const struct cpu_runner *r, bool store_own_kv, unsigned nth) {
         const struct model_hparams *hp = &r->model->hp;
         const struct batch *b = r->batch;
         if (!store_own_kv || !r->attn_split)
                 return false;
         uint32_t group = hp->n_head / hp->n_head_kv, longest = 0;
-        for (uint32_t t = 0; t < b->n_tokens; t++)
+        for (uint32_t t = 0; t < b->n_tokens; t++) {
+                /* a prompt position fed alone (a one-token chunk) sums in the prompt's order,
+                 * which only attention() has */
+                if ((uint32_t) b->positions[t] < b->seqs[b->seq_ids[t]].n_prompt)
+                        return false;
                 longest = (uint32_t) b->positions[t] + 1 > longest ? (uint32_t) b->positions[t] + 1 : longest;
+        }
         if (longest < r->attn_split_positions)
                 return false;
         uint64_t total = attention_cost(r), busiest = 0;
@@ -285,7 +340,6 @@ void attention_shared(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
         uint32_t group = hp->n_head / hp->n_head_kv, hd = hp->head_dim, bs = r->kv->block_size;
         uint32_t n_items = b->n_tokens * hp->n_head_kv;
         size_t scores_stride = (size_t) r->config.max_model_len + 16, lanes_stride = (size_t) 64 * hd;
-        float scale = 1.0f / sqrtf((float) hd);
 
         for (uint32_t item = ith; item < n_items; item += nth) {
                 uint32_t t = item / hp->n_head_kv, kv_head = item % hp->n_head_kv;
@@ -294,25 +348,29 @@ void attention_shared(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
         }
         thread_pool_barrier(r->pool);
 
+        /* positions from..n_pos - 1 of each item (first_read()), in whole blocks per thread */
         for (uint32_t item = 0; item < n_items; item++) {
                 uint32_t t = item / hp->n_head_kv, kv_head = item % hp->n_head_kv;
                 const struct batch_seq *seq = &b->seqs[b->seq_ids[t]];
-                uint32_t n_pos = (uint32_t) b->positions[t] + 1, n_blocks = (n_pos + bs - 1) / bs;
-                uint32_t per_thread = (n_blocks + nth - 1) / nth;
-                uint32_t first = ith * per_thread * bs, end = (ith + 1) * per_thread * bs;
+                uint32_t n_pos = (uint32_t) b->positions[t] + 1, from = first_read(r, layer, n_pos - 1, n_pos);
+                uint32_t n_blocks = (n_pos - from + bs - 1) / bs, per_thread = (n_blocks + nth - 1) / nth;
+                uint32_t first = from + ith * per_thread * bs, end = from + (ith + 1) * per_thread * bs;
                 if (end > n_pos)
                         end = n_pos;
                 if (first >= end)
                         continue;
                 struct f16_rows keys = kv_head_rows(r, r->kv->k, r->kv->v, layer, kv_head, seq->block_table + first / bs);
-                kern->attn_scores(&keys, end - first, attn_split_queries(r, item), hd, group, hd, true, scale,
+                kern->attn_scores(&keys, end - first, attn_split_queries(r, item), hd, group, hd, true, hp->score_scale,
                                   attn_split_scores(r, item) + first, scores_stride);
         }
         thread_pool_barrier(r->pool);
 
         for (uint32_t query = ith; query < n_items * group; query += nth) {
-                uint32_t item = query / group, t = item / hp->n_head_kv;
-                kern->softmax_f16(attn_split_scores(r, item) + (query % group) * scores_stride, (size_t) b->positions[t] + 1);
+                uint32_t item = query / group, pos = (uint32_t) b->positions[item / hp->n_head_kv];
+                uint32_t from = first_read(r, layer, pos, pos + 1);
+                float *scores = attn_split_scores(r, item) + (query % group) * scores_stride;
+                mask_outside_window(r, layer, scores, from, pos);
+                kern->softmax_f16(scores + from, pos + 1 - from);
         }
         thread_pool_barrier(r->pool);
 
@@ -320,16 +378,18 @@ void attention_shared(struct cpu_runner *r, uint32_t layer, unsigned ith, unsign
         for (uint32_t item = 0; item < n_items && first_row < end_row; item++) {
                 uint32_t t = item / hp->n_head_kv, kv_head = item % hp->n_head_kv;
                 const struct batch_seq *seq = &b->seqs[b->seq_ids[t]];
-                struct f16_rows values = kv_head_rows(r, r->kv->v, NULL, layer, kv_head, seq->block_table);
-                kern->attn_values(&values, (uint32_t) b->positions[t] + 1, attn_split_scores(r, item), scores_stride, group,
-                                  hd, 64, first_row, end_row - first_row, attn_split_lanes(r, item), lanes_stride);
+                uint32_t n_pos = (uint32_t) b->positions[t] + 1, from = first_read(r, layer, n_pos - 1, n_pos);
+                struct f16_rows values = kv_head_rows(r, r->kv->v, NULL, layer, kv_head, seq->block_table + from / bs);
+                kern->attn_values(&values, n_pos - from, attn_split_scores(r, item) + from, scores_stride, group, hd, 64,
+                                  first_row, end_row - first_row, attn_split_lanes(r, item), lanes_stride);
         }
         thread_pool_barrier(r->pool);
 
         for (uint32_t query = ith; query < n_items * group; query += nth) {
                 uint32_t item = query / group, t = item / hp->n_head_kv, kv_head = item % hp->n_head_kv;
-                uint32_t n_ctx = (uint32_t) b->positions[t] + 1, g = query % group;
-                kern->sum_lanes(attn_split_lanes(r, item) + g * lanes_stride, hd, n_ctx < 16 ? n_ctx : 16, hd,
+                uint32_t n_pos = (uint32_t) b->positions[t] + 1, g = query % group;
+                uint32_t n_read = n_pos - first_read(r, layer, n_pos - 1, n_pos);
+                kern->sum_lanes(attn_split_lanes(r, item) + g * lanes_stride, hd, n_read < 16 ? n_read : 16, hd,
                                 attention_output(r, t, kv_head, g));
         }
 }

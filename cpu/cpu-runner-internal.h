@@ -58,8 +58,16 @@ struct cpu_runner {
         float *v;                /* (T, kv_dim) */
         float *gate;             /* (T, n_ff) */
         float *up;               /* (T, n_ff) */
-        float *rope_cos;         /* (T, rope_dim / 2) */
-        float *rope_sin;         /* (T, rope_dim / 2) */
+        float *branch;           /* (T, n_embd) a matmul's output before its post-norm; NULL without post-norms */
+        /* (n_rope_tables, T, rope_dim / 2): the global layers' angles, then the sliding
+         * layers' (rope_table()) */
+        float *rope_cos;
+        float *rope_sin;
+        uint32_t n_rope_tables;
+        /* Sliding-window attention starts reading at a multiple of this (the block size and
+         * the 64 lanes both divide it), so that every position it reads keeps its lane and
+         * its softmax run. */
+        uint32_t window_align;
         float *thread_scratch;   /* (n_threads, max_model_len + max_dim) scores and rows */
         size_t thread_scratch_stride;
         uint32_t attn_tile_tokens;
@@ -89,6 +97,11 @@ static inline void split(uint64_t n, unsigned ith, unsigned nth, uint64_t *begin
 
 static inline const struct packed_weights *packed_for(const struct cpu_runner *r, size_t i) {
         return r->packed.weights && r->packed.weights[i].data ? &r->packed.weights[i] : NULL;
+}
+
+/* Which of the runner's RoPE tables a layer's positions turn by. */
+static inline uint32_t rope_table(const struct cpu_runner *r, uint32_t layer) {
+        return r->n_rope_tables > 1 && r->model->layers[layer].sliding ? 1 : 0;
 }
 
 /* attention.c */

@@ -124,8 +124,14 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
         r->v = alloc_floats(r, T * r->kv_dim);
         r->gate = alloc_floats(r, T * hp->n_ff);
         r->up = alloc_floats(r, T * hp->n_ff);
-        r->rope_cos = alloc_floats(r, T * (hp->rope_dim / 2));
-        r->rope_sin = alloc_floats(r, T * (hp->rope_dim / 2));
+        if (model->post_norms && !(r->branch = alloc_floats(r, T * hp->n_embd)))
+                ok = false;
+        r->n_rope_tables = hp->sliding_window ? 2 : 1;
+        r->rope_cos = alloc_floats(r, r->n_rope_tables * T * (hp->rope_dim / 2));
+        r->rope_sin = alloc_floats(r, r->n_rope_tables * T * (hp->rope_dim / 2));
+        r->window_align = 64;
+        while (r->window_align % config->block_size != 0)
+                r->window_align += 64;
         r->thread_scratch = alloc_floats(r, config->n_threads * r->thread_scratch_stride);
         r->attn_split_positions = config->attn_split_positions ? config->attn_split_positions
                                                                : CPU_RUNNER_ATTN_SPLIT_POSITIONS;
@@ -161,6 +167,7 @@ void cpu_runner_free(struct cpu_runner *r) {
         free(r->v);
         free(r->gate);
         free(r->up);
+        free(r->branch);
         free(r->rope_cos);
         free(r->rope_sin);
         free(r->thread_scratch);

@@ -8,6 +8,7 @@
 #include "dot.h"
 #include "exp-poly.h"
 #include "float16.h"
+#include "gelu-table.h"
 #include "quantize.h"
 #include "rope.h"
 
@@ -261,14 +262,20 @@ static void softmax_f16_scalar(float *x, size_t n) {
                 x[i] = f16_to_f32(f32_to_f16(x[i] * inv));
 }
 
-static void rope_scalar(float *x, uint32_t n_heads, uint32_t head_dim, uint32_t half, const float *cos,
+static void rope_scalar(float *x, uint32_t n_heads, uint32_t head_dim, uint32_t half, bool halves, const float *cos,
                         const float *sin) {
-        rope_rows(x, n_heads, head_dim, half, cos, sin);
+        rope_rows(x, n_heads, head_dim, half, halves, cos, sin);
 }
 
 static void swiglu_scalar(float *h, const float *g, const float *u, size_t n) {
         for (size_t i = 0; i < n; i++)
                 h[i] = g[i] / (1.0f + exp_poly(0.0f - g[i])) * u[i];
+}
+
+static void geglu_scalar(float *h, const float *g, const float *u, size_t n) {
+        const float *gelu = gelu_table();
+        for (size_t i = 0; i < n; i++)
+                h[i] = g[i] <= -10.0f ? 0.0f : g[i] >= 10.0f ? g[i] * u[i] : gelu[f32_to_f16(g[i])] * u[i];
 }
 
 const struct dot_kernels dot_kernels_scalar = {
@@ -300,4 +307,5 @@ const struct dot_kernels dot_kernels_scalar = {
         .swiglu = swiglu_scalar,
         .q2_K = dot_q2_K_reference, .q3_K = dot_q3_K_reference, .q4_K = dot_q4_K_reference,
         .q5_K = dot_q5_K_reference, .q6_K = dot_q6_K_reference, .quantize_q8_K = quantize_row_q8_K,
+        .geglu = geglu_scalar,
 };

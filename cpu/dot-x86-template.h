@@ -11,6 +11,7 @@
 #include "attention-by-position.h"
 #include "exp-poly.h"
 #include "float16.h"
+#include "gelu-table.h"
 #include "rope.h"
 
 #define DOT_CONCAT_(a, b) a##_##b
@@ -243,8 +244,9 @@ DOT_TILE_OFFSET(q4_1, TENSOR_Q4_1)
 DOT_TILE_OFFSET(q5_1, TENSOR_Q5_1)
 
 __attribute__((target(DOT_TARGET))) static void DOT_FN(rope)(float *x, uint32_t n_heads, uint32_t head_dim, uint32_t half,
+                                                             bool halves,
                                                              const float *cos, const float *sin) {
-        rope_rows(x, n_heads, head_dim, half, cos, sin);
+        rope_rows(x, n_heads, head_dim, half, halves, cos, sin);
 }
 
 /* packed_activation_corrections() a block at a time: its eight lanes' sums of four quants
@@ -562,6 +564,24 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(swiglu)(float *h, const f
                 h[i] = g[i] / (1.0f + exp_poly(0.0f - g[i])) * u[i];
 }
 
+/* geglu_scalar()'s steps eight at a time: the f16 conversion rounds to nearest even as
+ * f32_to_f16() does, and the table is gathered by those bits. */
+__attribute__((target(DOT_TARGET))) static void DOT_FN(geglu)(float *h, const float *g, const float *u, size_t n) {
+        const float *gelu = gelu_table();
+        const __m256 low = _mm256_set1_ps(-10.0f), high = _mm256_set1_ps(10.0f);
+        size_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+                __m256 gv = _mm256_loadu_ps(g + i), uv = _mm256_loadu_ps(u + i);
+                __m256i bits = _mm256_cvtepu16_epi32(_mm256_cvtps_ph(gv, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+                __m256 y = _mm256_i32gather_ps(gelu, bits, 4);
+                y = _mm256_blendv_ps(y, gv, _mm256_cmp_ps(gv, high, _CMP_GE_OQ));
+                y = _mm256_mul_ps(y, uv);
+                _mm256_storeu_ps(h + i, _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(gv, low, _CMP_LE_OQ)));
+        }
+        for (; i < n; i++)
+                h[i] = g[i] <= -10.0f ? 0.0f : g[i] >= 10.0f ? g[i] * u[i] : gelu[f32_to_f16(g[i])] * u[i];
+}
+
 /* The set's table; a set whose packed product has a variant for AMD cores (DOT_AMD_PACKED_FN)
  * gets a second table, "<set>-amd", that differs only in its 4- and 5-bit packed products. */
 #define DOT_TABLE(table, set_name, packed_4bit)                                                                        \
@@ -594,6 +614,7 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(swiglu)(float *h, const f
                 .swiglu = DOT_FN(swiglu),                                                                              \
                 .q2_K = dot_q2_K_reference, .q3_K = dot_q3_K_reference, .q4_K = dot_q4_K_reference,                    \
                 .q5_K = dot_q5_K_reference, .q6_K = dot_q6_K_reference, .quantize_q8_K = quantize_row_q8_K,            \
+                .geglu = DOT_FN(geglu),                                                                                \
         };
 
 DOT_TABLE(DOT_CONCAT(dot_kernels, DOT_SET), DOT_SET_NAME, DOT_PACKED_FN)

@@ -144,7 +144,8 @@ struct dot_kernels {
          * gets each block's d and s as floats, converted once here rather than in every tile. */
         void (*quantize_q8_1)(const float *x, struct block_q8_1 *out, float *ds, size_t n);
         /* rope_rows() (rope.h) with the same bits. */
-        void (*rope)(float *x, uint32_t n_heads, uint32_t head_dim, uint32_t half, const float *cos, const float *sin);
+        void (*rope)(float *x, uint32_t n_heads, uint32_t head_dim, uint32_t half, bool halves, const float *cos,
+                     const float *sin);
         /* packed_activation_corrections() (the reference, packed-weights.c), same values. */
         void (*activation_corrections)(const struct block_q8_1 *xq, size_t n_blocks, int32_t *corrections);
         /* h[i] = silu(g[i]) * u[i], with the exp of exp_poly.h so that every set, and the
@@ -154,6 +155,10 @@ struct dot_kernels {
          * its reference's bits. */
         dot_k_fn q2_K, q3_K, q4_K, q5_K, q6_K;
         void (*quantize_q8_K)(const float *x, struct block_q8_K *out, size_t n);
+        /* h[i] = gelu(g[i]) * u[i] as llama.cpp's CPU backend makes its GeGLU: 0 for g[i] <=
+         * -10, g[i] * u[i] for g[i] >= 10, else gelu_table() at g[i] rounded to f16, times
+         * u[i]. */
+        void (*geglu)(float *h, const float *g, const float *u, size_t n);
 };
 
 /* The sum of 8 lanes as the 256-bit horizontal add of llama.cpp's x86 block products does

@@ -6,6 +6,7 @@
 
 #include "cpu-runner-internal.h"
 #include "quantize.h"
+#include "rms-norm.h"
 
 /* Up to this many tokens a thread takes several groups of a packed matmul at a time; more,
  * and one group is a thread's work at a time (matmul_take_size). */
@@ -13,16 +14,6 @@
 /* How much of its next matmul's first take a thread fetches while it waits at a barrier:
  * about what memory delivers in an average wait of a decode step (~1.5 us). */
 #define BARRIER_FETCH_MAX 16384
-
-static void rms_norm(const float *x, const float *weight, float *out, uint32_t n, float eps) {
-        /* squares rounded to float, summed in double, as the reference does */
-        double sum = 0.0;
-        for (uint32_t i = 0; i < n; i++)
-                sum += (double) (x[i] * x[i]);
-        float scale = 1.0f / sqrtf((float) (sum / n) + eps);
-        for (uint32_t i = 0; i < n; i++)
-                out[i] = x[i] * scale * weight[i];
-}
 
 /* Groups of a packed matmul a thread takes from its own run at a time (matmul-shares.h):
  * about eight takes per thread, enough to even out, few enough that a take costs little next
@@ -194,15 +185,51 @@ static void quantize_tokens(struct cpu_runner *r, const struct activations *a, c
                 quantize_row(r, a, x + t * width, t, width);
 }
 
-static void swiglu(struct cpu_runner *r, const struct activations *a, unsigned ith, unsigned nth) {
+/* h = act(gate) * up, the feed-forward's gated activation, quantized for the down matmul. */
+static void gated_activation(struct cpu_runner *r, const struct activations *a, unsigned ith, unsigned nth) {
         uint32_t n_ff = r->model->hp.n_ff;
+        void (*act)(float *, const float *, const float *, size_t) =
+                r->model->hp.ffn_activation == FFN_GELU ? r->kernels->geglu : r->kernels->swiglu;
         uint64_t begin, end;
         split(r->batch->n_tokens, ith, nth, &begin, &end);
         for (uint64_t t = begin; t < end; t++) {
                 float *h = a->xn + t * n_ff;
-                r->kernels->swiglu(h, r->gate + t * n_ff, r->up + t * n_ff, n_ff);
+                act(h, r->gate + t * n_ff, r->up + t * n_ff, n_ff);
                 quantize_row(r, a, h, t, n_ff);
         }
+}
+
+/* x += W a: the attention's or the feed-forward's output joins the residual stream, through
+ * its own RMS norm first where the layer has one (post_norm): x += norm(W a) * post_norm,
+ * the sum made whole in r->branch before any token is normalized. */
+static void residual_matmul(struct cpu_runner *r, size_t weight_index, const float *post_norm,
+                            const struct activations *a, float *row_scratch, unsigned ith, unsigned nth) {
+        const struct model_hparams *hp = &r->model->hp;
+        uint32_t T = r->batch->n_tokens;
+        if (!post_norm) {
+                matmul(r, weight_index, a, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
+                return;
+        }
+        matmul(r, weight_index, a, T, r->branch, hp->n_embd, false, row_scratch, ith, nth);
+        thread_pool_barrier(r->pool);
+        uint64_t begin, end;
+        split(T, ith, nth, &begin, &end);
+        for (uint64_t t = begin; t < end; t++) {
+                float *out = r->branch + t * hp->n_embd, *x = r->x + t * hp->n_embd;
+                rms_norm(out, post_norm, out, hp->n_embd, hp->rms_eps);
+                for (uint32_t i = 0; i < hp->n_embd; i++)
+                        x[i] += out[i];
+        }
+}
+
+/* logits = cap * tanh(logits / cap), this thread's share of the step's logits. */
+static void softcap_logits(struct cpu_runner *r, unsigned ith, unsigned nth) {
+        const struct model_hparams *hp = &r->model->hp;
+        float cap = hp->logit_softcap, inv = 1.0f / cap;
+        uint64_t begin, end;
+        split((uint64_t) r->batch->n_outputs * hp->n_vocab, ith, nth, &begin, &end);
+        for (uint64_t i = begin; i < end; i++)
+                r->logits[i] = tanhf(r->logits[i] * inv) * cap;
 }
 
 /* A tied output matrix's repacked rows give the embeddings: the file's pages were dropped
@@ -221,7 +248,11 @@ static void embed(struct cpu_runner *r, float *row_scratch, unsigned ith, unsign
                         packed_weights_row(packed, b->tokens[t], row_scratch);
                         row = row_scratch;
                 }
-                tensor_row_to_float(m->token_embd.type, row, r->x + t * m->hp.n_embd, m->hp.n_embd);
+                float *x = r->x + t * m->hp.n_embd;
+                tensor_row_to_float(m->token_embd.type, row, x, m->hp.n_embd);
+                if (m->hp.embd_scale != 1.0f)
+                        for (uint32_t i = 0; i < m->hp.n_embd; i++)
+                                x[i] *= m->hp.embd_scale;
         }
 }
 
@@ -266,7 +297,7 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
                 quantize_tokens(r, a, r->shared.xn, r->q_dim, T, feed_ith, feed_nth);
                 if (!small)
                         barrier_before_matmul(r, w + 3, T, ith, nth);
-                matmul(r, w + 3, a, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
+                residual_matmul(r, w + 3, l->attn_post_norm, a, row_scratch, ith, nth);
                 barrier_before_matmul(r, w + 4, T, ith, nth);
 
                 norm_tokens(r, a, l->ffn_norm, NULL, T, feed_ith, feed_nth, false);
@@ -275,10 +306,10 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
                 matmul(r, w + 4, a, T, r->gate, hp->n_ff, false, row_scratch, ith, nth);
                 matmul(r, w + 5, a, T, r->up, hp->n_ff, false, row_scratch, ith, nth);
                 barrier_before_matmul(r, w + 6, T, ith, nth);
-                swiglu(r, a, feed_ith, feed_nth);
+                gated_activation(r, a, feed_ith, feed_nth);
                 if (!small)
                         barrier_before_matmul(r, w + 6, T, ith, nth);
-                matmul(r, w + 6, a, T, r->x, hp->n_embd, true, row_scratch, ith, nth);
+                residual_matmul(r, w + 6, l->ffn_post_norm, a, row_scratch, ith, nth);
                 if (layer + 1 < hp->n_layer)
                         barrier_before_matmul(r, w + WEIGHTS_PER_LAYER, T, ith, nth);
                 else
@@ -290,6 +321,10 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
         if (!small)
                 barrier_before_matmul(r, n_matmul_weights(m) - 1, b->n_outputs, ith, nth);
         matmul(r, n_matmul_weights(m) - 1, a, b->n_outputs, r->logits, hp->n_vocab, false, row_scratch, ith, nth);
+        if (hp->logit_softcap != 0.0f && r->logits) {
+                thread_pool_barrier(r->pool);
+                softcap_logits(r, ith, nth);
+        }
 }
 
 static void run_slice(struct cpu_runner *r, const struct batch *slice, float *logits) {

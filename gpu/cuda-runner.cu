@@ -166,6 +166,11 @@ static bool kernel_for(const struct weight *w, struct error *err) {
 
 static int check_model(const struct model *m, struct error *err) {
         const struct model_hparams *hp = &m->hp;
+        /* the kernels implement the llama layout only: none of the variations model.h names */
+        if (strcmp(m->architecture, "llama") != 0)
+                return error_set(err, EOPNOTSUPP,
+                                 "the CUDA backend implements the llama architecture only, not '%s'; run it with --device cpu",
+                                 m->architecture);
         if (!kernel_for(&m->token_embd, err) || !kernel_for(&m->output, err))
                 return -EOPNOTSUPP;
         for (uint32_t i = 0; i < hp->n_layer; i++) {

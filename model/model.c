@@ -1,13 +1,44 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model.h"
 
-/* The architectures whose tensors and keys follow the Llama layout. */
-static const char *const llama_family[] = { "llama", NULL };
+/* The architectures whose tensors and keys follow the Llama layout, each with the variations
+ * of it that it uses. The facts are llama.cpp's for the same architecture. */
+struct architecture {
+        const char *name;
+        enum ffn_activation ffn_activation;
+        enum rope_pairing rope_pairing;
+        bool scaled_embeddings; /* token embeddings times sqrt(n_embd) */
+        bool qk_norms;          /* attn_q_norm and attn_k_norm tensors */
+        bool post_norms;        /* post_attention_norm and post_ffw_norm tensors */
+        bool query_scaled;      /* queries scaled before attention (query_scale), scores not */
+        /* reads final_logit_softcapping, rope.scaling.*, attention.sliding_window and
+         * rope.freq_base_swa (llama's loader never did, so its files keep their numbers) */
+        bool variant_keys;
+        /* With attention.sliding_window in the file: every sliding_window_pattern-th layer is
+         * global, the others slide, unless attention.sliding_window_pattern says otherwise. */
+        uint32_t sliding_window_pattern;
+};
+
+static const struct architecture architectures[] = {
+        { .name = "llama", .ffn_activation = FFN_SILU, .rope_pairing = ROPE_ADJACENT },
+        { .name = "gemma3", .ffn_activation = FFN_GELU, .rope_pairing = ROPE_HALVES, .scaled_embeddings = true,
+          .qk_norms = true, .post_norms = true, .query_scaled = true, .variant_keys = true,
+          .sliding_window_pattern = 6 },
+};
+#define N_ARCHITECTURES (sizeof(architectures) / sizeof(architectures[0]))
+
+static const struct architecture *find_architecture(const char *name) {
+        for (size_t i = 0; i < N_ARCHITECTURES; i++)
+                if (strcmp(architectures[i].name, name) == 0)
+                        return &architectures[i];
+        return NULL;
+}
 
 static char *string_dup(struct gguf_string s) {
         char *p = malloc(s.len + 1);
@@ -38,7 +69,82 @@ static int nonzero(const struct gguf_file *f, const char *what, uint32_t v, stru
         return 0;
 }
 
-static int read_hparams(const struct gguf_file *f, const char *arch, struct model_hparams *hp, struct error *err) {
+/* The architecture's variations on the Llama layout and the keys that tune them. */
+static int read_variations(const struct gguf_file *f, const struct architecture *a, struct model_hparams *hp,
+                           struct error *err) {
+        hp->ffn_activation = a->ffn_activation;
+        hp->rope_pairing = a->rope_pairing;
+        hp->rope_scale = 1.0f;
+        hp->embd_scale = a->scaled_embeddings ? sqrtf((float) hp->n_embd) : 1.0f;
+        /* llama.cpp's rule: 1 / sqrt(head size) on the queries, except Gemma 3 27B (62
+         * layers), whose query_pre_attn_scalar is n_embd / n_head */
+        float scaled_dim = (float) (a->query_scaled && hp->n_layer == 62 ? hp->n_embd / hp->n_head : hp->head_dim);
+        hp->query_scale = a->query_scaled ? 1.0f / sqrtf(scaled_dim) : 1.0f;
+        hp->score_scale = a->query_scaled ? 1.0f : 1.0f / sqrtf((float) hp->head_dim);
+        hp->logit_softcap = 0.0f;
+        hp->sliding_window = 0;
+        hp->rope_theta_local = hp->rope_theta;
+        if (!a->variant_keys)
+                return 0;
+
+        if (arch_key_f32(f, a->name, "final_logit_softcapping", &hp->logit_softcap, err) == -EINVAL)
+                return -EINVAL;
+        float factor = 0.0f;
+        if (arch_key_f32(f, a->name, "rope.scaling.factor", &factor, err) == -EINVAL)
+                return -EINVAL;
+        if (factor != 0.0f) {
+                struct gguf_string type;
+                char key[128];
+                snprintf(key, sizeof(key), "%s.rope.scaling.type", a->name);
+                if (gguf_get_string(f, key, &type, NULL) == 0 && !gguf_string_equals(type, "linear") &&
+                    !gguf_string_equals(type, "none"))
+                        return error_set(err, EOPNOTSUPP, "%s: %s '%.*s' is not supported (only linear)", f->path, key,
+                                         (int) type.len, type.data);
+                hp->rope_scale = 1.0f / factor;
+        }
+        if (!(hp->logit_softcap >= 0.0f) || !(hp->rope_scale > 0.0f) || !isfinite(hp->rope_scale))
+                return error_set(err, EINVAL, "%s: final_logit_softcapping must not be negative, rope.scaling.factor must be positive",
+                                 f->path);
+        if (arch_key_u32(f, a->name, "attention.sliding_window", &hp->sliding_window, err) == -EINVAL)
+                return -EINVAL;
+        hp->rope_theta_local = 10000.0f; /* llama.cpp's default for the sliding layers */
+        if (arch_key_f32(f, a->name, "rope.freq_base_swa", &hp->rope_theta_local, err) == -EINVAL)
+                return -EINVAL;
+        if (!(hp->rope_theta_local > 0.0f))
+                return error_set(err, EINVAL, "%s: rope.freq_base_swa must be positive", f->path);
+        return 0;
+}
+
+/* Which layers slide: attention.sliding_window_pattern as a list of booleans (one per layer),
+ * or as n (every n-th layer, counting from 1, global; 0: all slide), or the architecture's n. */
+static int mark_sliding_layers(const struct gguf_file *f, const struct architecture *a, struct model *m,
+                               struct error *err) {
+        const struct model_hparams *hp = &m->hp;
+        if (hp->sliding_window == 0)
+                return 0;
+        char key[128];
+        snprintf(key, sizeof(key), "%s.attention.sliding_window_pattern", a->name);
+        const struct gguf_value *list;
+        uint32_t n = a->sliding_window_pattern;
+        struct error ignored;
+        if (gguf_get_array(f, key, GGUF_VALUE_BOOL, &list, &ignored) == 0) {
+                if (list->array.count != hp->n_layer)
+                        return error_set(err, EINVAL, "%s: %s has %llu entries for %u layers", f->path, key,
+                                         (unsigned long long) list->array.count, hp->n_layer);
+                for (uint32_t i = 0; i < hp->n_layer; i++)
+                        m->layers[i].sliding = gguf_array_int(list, i) != 0;
+                return 0;
+        }
+        if (gguf_get_u32(f, key, &n, err) == -EINVAL)
+                return -EINVAL;
+        for (uint32_t i = 0; i < hp->n_layer; i++)
+                m->layers[i].sliding = n == 0 || i % n < n - 1;
+        return 0;
+}
+
+static int read_hparams(const struct gguf_file *f, const struct architecture *a, struct model_hparams *hp,
+                        struct error *err) {
+        const char *arch = a->name;
         int r;
         if ((r = arch_key_u32(f, arch, "block_count", &hp->n_layer, err)) < 0 ||
             (r = arch_key_u32(f, arch, "embedding_length", &hp->n_embd, err)) < 0 ||
@@ -62,13 +168,24 @@ static int read_hparams(const struct gguf_file *f, const char *arch, struct mode
         if (arch_key_f32(f, arch, "rope.freq_base", &hp->rope_theta, err) == -EINVAL)
                 return -EINVAL;
 
-        if (hp->n_embd % hp->n_head != 0)
-                return error_set(err, EINVAL, "%s: embedding_length %u is not a multiple of head_count %u", f->path,
-                                 hp->n_embd, hp->n_head);
         if (hp->n_head_kv == 0 || hp->n_head % hp->n_head_kv != 0)
                 return error_set(err, EINVAL, "%s: head_count %u is not a multiple of head_count_kv %u", f->path,
                                  hp->n_head, hp->n_head_kv);
-        hp->head_dim = hp->n_embd / hp->n_head;
+        hp->head_dim = 0;
+        if (arch_key_u32(f, arch, "attention.key_length", &hp->head_dim, err) == -EINVAL)
+                return -EINVAL;
+        if (hp->head_dim == 0) {
+                if (hp->n_embd % hp->n_head != 0)
+                        return error_set(err, EINVAL, "%s: embedding_length %u is not a multiple of head_count %u", f->path,
+                                         hp->n_embd, hp->n_head);
+                hp->head_dim = hp->n_embd / hp->n_head;
+        }
+        uint32_t value_length = hp->head_dim;
+        if (arch_key_u32(f, arch, "attention.value_length", &value_length, err) == -EINVAL)
+                return -EINVAL;
+        if (value_length != hp->head_dim)
+                return error_set(err, EOPNOTSUPP, "%s: attention.value_length %u differs from the key length %u", f->path,
+                                 value_length, hp->head_dim);
         if (hp->head_dim % 2 != 0)
                 return error_set(err, EINVAL, "%s: head dimension %u is odd; RoPE needs pairs", f->path, hp->head_dim);
         hp->rope_dim = hp->head_dim;
@@ -79,7 +196,7 @@ static int read_hparams(const struct gguf_file *f, const char *arch, struct mode
                                  f->path, hp->rope_dim, hp->head_dim);
         if (!(hp->rms_eps > 0.0f) || !(hp->rope_theta > 0.0f))
                 return error_set(err, EINVAL, "%s: layer_norm_rms_epsilon and rope.freq_base must be positive", f->path);
-        return 0;
+        return read_variations(f, a, hp, err);
 }
 
 static int missing_tensor(const struct gguf_file *f, const char *name, struct error *err) {
@@ -128,8 +245,8 @@ static int load_vector(const struct gguf_file *f, const char *name, uint64_t n, 
         return 0;
 }
 
-static int bind_layer(const struct gguf_file *f, const struct model_hparams *hp, uint32_t i, struct model_layer *l,
-                      struct error *err) {
+static int bind_layer(const struct gguf_file *f, const struct architecture *a, const struct model_hparams *hp,
+                      uint32_t i, struct model_layer *l, struct error *err) {
         uint64_t q_dim = (uint64_t) hp->n_head * hp->head_dim, kv_dim = (uint64_t) hp->n_head_kv * hp->head_dim;
         char name[96];
         int r;
@@ -143,6 +260,13 @@ static int bind_layer(const struct gguf_file *f, const struct model_hparams *hp,
             (r = bind_weight(f, LAYER_TENSOR("ffn_gate"), hp->n_embd, hp->n_ff, &l->w_gate, err)) < 0 ||
             (r = bind_weight(f, LAYER_TENSOR("ffn_up"), hp->n_embd, hp->n_ff, &l->w_up, err)) < 0 ||
             (r = bind_weight(f, LAYER_TENSOR("ffn_down"), hp->n_ff, hp->n_embd, &l->w_down, err)) < 0)
+                return r;
+        if (a->qk_norms && ((r = load_vector(f, LAYER_TENSOR("attn_q_norm"), hp->head_dim, &l->attn_q_norm, err)) < 0 ||
+                            (r = load_vector(f, LAYER_TENSOR("attn_k_norm"), hp->head_dim, &l->attn_k_norm, err)) < 0))
+                return r;
+        if (a->post_norms &&
+            ((r = load_vector(f, LAYER_TENSOR("post_attention_norm"), hp->n_embd, &l->attn_post_norm, err)) < 0 ||
+             (r = load_vector(f, LAYER_TENSOR("post_ffw_norm"), hp->n_embd, &l->ffn_post_norm, err)) < 0))
                 return r;
 #undef LAYER_TENSOR
         return 0;
@@ -185,12 +309,14 @@ int model_from_gguf(struct gguf_file *file, struct model **ret, struct error *er
                 r = error_set(err, ENOMEM, "out of memory");
                 goto fail;
         }
-        bool supported = false;
-        for (const char *const *a = llama_family; *a; a++)
-                supported = supported || strcmp(*a, m->architecture) == 0;
-        if (!supported) {
-                r = error_set(err, EOPNOTSUPP, "%s: architecture '%s' is not supported (supported: llama)", file->path,
-                              m->architecture);
+        const struct architecture *arch = find_architecture(m->architecture);
+        if (!arch) {
+                char names[128] = "";
+                for (size_t i = 0; i < N_ARCHITECTURES; i++)
+                        snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? ", " : "",
+                                 architectures[i].name);
+                r = error_set(err, EOPNOTSUPP, "%s: architecture '%s' is not supported (supported: %s)", file->path,
+                              m->architecture, names);
                 goto fail;
         }
         m->name = gguf_get_string(file, "general.name", &name_s, NULL) == 0 ? string_dup(name_s) : strdup(m->architecture);
@@ -200,7 +326,7 @@ int model_from_gguf(struct gguf_file *file, struct model **ret, struct error *er
         }
 
         struct model_hparams *hp = &m->hp;
-        if ((r = read_hparams(file, m->architecture, hp, err)) < 0 ||
+        if ((r = read_hparams(file, arch, hp, err)) < 0 ||
             (r = vocab_size(file, m->architecture, &hp->n_vocab, err)) < 0 ||
             (r = nonzero(file, "vocab_size", hp->n_vocab, err)) < 0 ||
             (r = bind_weight(file, "token_embd.weight", hp->n_embd, hp->n_vocab, &m->token_embd, err)) < 0 ||
@@ -227,8 +353,11 @@ int model_from_gguf(struct gguf_file *file, struct model **ret, struct error *er
                 goto fail;
         }
         for (uint32_t i = 0; i < hp->n_layer; i++)
-                if ((r = bind_layer(file, hp, i, &m->layers[i], err)) < 0)
+                if ((r = bind_layer(file, arch, hp, i, &m->layers[i], err)) < 0)
                         goto fail;
+        m->post_norms = arch->post_norms;
+        if ((r = mark_sliding_layers(file, arch, m, err)) < 0)
+                goto fail;
         *ret = m;
         return 0;
 fail:
@@ -250,7 +379,11 @@ void model_free(struct model *m) {
         if (m->layers)
                 for (uint32_t i = 0; i < m->hp.n_layer; i++) {
                         free(m->layers[i].attn_norm);
+                        free(m->layers[i].attn_q_norm);
+                        free(m->layers[i].attn_k_norm);
+                        free(m->layers[i].attn_post_norm);
                         free(m->layers[i].ffn_norm);
+                        free(m->layers[i].ffn_post_norm);
                 }
         free(m->layers);
         free(m->output_norm);

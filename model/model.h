@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 #pragma once
 
-/* A Llama-family model described entirely by its GGUF metadata: hyperparameters from the
- * architecture's keys, weights as views into the mapped file (quantized types stay
- * quantized; only the small norm vectors are decoded to float). */
+/* A decoder-only transformer described entirely by its GGUF metadata: hyperparameters from
+ * the architecture's keys, weights as views into the mapped file (quantized types stay
+ * quantized; only the small norm vectors are decoded to float). Each architecture is the
+ * Llama layout plus the variations named here (which norms, activation, RoPE pairing,
+ * scales, sliding-window layers); the backends implement those operations, never a whole
+ * forward pass per architecture. */
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -11,18 +14,41 @@
 #include "error.h"
 #include "gguf.h"
 
+/* The gated feed-forward's activation: h = act(gate) * up. */
+enum ffn_activation {
+        FFN_SILU, /* SwiGLU */
+        FFN_GELU, /* GeGLU, GELU's tanh approximation */
+};
+
+/* Which elements of a head RoPE turns together. */
+enum rope_pairing {
+        ROPE_ADJACENT, /* (2i, 2i + 1): llama.cpp's "normal" RoPE */
+        ROPE_HALVES,   /* (i, i + rope_dim / 2): llama.cpp's NeoX RoPE */
+};
+
 struct model_hparams {
         uint32_t n_layer;
         uint32_t n_embd;
         uint32_t n_ff;
         uint32_t n_head;
         uint32_t n_head_kv;
-        uint32_t head_dim;  /* n_embd / n_head */
+        uint32_t head_dim;  /* attention.key_length, n_embd / n_head by default */
         uint32_t rope_dim;  /* dimensions rotated by RoPE, <= head_dim */
         uint32_t n_ctx_train;
         uint32_t n_vocab;
-        float rope_theta;
+        float rope_theta;   /* RoPE base of the global (full-context) layers */
+        float rope_scale;   /* their positions are multiplied by it (linear RoPE scaling); 1 = none */
         float rms_eps;
+        enum ffn_activation ffn_activation;
+        enum rope_pairing rope_pairing;
+        float embd_scale;   /* token embeddings are multiplied by it; 1 = none */
+        float query_scale;  /* queries are multiplied by it after RoPE, before they meet the keys */
+        float score_scale;  /* attention scores are multiplied by it before the softmax */
+        float logit_softcap; /* logits = cap * tanh(logits / cap); 0 = none */
+        /* Sliding-window layers (model_layer.sliding) attend only to the last sliding_window
+         * positions, their own included, with RoPE base rope_theta_local; 0 = none. */
+        uint32_t sliding_window;
+        float rope_theta_local;
 };
 
 /* The widest row of activations a forward pass keeps: the hidden state (n_embd), the
@@ -44,15 +70,22 @@ struct weight {
 };
 
 struct model_layer {
+        bool sliding;     /* a sliding-window layer (model_hparams.sliding_window) */
         float *attn_norm; /* (n_embd) */
+        float *attn_q_norm; /* (head_dim) RMS norm of each query head after its projection, or NULL */
+        float *attn_k_norm; /* (head_dim) the same for each key head, or NULL */
         struct weight wq; /* (n_head * head_dim) rows of n_embd */
         struct weight wk; /* (n_head_kv * head_dim) rows of n_embd */
         struct weight wv; /* (n_head_kv * head_dim) rows of n_embd */
         struct weight wo; /* n_embd rows of n_head * head_dim */
+        /* (n_embd) RMS norm of the attention's output before it joins the residual stream, or NULL;
+         * present together with ffn_post_norm */
+        float *attn_post_norm;
         float *ffn_norm;  /* (n_embd) */
         struct weight w_gate; /* n_ff rows of n_embd */
         struct weight w_up;   /* n_ff rows of n_embd */
         struct weight w_down; /* n_embd rows of n_ff */
+        float *ffn_post_norm; /* (n_embd) the same for the feed-forward's output, or NULL */
 };
 
 struct model {
@@ -64,6 +97,7 @@ struct model {
         float *output_norm;       /* (n_embd) */
         struct weight output;     /* n_vocab rows of n_embd; token_embd when tied */
         bool tied_output;
+        bool post_norms; /* every layer has attn_post_norm and ffn_post_norm */
         struct model_layer *layers; /* (n_layer) */
 };
 

@@ -378,15 +378,16 @@ static void add_norm(const struct builder *b, const char *name, uint64_t n) {
 int synthetic_llama_build(struct gguf_writer *w, const struct synthetic_llama_config *cfg) {
         struct builder b = { .w = w, .cfg = cfg, .arch = cfg->architecture ? cfg->architecture : "llama" };
 
+        bool gemma3 = strcmp(b.arch, "gemma3") == 0;
         if (cfg->n_layer == 0 || cfg->n_embd == 0 || cfg->n_ff == 0 || cfg->n_head == 0 || cfg->n_head_kv == 0 ||
-            cfg->n_embd % cfg->n_head != 0 || cfg->n_vocab < SYNTHETIC_LLAMA_MIN_VOCAB ||
+            (cfg->head_dim == 0 && cfg->n_embd % cfg->n_head != 0) || cfg->n_vocab < SYNTHETIC_LLAMA_MIN_VOCAB ||
             !quantizable(cfg->weight_type) || !quantizable(cfg->embd_type) ||
             tensor_row_bytes(cfg->weight_type, cfg->n_embd) == 0 ||
             tensor_row_bytes(cfg->weight_type, cfg->n_ff) == 0 || tensor_row_bytes(cfg->embd_type, cfg->n_embd) == 0)
                 return -EINVAL;
 
-        uint32_t head_dim = cfg->n_embd / cfg->n_head;
-        uint64_t kv_dim = (uint64_t) cfg->n_head_kv * head_dim;
+        uint32_t head_dim = cfg->head_dim ? cfg->head_dim : cfg->n_embd / cfg->n_head;
+        uint64_t q_dim = (uint64_t) cfg->n_head * head_dim, kv_dim = (uint64_t) cfg->n_head_kv * head_dim;
 
         key_string(&b, "general.architecture", b.arch);
         key_string(&b, "general.name", "synthetic-llama");
@@ -400,6 +401,16 @@ int synthetic_llama_build(struct gguf_writer *w, const struct synthetic_llama_co
         arch_f32(&b, "attention.layer_norm_rms_epsilon", 1e-5f);
         arch_u32(&b, "vocab_size", cfg->n_vocab);
         arch_u32(&b, "rope.dimension_count", head_dim);
+        if (gemma3 && cfg->head_dim) {
+                arch_u32(&b, "attention.key_length", head_dim);
+                arch_u32(&b, "attention.value_length", head_dim);
+        }
+        if (gemma3 && cfg->sliding_window)
+                arch_u32(&b, "attention.sliding_window", cfg->sliding_window);
+        if (gemma3 && cfg->sliding_window_pattern)
+                arch_u32(&b, "attention.sliding_window_pattern", cfg->sliding_window_pattern);
+        if (gemma3 && cfg->rope_theta_local > 0.0f)
+                arch_f32(&b, "rope.freq_base_swa", cfg->rope_theta_local);
         add_tokenizer(&b);
         key_u32(&b, "general.quantization_version", 2);
 
@@ -408,14 +419,20 @@ int synthetic_llama_build(struct gguf_writer *w, const struct synthetic_llama_co
                 char name[96];
 #define LAYER(suffix) (snprintf(name, sizeof(name), "blk.%u." suffix ".weight", i), name)
                 add_norm(&b, LAYER("attn_norm"), cfg->n_embd);
-                add_linear(&b, LAYER("attn_q"), cfg->n_embd, cfg->n_embd);
+                add_linear(&b, LAYER("attn_q"), cfg->n_embd, q_dim);
                 add_linear(&b, LAYER("attn_k"), cfg->n_embd, kv_dim);
                 add_linear(&b, LAYER("attn_v"), cfg->n_embd, kv_dim);
-                add_linear(&b, LAYER("attn_output"), cfg->n_embd, cfg->n_embd);
+                add_linear(&b, LAYER("attn_output"), q_dim, cfg->n_embd);
                 add_norm(&b, LAYER("ffn_norm"), cfg->n_embd);
                 add_linear(&b, LAYER("ffn_gate"), cfg->n_embd, cfg->n_ff);
                 add_linear(&b, LAYER("ffn_up"), cfg->n_embd, cfg->n_ff);
                 add_linear(&b, LAYER("ffn_down"), cfg->n_ff, cfg->n_embd);
+                if (gemma3) {
+                        add_norm(&b, LAYER("attn_q_norm"), head_dim);
+                        add_norm(&b, LAYER("attn_k_norm"), head_dim);
+                        add_norm(&b, LAYER("post_attention_norm"), cfg->n_embd);
+                        add_norm(&b, LAYER("post_ffw_norm"), cfg->n_embd);
+                }
 #undef LAYER
         }
         add_norm(&b, "output_norm.weight", cfg->n_embd);

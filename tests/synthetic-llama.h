@@ -2,7 +2,8 @@
 #pragma once
 
 /* Random Llama models in GGUF form for tests: every key the loader and the tokenizer read,
- * a byte-level "gpt2" vocabulary, and seeded weights small enough to keep activations sane.
+ * a byte-level "gpt2" vocabulary, and seeded weights small enough to keep activations sane;
+ * with architecture "gemma3", Gemma 3's extra norms and keys (head size, sliding window).
  * Also the reference quantizers the tests use to build expected values. */
 
 #include <stdbool.h>
@@ -27,6 +28,13 @@ struct synthetic_llama_config {
         bool tied_output;             /* no output.weight in the file */
         float rope_theta;             /* 0 means 10000 */
         uint64_t seed;
+        /* gemma3 only: attention.key_length and value_length (0: n_embd / n_head, not
+         * written), attention.sliding_window (0: not written), attention.sliding_window_pattern
+         * (0: not written), rope.freq_base_swa (0: not written) */
+        uint32_t head_dim;
+        uint32_t sliding_window;
+        uint32_t sliding_window_pattern;
+        float rope_theta_local;
 
         /* Fault injection for loader tests; each is off when NULL. */
         const char *architecture;  /* general.architecture and the key prefix; "llama" when NULL */

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* The CPU forward pass on synthetic Llama models of several shapes and weight types (files
- * the test writes itself): against a plain token-at-a-time reference written here, and for
- * invariance: the same logits alone or batched with other sequences, however the prompt is
- * chunked, whatever blocks hold its KV cache, with any thread count; and the same logits
- * with the packed product as with the tiles. */
+/* The CPU forward pass on synthetic Llama and Gemma 3 models of several shapes and weight
+ * types (files the test writes itself): against a plain token-at-a-time reference written
+ * here, and for invariance: the same logits alone or batched with other sequences, however
+ * the prompt is chunked, whatever blocks hold its KV cache, with any thread count; and the
+ * same logits with the packed product as with the tiles. Sequences run well past the Gemma
+ * shapes' sliding windows, far enough that attention skips whole blocks before them. */
 #include "config.h"
 
 #include <check.h>
@@ -21,7 +22,7 @@
 #include "synthetic-llama.h"
 #include "test-helpers.h"
 
-#define MAX_LEN 64
+#define MAX_LEN 160
 #define BLOCK_SIZE 4
 
 static struct model *load_synthetic(const struct synthetic_llama_config *cfg) {
@@ -78,16 +79,36 @@ static void ref_rmsnorm(const float *x, const float *w, float *out, uint32_t n, 
                 out[i] = x[i] * scale * w[i];
 }
 
-static void ref_rope(float *x, uint32_t n_heads, const struct model_hparams *hp, uint32_t pos) {
+static void ref_rope(float *x, uint32_t n_heads, const struct model_hparams *hp, bool sliding, uint32_t pos) {
+        uint32_t half = hp->rope_dim / 2;
+        double base = sliding ? hp->rope_theta_local : hp->rope_theta, scale = sliding ? 1.0 : hp->rope_scale;
         for (uint32_t h = 0; h < n_heads; h++)
-                for (uint32_t i = 0; i < hp->rope_dim / 2; i++) {
-                        double angle = pos * pow(hp->rope_theta, -2.0 * i / hp->rope_dim);
+                for (uint32_t i = 0; i < half; i++) {
+                        double angle = scale * pos * pow(base, -2.0 * i / hp->rope_dim);
                         float c = (float) cos(angle), s = (float) sin(angle);
-                        float *p = x + h * hp->head_dim + 2 * i;
-                        float a = p[0], b = p[1];
-                        p[0] = a * c - b * s;
-                        p[1] = a * s + b * c;
+                        float *p = x + h * hp->head_dim + (hp->rope_pairing == ROPE_HALVES ? i : 2 * i);
+                        float *p2 = p + (hp->rope_pairing == ROPE_HALVES ? half : 1);
+                        float a = *p, b = *p2;
+                        *p = a * c - b * s;
+                        *p2 = a * s + b * c;
                 }
+}
+
+/* GELU's tanh form in double, at x rounded to f16 and rounded to f16, as llama.cpp tabulates
+ * it (x itself from 10 up, 0 from -10 down). */
+static float ref_gelu(float x) {
+        if (x <= -10.0f || x >= 10.0f)
+                return x <= -10.0f ? 0.0f : x;
+        double h = round_f16(x);
+        return round_f16((float) (0.5 * h * (1.0 + tanh(0.7978845608028654 * h * (1.0 + 0.044715 * h * h)))));
+}
+
+/* x += norm(branch) * post_norm, or x += branch without one. */
+static void ref_residual(float *x, float *branch, const float *post_norm, const struct model_hparams *hp) {
+        if (post_norm)
+                ref_rmsnorm(branch, post_norm, branch, hp->n_embd, hp->rms_eps);
+        for (uint32_t i = 0; i < hp->n_embd; i++)
+                x[i] += branch[i];
 }
 
 static void ref_step(struct reference *ref, int32_t token, float *logits) {
@@ -100,14 +121,24 @@ static void ref_step(struct reference *ref, int32_t token, float *logits) {
               *u = calloc(F, 4), *scores = calloc(MAX_LEN, 4);
 
         tensor_row_to_float(m->token_embd.type, m->token_embd.data + (uint64_t) token * m->token_embd.row_bytes, x, E);
+        for (uint32_t i = 0; i < E; i++)
+                x[i] *= hp->embd_scale;
         for (uint32_t l = 0; l < hp->n_layer; l++) {
                 const struct model_layer *L = &m->layers[l];
+                /* a sliding layer sees the positions pos - window + 1 .. pos */
+                uint32_t first = L->sliding && pos >= hp->sliding_window ? pos + 1 - hp->sliding_window : 0;
                 ref_rmsnorm(x, L->attn_norm, xn, E, hp->rms_eps);
                 ref_matvec(&L->wq, xn, q);
                 ref_matvec(&L->wk, xn, k);
                 ref_matvec(&L->wv, xn, v);
-                ref_rope(q, hp->n_head, hp, pos);
-                ref_rope(k, hp->n_head_kv, hp, pos);
+                for (uint32_t h = 0; L->attn_q_norm && h < hp->n_head; h++)
+                        ref_rmsnorm(q + h * hd, L->attn_q_norm, q + h * hd, hd, hp->rms_eps);
+                for (uint32_t h = 0; L->attn_k_norm && h < hp->n_head_kv; h++)
+                        ref_rmsnorm(k + h * hd, L->attn_k_norm, k + h * hd, hd, hp->rms_eps);
+                ref_rope(q, hp->n_head, hp, L->sliding, pos);
+                ref_rope(k, hp->n_head_kv, hp, L->sliding, pos);
+                for (uint32_t i = 0; i < qd; i++)
+                        q[i] *= hp->query_scale;
                 for (uint32_t i = 0; i < kvd; i++) {
                         ref->k[((size_t) l * MAX_LEN + pos) * kvd + i] = f32_to_f16(k[i]);
                         ref->v[((size_t) l * MAX_LEN + pos) * kvd + i] = f32_to_f16(v[i]);
@@ -115,35 +146,33 @@ static void ref_step(struct reference *ref, int32_t token, float *logits) {
                 for (uint32_t h = 0; h < hp->n_head; h++) {
                         uint32_t kvh = h / (hp->n_head / hp->n_head_kv);
                         double max = -INFINITY, sum = 0.0;
-                        for (uint32_t j = 0; j <= pos; j++) {
+                        for (uint32_t j = first; j <= pos; j++) {
                                 double s = 0.0;
                                 for (uint32_t i = 0; i < hd; i++)
                                         s += (double) round_f16(q[h * hd + i]) *
                                              f16_to_f32(ref->k[((size_t) l * MAX_LEN + j) * kvd + kvh * hd + i]);
-                                scores[j] = (float) (s / sqrt((double) hd));
+                                scores[j] = (float) (s * hp->score_scale);
                                 max = fmax(max, scores[j]);
                         }
-                        for (uint32_t j = 0; j <= pos; j++)
+                        for (uint32_t j = first; j <= pos; j++)
                                 sum += exp(scores[j] - max);
                         for (uint32_t i = 0; i < hd; i++) {
                                 double o = 0.0;
-                                for (uint32_t j = 0; j <= pos; j++)
+                                for (uint32_t j = first; j <= pos; j++)
                                         o += round_f16((float) (exp(scores[j] - max) / sum)) *
                                              f16_to_f32(ref->v[((size_t) l * MAX_LEN + j) * kvd + kvh * hd + i]);
                                 att[h * hd + i] = (float) o;
                         }
                 }
                 ref_matvec(&L->wo, att, tmp);
-                for (uint32_t i = 0; i < E; i++)
-                        x[i] += tmp[i];
+                ref_residual(x, tmp, L->attn_post_norm, hp);
                 ref_rmsnorm(x, L->ffn_norm, xn, E, hp->rms_eps);
                 ref_matvec(&L->w_gate, xn, g);
                 ref_matvec(&L->w_up, xn, u);
                 for (uint32_t i = 0; i < F; i++)
-                        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+                        g[i] = (hp->ffn_activation == FFN_GELU ? ref_gelu(g[i]) : g[i] / (1.0f + expf(-g[i]))) * u[i];
                 ref_matvec(&L->w_down, g, tmp);
-                for (uint32_t i = 0; i < E; i++)
-                        x[i] += tmp[i];
+                ref_residual(x, tmp, L->ffn_post_norm, hp);
         }
         ref_rmsnorm(x, m->output_norm, xn, E, hp->rms_eps);
         ref_matvec(&m->output, xn, logits);
@@ -225,7 +254,20 @@ static const struct synthetic_llama_config shapes[] = {
           .weight_type = TENSOR_Q5_0, .embd_type = TENSOR_Q5_1, .tied_output = false, .seed = 7 },
         { .n_layer = 2, .n_embd = 64, .n_ff = 128, .n_head = 4, .n_head_kv = 2, .n_vocab = 300, .n_ctx = 64,
           .weight_type = TENSOR_Q5_1, .embd_type = TENSOR_Q5_0, .tied_output = true, .seed = 8 },
+        /* Gemma 3: heads wider than n_embd / n_head, sliding and global layers (every second
+         * global) with their own RoPE bases, a window of 8; float weights, so that no
+         * activation quantization hides a last-bit difference from the invariance checks */
+        { .architecture = "gemma3", .n_layer = 3, .n_embd = 64, .n_ff = 128, .n_head = 2, .n_head_kv = 1,
+          .head_dim = 64, .n_vocab = 300, .n_ctx = 256, .weight_type = TENSOR_F32, .embd_type = TENSOR_Q8_0,
+          .tied_output = true, .rope_theta = 1e6f, .rope_theta_local = 10000.0f, .sliding_window = 8,
+          .sliding_window_pattern = 2, .seed = 12 },
+        /* every layer sliding (pattern 3 over 2 layers), heads of 32 (one position at a time),
+         * a window of 5, the default pattern's local base */
+        { .architecture = "gemma3", .n_layer = 2, .n_embd = 96, .n_ff = 160, .n_head = 3, .n_head_kv = 3,
+          .head_dim = 32, .n_vocab = 310, .n_ctx = 256, .weight_type = TENSOR_Q5_0, .embd_type = TENSOR_F16,
+          .tied_output = false, .sliding_window = 5, .sliding_window_pattern = 3, .seed = 13 },
 };
+#define N_GEMMA_SHAPES 2
 
 static void make_tokens(int32_t *tokens, uint32_t n, uint32_t n_vocab, uint32_t salt) {
         for (uint32_t i = 0; i < n; i++)
@@ -378,6 +420,88 @@ START_TEST(test_packed_matches_tiles) {
 }
 END_TEST
 
+/* The Gemma shapes past their windows: positions to 149, so that attention starts reading
+ * past whole runs of 64 positions outside the window. The model's hyperparameters as
+ * written; the logits as the reference's for one long sequence; alone token by token, the
+ * same bits batched in chunks with other sequences, sliced, on three threads, and with a
+ * decode step's attention shared between the threads. */
+START_TEST(test_sliding_window_long) {
+        const struct synthetic_llama_config *cfg = &shapes[sizeof(shapes) / sizeof(shapes[0]) - N_GEMMA_SHAPES + _i];
+        struct model *m = load_synthetic(cfg);
+        const struct model_hparams *hp = &m->hp;
+        ck_assert_uint_eq(hp->sliding_window, cfg->sliding_window);
+        ck_assert_uint_eq(hp->head_dim, cfg->head_dim);
+        ck_assert(hp->rope_pairing == ROPE_HALVES && hp->ffn_activation == FFN_GELU && m->post_norms);
+        ck_assert_float_eq(hp->embd_scale, sqrtf((float) cfg->n_embd));
+        ck_assert_float_eq(hp->query_scale, 1.0f / sqrtf((float) cfg->head_dim));
+        ck_assert_float_eq(hp->rope_theta_local, cfg->rope_theta_local > 0.0f ? cfg->rope_theta_local : 10000.0f);
+        for (uint32_t l = 0; l < hp->n_layer; l++)
+                ck_assert(m->layers[l].sliding == (l % cfg->sliding_window_pattern < cfg->sliding_window_pattern - 1));
+
+        uint32_t V = hp->n_vocab, kvd = hp->n_head_kv * hp->head_dim, lens[3] = { 150, 70, 131 };
+        int32_t tokens[3][150];
+        struct test_seq seqs[3];
+        float *alone[3], *together[3];
+        for (uint32_t s = 0; s < 3; s++) {
+                make_tokens(tokens[s], lens[s], V, s + 21);
+                seqs[s] = (struct test_seq) { tokens[s], lens[s], { 0 } };
+                for (uint32_t i = 0; i < MAX_LEN / BLOCK_SIZE; i++)
+                        seqs[s].block_table[i] = (int32_t) (i * 3 + 2 - s);
+                alone[s] = calloc((size_t) lens[s] * V, sizeof(float));
+                together[s] = calloc((size_t) lens[s] * V, sizeof(float));
+        }
+        struct cpu_runner *one = new_runner(m, 1, 256), *three = new_sliced_runner(m, 3, 256, 7);
+        for (uint32_t s = 0; s < 3; s++)
+                run_batched(one, m, &seqs[s], 1, 1, &alone[s]);
+
+        struct reference ref = { m, calloc((size_t) hp->n_layer * MAX_LEN * kvd, 2),
+                                 calloc((size_t) hp->n_layer * MAX_LEN * kvd, 2), 0 };
+        float *want = malloc(sizeof(float) * V);
+        double worst = 0.0;
+        for (uint32_t t = 0; t < lens[0]; t++) {
+                ref_step(&ref, tokens[0][t], want);
+                double scale = 0.0;
+                for (uint32_t v = 0; v < V; v++)
+                        scale = fmax(scale, fabs(want[v]));
+                for (uint32_t v = 0; v < V; v++)
+                        worst = fmax(worst, fabs(alone[0][(size_t) t * V + v] - want[v]) / (scale + 1e-6));
+        }
+        printf("gemma shape %d over %u positions: largest logit error relative to the logit range %.2e\n", _i,
+               lens[0], worst);
+        ck_assert_msg(worst < 5e-3, "gemma shape %d: relative error %.3e", _i, worst);
+
+        static const uint32_t chunks[] = { 7, 64, 1 };
+        for (size_t c = 0; c < sizeof(chunks) / sizeof(chunks[0]); c++) {
+                run_batched(c % 2 ? one : three, m, seqs, 3, chunks[c], together);
+                for (uint32_t s = 0; s < 3; s++)
+                        ck_assert_msg(memcmp(alone[s], together[s], sizeof(float) * lens[s] * V) == 0,
+                                      "gemma shape %d: sequence %u differs batched in chunks of %u", _i, s, chunks[c]);
+        }
+        struct cpu_runner_config config = {
+                .n_threads = 2, .max_batch_tokens = 64, .max_model_len = MAX_LEN, .block_size = BLOCK_SIZE,
+                .n_kv_blocks = 4 * MAX_LEN / BLOCK_SIZE, .attn_split_positions = 1,
+        };
+        struct cpu_runner *shared;
+        struct error err;
+        ck_assert_msg(cpu_runner_new(m, &config, &shared, &err) == 0, "%s", err.message);
+        run_batched(shared, m, seqs, 3, 1, together);
+        for (uint32_t s = 0; s < 3; s++)
+                ck_assert_msg(memcmp(alone[s], together[s], sizeof(float) * lens[s] * V) == 0,
+                              "gemma shape %d: sequence %u differs with shared attention", _i, s);
+        for (uint32_t s = 0; s < 3; s++) {
+                free(alone[s]);
+                free(together[s]);
+        }
+        free(ref.k);
+        free(ref.v);
+        free(want);
+        cpu_runner_free(one);
+        cpu_runner_free(three);
+        cpu_runner_free(shared);
+        model_free(m);
+}
+END_TEST
+
 START_TEST(test_rejects_bad_batches) {
         struct model *m = load_synthetic(&shapes[0]);
         struct cpu_runner *r = new_runner(m, 2, 8);
@@ -480,6 +604,7 @@ int main(void) {
         tcase_add_loop_test(tc, test_packed_matches_tiles, 0, n_shapes);
         tcase_add_test(tc, test_rejects_bad_batches);
         tcase_add_loop_test(tc, test_shared_attention_matches, 0, 2 + n_shapes);
+        tcase_add_loop_test(tc, test_sliding_window_long, 0, N_GEMMA_SHAPES);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);

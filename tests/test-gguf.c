@@ -1083,7 +1083,19 @@ START_TEST(test_model_errors) {
 
         cfg = small_config();
         cfg.architecture = "gpt2";
-        expect_model_error(&cfg, EOPNOTSUPP, "architecture 'gpt2' is not supported");
+        expect_model_error(&cfg, EOPNOTSUPP, "architecture 'gpt2' is not supported (supported: llama, gemma3)");
+
+        /* Gemma 3's own tensors and keys are required and checked like the rest */
+        cfg = small_config();
+        cfg.architecture = "gemma3";
+        cfg.sliding_window = 4;
+        cfg.omit_tensor = "blk.1.post_ffw_norm.weight";
+        expect_model_error(&cfg, EINVAL, "missing tensor 'blk.1.post_ffw_norm.weight'");
+        cfg.omit_tensor = "blk.0.attn_k_norm.weight";
+        expect_model_error(&cfg, EINVAL, "missing tensor 'blk.0.attn_k_norm.weight'");
+        cfg.omit_tensor = NULL;
+        cfg.string_key = "gemma3.attention.sliding_window";
+        expect_model_error(&cfg, EINVAL, "'gemma3.attention.sliding_window' is a string");
 
         /* Without llama.vocab_size the vocabulary size comes from the token list. */
         cfg = small_config();

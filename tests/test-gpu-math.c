@@ -202,7 +202,7 @@ START_TEST(test_exp_silu_rope_give_the_cpu_bits) {
                 ck_assert_uint_eq(f32_to_bits(gpu_silu_mul(g, u)), f32_to_bits(h));
                 float pair[2] = { next_float(3.0f), next_float(3.0f) }, c = next_float(1.0f), sn = next_float(1.0f);
                 float x0 = pair[0], x1 = pair[1];
-                rope_rows(pair, 1, 2, 1, &c, &sn);
+                rope_rows(pair, 1, 2, 1, false, &c, &sn);
                 gpu_rope_pair(&x0, &x1, c, sn);
                 ck_assert_uint_eq(f32_to_bits(x0), f32_to_bits(pair[0]));
                 ck_assert_uint_eq(f32_to_bits(x1), f32_to_bits(pair[1]));

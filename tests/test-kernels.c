@@ -321,7 +321,8 @@ static void compare_quantize(const struct dot_kernels *k) {
         }
 }
 
-/* RoPE of random rows by random angles, every set against the scalar one bit for bit. */
+/* RoPE of random rows by random angles, adjacent pairs and halves, every set against the
+ * scalar one bit for bit. */
 static void compare_rope(const struct dot_kernels *k) {
         enum { HEADS = 3, HEAD_DIM = 64, HALF = 32 };
         float want[HEADS * HEAD_DIM], got[HEADS * HEAD_DIM], c[HALF], s[HALF];
@@ -333,8 +334,8 @@ static void compare_rope(const struct dot_kernels *k) {
                         c[i] = cosf(angle);
                         s[i] = sinf(angle);
                 }
-                dot_kernels_scalar.rope(want, HEADS, HEAD_DIM, HALF, c, s);
-                k->rope(got, HEADS, HEAD_DIM, HALF, c, s);
+                dot_kernels_scalar.rope(want, HEADS, HEAD_DIM, HALF, rep % 4 >= 2, c, s);
+                k->rope(got, HEADS, HEAD_DIM, HALF, rep % 4 >= 2, c, s);
                 ck_assert_msg(memcmp(want, got, sizeof(want)) == 0, "%s rope differs from the scalar set (rep %d)",
                               k->name, rep);
         }
@@ -376,9 +377,10 @@ static void compare_attention_helpers(const struct dot_kernels *k) {
         }
 }
 
-/* The softmax and swiglu against the reference, bit for bit: scores whose exps reach both
- * ends of exp_poly's range (underflow to 0 and the scalar path of the vector exp), scores
- * close together (every run counts in the sum), rows of signed zeros, and a NaN. */
+/* The softmax, swiglu and geglu against the reference, bit for bit: scores whose exps reach
+ * both ends of exp_poly's range (underflow to 0 and the scalar path of the vector exp),
+ * scores close together (every run counts in the sum), rows of signed zeros, and a NaN;
+ * gates on both sides of geglu's cut-offs at -10 and 10, and exactly on them. */
 static void compare_exp(const struct dot_kernels *k) {
         float x[603], ref[603], g[603], u[603], h_ref[603], h[603];
         for (int rep = 0; rep < 2000; rep++) {
@@ -397,6 +399,11 @@ static void compare_exp(const struct dot_kernels *k) {
                 dot_kernels_scalar.swiglu(h_ref, g, u, n);
                 k->swiglu(h, g, u, n);
                 ck_assert_msg(memcmp(h, h_ref, n * sizeof(float)) == 0, "%s swiglu n %zu", k->name, n);
+                if (rep % 3 == 0)
+                        g[n / 3] = rep % 2 ? 10.0f : -10.0f;
+                dot_kernels_scalar.geglu(h_ref, g, u, n);
+                k->geglu(h, g, u, n);
+                ck_assert_msg(memcmp(h, h_ref, n * sizeof(float)) == 0, "%s geglu n %zu", k->name, n);
         }
 }
 
