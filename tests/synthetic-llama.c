@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "float16.h"
+#include "k-quantize.h"
 #include "synthetic-llama.h"
 
 uint64_t test_rng_next(struct test_rng *rng) {
@@ -158,6 +159,9 @@ void test_quantize_row(enum tensor_type type, const float *x, void *out, uint64_
                 for (uint64_t k = 0; k < n / QUANT_BLOCK; k++)
                         quantize_q8_0(x + k * QUANT_BLOCK, (struct block_q8_0 *) out + k);
                 return;
+        case TENSOR_Q2_K: case TENSOR_Q3_K: case TENSOR_Q4_K: case TENSOR_Q5_K: case TENSOR_Q6_K:
+                k_quantize_row(type, x, out, n);
+                return;
         default:
                 fprintf(stderr, "test_quantize_row: no quantizer for type %u\n", (unsigned) type);
                 abort();
@@ -166,7 +170,8 @@ void test_quantize_row(enum tensor_type type, const float *x, void *out, uint64_
 
 static bool quantizable(enum tensor_type t) {
         return t == TENSOR_F32 || t == TENSOR_F16 || t == TENSOR_BF16 || t == TENSOR_Q4_0 || t == TENSOR_Q4_1 ||
-               t == TENSOR_Q5_0 || t == TENSOR_Q5_1 || t == TENSOR_Q8_0;
+               t == TENSOR_Q5_0 || t == TENSOR_Q5_1 || t == TENSOR_Q8_0 || t == TENSOR_Q2_K || t == TENSOR_Q3_K ||
+               t == TENSOR_Q4_K || t == TENSOR_Q5_K || t == TENSOR_Q6_K;
 }
 
 struct builder {

@@ -23,7 +23,7 @@ struct synthetic_llama_config {
         uint32_t n_head_kv;
         uint32_t n_vocab;
         uint32_t n_ctx;
-        enum tensor_type weight_type; /* the linear weights: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, F16, F32 or BF16 */
+        enum tensor_type weight_type; /* the linear weights: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, a K-quant, F16, F32 or BF16 */
         enum tensor_type embd_type;   /* token_embd.weight, and output.weight when untied */
         bool tied_output;             /* no output.weight in the file */
         float rope_theta;             /* 0 means 10000 */

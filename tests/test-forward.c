@@ -53,9 +53,19 @@ static void ref_matvec(const struct weight *w, const float *x, float *out) {
         float *row = malloc(sizeof(float) * w->n_cols);
         struct block_q8_1 *xq = malloc(sizeof(*xq) * (w->n_cols / QUANT_BLOCK));
         dot_q_fn dot = dot_kernel_for(&dot_kernels_scalar, w->type);
+        dot_k_fn dot_k = dot_k_kernel_for(&dot_kernels_scalar, w->type);
         quantize_row_q8_1(x, xq, w->n_cols);
+        if (dot_k) { /* one token at a time: llama.cpp's single-token order */
+                struct block_q8_K *xk = malloc(sizeof(*xk) * (w->n_cols / QK_K));
+                quantize_row_q8_K(x, xk, w->n_cols);
+                for (uint64_t r = 0; r < w->n_rows; r++)
+                        out[r] = dot_k(w->data + r * w->row_bytes, xk, w->n_cols / QK_K, false);
+                free(xk);
+        }
         for (uint64_t r = 0; r < w->n_rows; r++) {
                 const uint8_t *wrow = w->data + r * w->row_bytes;
+                if (dot_k)
+                        break;
                 if (dot) {
                         out[r] = dot(wrow, xq, w->n_cols / QUANT_BLOCK);
                         continue;
@@ -254,6 +264,18 @@ static const struct synthetic_llama_config shapes[] = {
           .weight_type = TENSOR_Q5_0, .embd_type = TENSOR_Q5_1, .tied_output = false, .seed = 7 },
         { .n_layer = 2, .n_embd = 64, .n_ff = 128, .n_head = 4, .n_head_kv = 2, .n_vocab = 300, .n_ctx = 64,
           .weight_type = TENSOR_Q5_1, .embd_type = TENSOR_Q5_0, .tied_output = true, .seed = 8 },
+        /* K-quants: every type as the layers' weights and as the embedding (tied or the
+         * output), widths of whole 256-element super-blocks */
+        { .n_layer = 1, .n_embd = 256, .n_ff = 512, .n_head = 4, .n_head_kv = 2, .n_vocab = 300, .n_ctx = 64,
+          .weight_type = TENSOR_Q4_K, .embd_type = TENSOR_Q6_K, .tied_output = true, .seed = 14 },
+        { .n_layer = 1, .n_embd = 256, .n_ff = 256, .n_head = 2, .n_head_kv = 1, .n_vocab = 280, .n_ctx = 64,
+          .weight_type = TENSOR_Q6_K, .embd_type = TENSOR_Q2_K, .tied_output = false, .seed = 15 },
+        { .n_layer = 1, .n_embd = 256, .n_ff = 256, .n_head = 4, .n_head_kv = 4, .n_vocab = 290, .n_ctx = 64,
+          .weight_type = TENSOR_Q5_K, .embd_type = TENSOR_Q3_K, .tied_output = false, .seed = 16 },
+        { .n_layer = 1, .n_embd = 256, .n_ff = 256, .n_head = 4, .n_head_kv = 1, .n_vocab = 270, .n_ctx = 64,
+          .weight_type = TENSOR_Q3_K, .embd_type = TENSOR_Q5_K, .tied_output = true, .seed = 17 },
+        { .n_layer = 1, .n_embd = 256, .n_ff = 256, .n_head = 2, .n_head_kv = 2, .n_vocab = 260, .n_ctx = 64,
+          .weight_type = TENSOR_Q2_K, .embd_type = TENSOR_Q4_K, .tied_output = true, .seed = 18 },
         /* Gemma 3: heads wider than n_embd / n_head, sliding and global layers (every second
          * global) with their own RoPE bases, a window of 8; float weights, so that no
          * activation quantization hides a last-bit difference from the invariance checks */

@@ -6,11 +6,13 @@
 
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dot.h"
 #include "float16.h"
+#include "k-quantize.h"
 #include "tensor-types.h"
 #include "test-random.h"
 
@@ -171,6 +173,26 @@ START_TEST(test_batched_order_rule) {
 }
 END_TEST
 
+/* The synthetic models' quantizer writes each layout as tensor_row_to_float() reads it: the
+ * round trip stays within a few of each type's steps. */
+START_TEST(test_synthetic_quantizer_round_trip) {
+        static const double worst_allowed[] = { 0.4, 0.2, 0.09, 0.045, 0.025 }; /* Q2_K .. Q6_K, inputs in [-1, 1] */
+        for (size_t k = 0; k < sizeof(k_types) / sizeof(k_types[0]); k++) {
+                uint8_t row[N_SUPER * sizeof(struct block_q6_K)];
+                float x[N], back[N];
+                for (int i = 0; i < N; i++)
+                        x[i] = next_float(1.0f);
+                k_quantize_row(k_types[k], x, row, N);
+                tensor_row_to_float(k_types[k], row, back, N);
+                double worst = 0.0;
+                for (int i = 0; i < N; i++)
+                        worst = fmax(worst, fabs(back[i] - x[i]));
+                printf("%s round trip worst %g\n", tensor_type_name(k_types[k]), worst);
+                ck_assert_msg(worst <= worst_allowed[k], "%s: worst error %g", tensor_type_name(k_types[k]), worst);
+        }
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("k-quants");
         TCase *tc = tcase_create("k-quants");
@@ -179,6 +201,7 @@ int main(void) {
         tcase_add_test(tc, test_products_match_dequantized);
         tcase_add_test(tc, test_sets_match_reference);
         tcase_add_test(tc, test_batched_order_rule);
+        tcase_add_test(tc, test_synthetic_quantizer_round_trip);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
