@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# test-fidelity on the default model requantized to Q5_0 and Q5_1, against llama.cpp on the same
-# files (tests/fixtures/greedy-TYPE.json and perplexity-TYPE.json, from tests/make-fixtures --quant).
+# test-fidelity on the default model requantized to each of the types below, against llama.cpp on
+# the same files (tests/fixtures/greedy-TYPE.json and perplexity-TYPE.json, from
+# tests/make-fixtures --quant).
 # tests/requantize makes each file here as llama-quantize made it for the fixtures, and its sha256
 # must be the one the fixtures record: no llama.cpp build is needed, and a file that is not the
 # fixtures' fails rather than being compared. The files stay in the build tree for the next run.
@@ -10,8 +11,11 @@ fixtures=${ASYNCLLM_FIXTURES:?ASYNCLLM_FIXTURES must name tests/fixtures}
 model=${ASYNCLLM_MODEL:?ASYNCLLM_MODEL must name the default model}
 [[ -f $model ]] || { echo "FAIL: $model is missing; run scripts/fetch-model"; exit 1; }
 mkdir -p "$build/tests/models" || exit 1
+# tests/requantize's TYPE in lower case, as the fixtures are named; tests/fixtures/README.md
+# lists the types that have fixtures.
+types=(q5_0 q5_1)
 failed=0
-for type in q5_0 q5_1; do
+for type in "${types[@]}"; do
     upper=${type^^}
     want=$(grep -o '"model_sha256": "[0-9a-f]*"' "$fixtures/greedy-$type.json" | cut -d'"' -f4)
     [[ -n $want ]] || { echo "FAIL: $fixtures/greedy-$type.json records no model_sha256"; exit 1; }

@@ -3,7 +3,7 @@
  * tests/make-fixtures): greedy continuations identical except at genuine near-ties, logprobs
  * of the chosen tokens within 1e-2, perplexity of a fixed text within 1%. The default
  * model's fixtures are greedy.json and perplexity.json; with $ASYNCLLM_FIDELITY_TYPE set
- * (q5_0, q5_1: tests/test-fidelity-quant.sh runs those) greedy-TYPE.json and
+ * (tests/test-fidelity-quant.sh runs each type it lists) greedy-TYPE.json and
  * perplexity-TYPE.json, for $ASYNCLLM_MODEL requantized to that type. */
 #include "config.h"
 
