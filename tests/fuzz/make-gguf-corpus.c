@@ -7,7 +7,7 @@
  * found; this program leaves them alone.
  *
  *   gcc -std=gnu11 -Ibase -Imodel -Itests -I<dir with config.h> tests/fuzz/make-gguf-corpus.c \
- *       tests/gguf-writer.c tests/synthetic-llama.c model/gguf.c model/tensor-types.c \
+ *       tests/gguf-writer.c tests/synthetic-llama.c tests/k-quantize.c model/gguf.c model/tensor-types.c \
  *       base/error.c -lm -o make-gguf-corpus && ./make-gguf-corpus tests/fuzz/gguf
  */
 #include "config.h"
@@ -166,7 +166,12 @@ static void valid_values(void) {
         static const struct block_q8_1 t_q8_1 = { 0x3c00, 0x4000, { 1, -1 } };
         static const struct block_q5_0 t_q5_0 = { 0x3c00, { 0x0f, 0, 0, 0x80 }, { 0x12, 0x34 } };
         static const struct block_q5_1 t_q5_1 = { 0x3c00, 0xbc00, { 0xff, 0, 0x01, 0 }, { 0x56 } };
-        const uint64_t ne4[] = { 4 }, ne32[] = { 32 }, ne_bf16[] = { 2, 2 };
+        static struct block_q2_K t_q2_K = { .d = 0x3c00, .dmin = 0xbc00, .scales = { 0x21 }, .qs = { 0xe4 } };
+        static struct block_q3_K t_q3_K = { .d = 0x3c00, .hmask = { 0x0f }, .qs = { 0x1b }, .scales = { 0x5a, 0, 0, 0, 0, 0, 0, 0, 0x3f } };
+        static struct block_q4_K t_q4_K = { .d = 0x3c00, .dmin = 0x3800, .scales = { 0xc1, 0, 0, 0, 0x02 }, .qs = { 0x9f } };
+        static struct block_q5_K t_q5_K = { .d = 0x3c00, .dmin = 0x3800, .scales = { 0x01, 0, 0, 0, 0x02 }, .qh = { 0x81 }, .qs = { 0x7e } };
+        static struct block_q6_K t_q6_K = { .d = 0x3c00, .ql = { 0x5a }, .qh = { 0xc3 }, .scales = { -3, 5 } };
+        const uint64_t ne4[] = { 4 }, ne32[] = { 32 }, ne_bf16[] = { 2, 2 }, ne256[] = { QK_K };
 
         struct gguf_writer *w = gguf_writer_new();
         gguf_writer_add_u8(w, "u8", 1);
@@ -197,6 +202,11 @@ static void valid_values(void) {
         gguf_writer_add_tensor(w, "q8_1", TENSOR_Q8_1, 1, ne32, &t_q8_1, sizeof(t_q8_1));
         gguf_writer_add_tensor(w, "q5_0", TENSOR_Q5_0, 1, ne32, &t_q5_0, sizeof(t_q5_0));
         gguf_writer_add_tensor(w, "q5_1", TENSOR_Q5_1, 1, ne32, &t_q5_1, sizeof(t_q5_1));
+        gguf_writer_add_tensor(w, "q2_K", TENSOR_Q2_K, 1, ne256, &t_q2_K, sizeof(t_q2_K));
+        gguf_writer_add_tensor(w, "q3_K", TENSOR_Q3_K, 1, ne256, &t_q3_K, sizeof(t_q3_K));
+        gguf_writer_add_tensor(w, "q4_K", TENSOR_Q4_K, 1, ne256, &t_q4_K, sizeof(t_q4_K));
+        gguf_writer_add_tensor(w, "q5_K", TENSOR_Q5_K, 1, ne256, &t_q5_K, sizeof(t_q5_K));
+        gguf_writer_add_tensor(w, "q6_K", TENSOR_Q6_K, 1, ne256, &t_q6_K, sizeof(t_q6_K));
         emit("valid-values.gguf", w);
 
         emit("valid-minimal.gguf", gguf_writer_new());
@@ -323,6 +333,17 @@ static void malformed_tensors(void) {
                 { "tensor-partial-block-q5_0.gguf", TENSOR_Q5_0, 2, { 48, 2 }, 0 },
                 { "tensor-partial-block-q5_1.gguf", TENSOR_Q5_1, 1, { 40 }, 0 },
                 { "tensor-past-end-q5_1.gguf", TENSOR_Q5_1, 2, { 32, 64 }, 0 },
+                { "tensor-partial-block-q2_k.gguf", TENSOR_Q2_K, 2, { 320, 2 }, 0 },
+                { "tensor-partial-block-q3_k.gguf", TENSOR_Q3_K, 1, { 128 }, 0 },
+                { "tensor-partial-block-q4_k.gguf", TENSOR_Q4_K, 2, { 288, 1 }, 0 },
+                { "tensor-partial-block-q5_k.gguf", TENSOR_Q5_K, 2, { 32, 8 }, 0 },
+                { "tensor-partial-block-q6_k.gguf", TENSOR_Q6_K, 2, { 264, 2 }, 0 },
+                { "tensor-past-end-q2_k.gguf", TENSOR_Q2_K, 2, { 256, 16 }, 0 },
+                { "tensor-past-end-q3_k.gguf", TENSOR_Q3_K, 2, { 512, 8 }, 0 },
+                { "tensor-past-end-q4_k.gguf", TENSOR_Q4_K, 2, { 256, 8 }, 0 },
+                { "tensor-past-end-q5_k.gguf", TENSOR_Q5_K, 2, { 768, 2 }, 0 },
+                { "tensor-past-end-q6_k.gguf", TENSOR_Q6_K, 2, { 256, 5 }, 0 },
+                { "tensor-type-iq4_xs.gguf", 23, 2, { 256, 2 }, 0 },
                 { "tensor-misaligned.gguf", TENSOR_F32, 2, { 32, 2 }, 4 },
                 { "tensor-offset-oob.gguf", TENSOR_F32, 2, { 32, 2 }, 1ull << 62 },
                 { "tensor-past-end.gguf", TENSOR_F32, 2, { 32, 64 }, 0 },
