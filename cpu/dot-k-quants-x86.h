@@ -31,14 +31,12 @@ K_ATTRS __m256i DOT_FN(k_bits)(__m256i v, int n, char mask) {
 
 /* Q4_K and Q5_K: eight sub-blocks of 32 (one per run) with 6-bit scales and mins. */
 K_ATTRS void DOT_FN(k_scales_mins)(struct DOT_FN(k_block) *k, const uint8_t packed[12]) {
-        int16_t min[16];
-        for (unsigned sb = 0; sb < 8; sb++) {
-                uint8_t sc, m;
-                k_quant_scale_min(packed, sb, &sc, &m);
-                k->scale[sb] = _mm256_set1_epi16(sc);
-                min[2 * sb] = min[2 * sb + 1] = m;
+        uint8_t sc[8], m[8];
+        _Pragma("GCC unroll 8") for (unsigned sb = 0; sb < 8; sb++) {
+                k_quant_scale_min(packed, sb, &sc[sb], &m[sb]);
+                k->scale[sb] = _mm256_set1_epi16(sc[sb]);
         }
-        k->min = _mm256_loadu_si256((const __m256i *) min);
+        k->min = _mm256_setr_epi16(m[0], m[0], m[1], m[1], m[2], m[2], m[3], m[3], m[4], m[4], m[5], m[5], m[6], m[6], m[7], m[7]);
 }
 
 K_ATTRS void DOT_FN(k_unpack)(struct DOT_FN(k_block) *k, const void *block, const enum tensor_type type) {
@@ -51,12 +49,12 @@ K_ATTRS void DOT_FN(k_unpack)(struct DOT_FN(k_block) *k, const void *block, cons
                 k->dmin = DOT_FN(half)(b4->dmin);
                 DOT_FN(k_scales_mins)(k, b4->scales);
                 __m256i qh = type == TENSOR_Q5_K ? _mm256_loadu_si256((const __m256i *) b5->qh) : _mm256_setzero_si256();
-                for (int c = 0; c < 4; c++) {
+                _Pragma("GCC unroll 8") for (int c = 0; c < 4; c++) {
                         __m256i v = _mm256_loadu_si256((const __m256i *) (qs + 32 * c));
                         k->q[2 * c] = _mm256_and_si256(v, _mm256_set1_epi8(15));
                         k->q[2 * c + 1] = DOT_FN(k_bits)(v, 4, 15);
                         if (type == TENSOR_Q5_K)
-                                for (int h = 0; h < 2; h++)
+                                _Pragma("GCC unroll 8") for (int h = 0; h < 2; h++)
                                         k->q[2 * c + h] = _mm256_or_si256(
                                                 k->q[2 * c + h], _mm256_slli_epi16(DOT_FN(k_bits)(qh, 2 * c + h, 1), 4));
                 }
@@ -64,30 +62,30 @@ K_ATTRS void DOT_FN(k_unpack)(struct DOT_FN(k_block) *k, const void *block, cons
                 const struct block_q6_K *b = block;
                 k->d = DOT_FN(half)(b->d);
                 k->sub = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *) b->scales));
-                for (int n = 0; n < 2; n++) {
+                _Pragma("GCC unroll 8") for (int n = 0; n < 2; n++) {
                         __m256i l0 = _mm256_loadu_si256((const __m256i *) (b->ql + 64 * n));
                         __m256i l1 = _mm256_loadu_si256((const __m256i *) (b->ql + 64 * n + 32));
                         __m256i h = _mm256_loadu_si256((const __m256i *) (b->qh + 32 * n));
-                        for (int j = 0; j < 4; j++) {
+                        _Pragma("GCC unroll 8") for (int j = 0; j < 4; j++) {
                                 __m256i low = DOT_FN(k_bits)(j & 1 ? l1 : l0, 4 * (j >> 1), 15);
                                 k->q[4 * n + j] = _mm256_or_si256(low, _mm256_slli_epi16(DOT_FN(k_bits)(h, 2 * j, 3), 4));
                         }
                 }
-                for (int r = 0; r < 8; r++)
+                _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++)
                         k->scale[r] = DOT_FN(k_run_scales)(b->scales[2 * r], b->scales[2 * r + 1]);
         } else if (type == TENSOR_Q3_K) {
                 const struct block_q3_K *b = block;
                 k->d = DOT_FN(half)(b->d);
                 __m256i hmask = _mm256_loadu_si256((const __m256i *) b->hmask);
-                for (int n = 0; n < 2; n++) {
+                _Pragma("GCC unroll 8") for (int n = 0; n < 2; n++) {
                         __m256i v = _mm256_loadu_si256((const __m256i *) (b->qs + 32 * n));
-                        for (int j = 0; j < 4; j++) {
+                        _Pragma("GCC unroll 8") for (int j = 0; j < 4; j++) {
                                 /* a clear high bit means -4 */
                                 __m256i clear = _mm256_xor_si256(DOT_FN(k_bits)(hmask, 4 * n + j, 1), _mm256_set1_epi8(1));
                                 k->q[4 * n + j] = _mm256_sub_epi8(DOT_FN(k_bits)(v, 2 * j, 3), _mm256_slli_epi16(clear, 2));
                         }
                 }
-                for (int r = 0; r < 8; r++)
+                _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++)
                         k->scale[r] = DOT_FN(k_run_scales)((int16_t) (k_quant_q3_scale(b->scales, 2 * r) - 32),
                                                            (int16_t) (k_quant_q3_scale(b->scales, 2 * r + 1) - 32));
         } else { /* Q2_K */
@@ -96,12 +94,12 @@ K_ATTRS void DOT_FN(k_unpack)(struct DOT_FN(k_block) *k, const void *block, cons
                 k->dmin = DOT_FN(half)(b->dmin);
                 __m128i scales = _mm_loadu_si128((const __m128i *) b->scales);
                 k->min = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(scales, 4), _mm_set1_epi8(15)));
-                for (int n = 0; n < 2; n++) {
+                _Pragma("GCC unroll 8") for (int n = 0; n < 2; n++) {
                         __m256i v = _mm256_loadu_si256((const __m256i *) (b->qs + 32 * n));
-                        for (int j = 0; j < 4; j++)
+                        _Pragma("GCC unroll 8") for (int j = 0; j < 4; j++)
                                 k->q[4 * n + j] = DOT_FN(k_bits)(v, 2 * j, 3);
                 }
-                for (int r = 0; r < 8; r++)
+                _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++)
                         k->scale[r] = DOT_FN(k_run_scales)(b->scales[2 * r] & 15, b->scales[2 * r + 1] & 15);
         }
 }
@@ -138,7 +136,7 @@ K_ATTRS float DOT_FN(k_mul_rounded)(float x, float y) {
 K_ATTRS void DOT_FN(k_step)(struct DOT_FN(k_acc) *acc, const struct DOT_FN(k_block) *k, const struct block_q8_K *a,
                             bool batched, const enum tensor_type type) {
         __m256i run[8];
-        for (int r = 0; r < 8; r++) {
+        _Pragma("GCC unroll 8") for (int r = 0; r < 8; r++) {
                 __m256i aq = _mm256_loadu_si256((const __m256i *) (a->qs + 32 * r));
                 __m256i pairs = type == TENSOR_Q3_K
                                         ? _mm256_maddubs_epi16(_mm256_sign_epi8(k->q[r], k->q[r]), _mm256_sign_epi8(aq, k->q[r]))
@@ -151,33 +149,34 @@ K_ATTRS void DOT_FN(k_step)(struct DOT_FN(k_acc) *acc, const struct DOT_FN(k_blo
                 /* min x bsums per run of 32 (lane r) */
                 __m256i mins = _mm256_madd_epi16(bsums, k->min);
                 float dd = k->d * d_a, dm = k->dmin * d_a;
+                __m256i r01 = _mm256_add_epi32(run[0], run[1]), r23 = _mm256_add_epi32(run[2], run[3]);
+                __m256i r45 = _mm256_add_epi32(run[4], run[5]), r67 = _mm256_add_epi32(run[6], run[7]);
                 if (!batched) {
-                        __m256i all = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(run[0], run[1]), _mm256_add_epi32(run[2], run[3])),
-                                                       _mm256_add_epi32(_mm256_add_epi32(run[4], run[5]), _mm256_add_epi32(run[6], run[7])));
+                        __m256i all = _mm256_add_epi32(_mm256_add_epi32(r01, r23), _mm256_add_epi32(r45, r67));
                         acc->acc = fmaf((float) DOT_FN(k_hsum_epi32)(all), dd, acc->acc);
                         acc->accm = fmaf((float) DOT_FN(k_hsum_epi32)(mins), dm, acc->accm);
-                } else if (type == TENSOR_Q4_K) {
-                        /* per 64 elements: runs 2k and 2k + 1 */
-                        int32_t isum[4], imin[8];
-                        _mm_storeu_si128((__m128i *) isum,
-                                         DOT_FN(k_hsum4_epi32)(_mm256_add_epi32(run[0], run[1]), _mm256_add_epi32(run[2], run[3]),
-                                                               _mm256_add_epi32(run[4], run[5]), _mm256_add_epi32(run[6], run[7])));
-                        _mm256_storeu_si256((__m256i *) imin, mins);
-                        for (int s = 0; s < 4; s++) {
-                                acc->acc = fmaf((float) isum[s], dd, acc->acc);
-                                acc->accm = fmaf((float) (imin[2 * s] + imin[2 * s + 1]), dm, acc->accm);
-                        }
+                        return;
+                }
+                /* per 64 elements (Q4_K: runs 2s and 2s + 1) or 128 (Q2_K: runs 4s..4s + 3), as
+                 * floats in lane s */
+                __m128 isum, imin;
+                __m256i pairs = _mm256_hadd_epi32(mins, _mm256_setzero_si256()); /* m01 m23 0 0 | m45 m67 0 0 */
+                __m128i min4 = _mm_unpacklo_epi64(_mm256_castsi256_si128(pairs), _mm256_extracti128_si256(pairs, 1));
+                if (type == TENSOR_Q4_K) {
+                        isum = _mm_cvtepi32_ps(DOT_FN(k_hsum4_epi32)(r01, r23, r45, r67));
+                        imin = _mm_cvtepi32_ps(min4);
                 } else {
-                        /* per 128 elements: runs 0..3 and 4..7 */
-                        int32_t imin[8];
-                        _mm256_storeu_si256((__m256i *) imin, mins);
-                        for (int h = 0; h < 2; h++) {
-                                __m256i half = _mm256_add_epi32(_mm256_add_epi32(run[4 * h], run[4 * h + 1]),
-                                                                _mm256_add_epi32(run[4 * h + 2], run[4 * h + 3]));
-                                int32_t m = imin[4 * h] + imin[4 * h + 1] + imin[4 * h + 2] + imin[4 * h + 3];
-                                acc->acc = fmaf((float) DOT_FN(k_hsum_epi32)(half), dd, acc->acc);
-                                acc->accm = fmaf((float) m, dm, acc->accm);
-                        }
+                        __m128i sums = DOT_FN(k_hsum4_epi32)(_mm256_add_epi32(r01, r23), _mm256_add_epi32(r45, r67),
+                                                             _mm256_setzero_si256(), _mm256_setzero_si256());
+                        isum = _mm_cvtepi32_ps(sums);
+                        imin = _mm_cvtepi32_ps(_mm_hadd_epi32(min4, _mm_setzero_si128()));
+                }
+                const int n_runs = type == TENSOR_Q4_K ? 4 : 2;
+                _Pragma("GCC unroll 4") for (int s = 0; s < n_runs; s++) {
+                        acc->acc = fmaf(_mm_cvtss_f32(isum), dd, acc->acc);
+                        acc->accm = fmaf(_mm_cvtss_f32(imin), dm, acc->accm);
+                        isum = _mm_permute_ps(isum, _MM_SHUFFLE(0, 3, 2, 1));
+                        imin = _mm_permute_ps(imin, _MM_SHUFFLE(0, 3, 2, 1));
                 }
                 return;
         }
