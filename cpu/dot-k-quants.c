@@ -190,6 +190,32 @@ float dot_q6_K_reference(const void *weight_row, const struct block_q8_K *act, s
         return batched ? a.acc : lanes_sum8(a.lanes);
 }
 
+static void tile_by_products(dot_k_fn dot, const uint8_t *rows, size_t row_bytes, unsigned n_rows,
+                             const struct block_q8_K *act, size_t act_stride, const bool *batched, unsigned n_tokens,
+                             size_t n_super, float *out, size_t out_stride, bool accumulate) {
+        for (unsigned t = 0; t < n_tokens; t++)
+                for (unsigned r = 0; r < n_rows; r++) {
+                        float v = dot(rows + r * row_bytes, act + t * act_stride, n_super, batched[t]);
+                        float *o = &out[t * out_stride + r];
+                        *o = accumulate ? *o + v : v;
+                }
+}
+
+#define TILE_REFERENCE(name)                                                                                           \
+        void tile_##name##_reference(const void *weight_rows, size_t row_bytes, unsigned n_rows,                       \
+                                     const struct block_q8_K *act, size_t act_stride, const bool *batched,             \
+                                     unsigned n_tokens, size_t n_super, float *out, size_t out_stride,                \
+                                     bool accumulate) {                                                                \
+                tile_by_products(dot_##name##_reference, weight_rows, row_bytes, n_rows, act, act_stride, batched,     \
+                                 n_tokens, n_super, out, out_stride, accumulate);                                      \
+        }
+
+TILE_REFERENCE(q2_K)
+TILE_REFERENCE(q3_K)
+TILE_REFERENCE(q4_K)
+TILE_REFERENCE(q5_K)
+TILE_REFERENCE(q6_K)
+
 bool k_quant_batched_order(enum tensor_type type, uint32_t position, uint32_t n_prompt) {
         if (position >= n_prompt)
                 return false;

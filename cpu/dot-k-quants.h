@@ -30,11 +30,25 @@
 
 typedef float (*dot_k_fn)(const void *weight_row, const struct block_q8_K *act, size_t n_super, bool batched);
 
+/* A tile of K-quant products: n_rows weight rows (row_bytes apart) by n_tokens
+ * (1..DOT_K_TILE_TOKENS) tokens (act_stride super-blocks apart), token t in the batched order
+ * where batched[t] is set; token t's row r at out[t * out_stride + r] is set to (or, with
+ * accumulate, has added to it) exactly the product of the set's dot_k_fn for that row, token
+ * and order. Each super-block of weights is unpacked once for all the tokens. */
+#define DOT_K_TILE_TOKENS 8
+typedef void dot_k_tile(const void *weight_rows, size_t row_bytes, unsigned n_rows, const struct block_q8_K *act,
+                        size_t act_stride, const bool *batched, unsigned n_tokens, size_t n_super, float *out,
+                        size_t out_stride, bool accumulate);
+typedef dot_k_tile *dot_k_tile_fn;
+
 float dot_q2_K_reference(const void *weight_row, const struct block_q8_K *act, size_t n_super, bool batched);
 float dot_q3_K_reference(const void *weight_row, const struct block_q8_K *act, size_t n_super, bool batched);
 float dot_q4_K_reference(const void *weight_row, const struct block_q8_K *act, size_t n_super, bool batched);
 float dot_q5_K_reference(const void *weight_row, const struct block_q8_K *act, size_t n_super, bool batched);
 float dot_q6_K_reference(const void *weight_row, const struct block_q8_K *act, size_t n_super, bool batched);
+
+/* The tiles of the references: a product at a time. */
+dot_k_tile tile_q2_K_reference, tile_q3_K_reference, tile_q4_K_reference, tile_q5_K_reference, tile_q6_K_reference;
 
 /* llama.cpp passes a prompt in micro-batches of this many tokens (its default). */
 #define K_QUANT_PROMPT_UBATCH 512

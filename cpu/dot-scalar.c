@@ -307,5 +307,7 @@ const struct dot_kernels dot_kernels_scalar = {
         .swiglu = swiglu_scalar,
         .q2_K = dot_q2_K_reference, .q3_K = dot_q3_K_reference, .q4_K = dot_q4_K_reference,
         .q5_K = dot_q5_K_reference, .q6_K = dot_q6_K_reference, .quantize_q8_K = quantize_row_q8_K,
+        .tile_q2_K = tile_q2_K_reference, .tile_q3_K = tile_q3_K_reference, .tile_q4_K = tile_q4_K_reference,
+        .tile_q5_K = tile_q5_K_reference, .tile_q6_K = tile_q6_K_reference,
         .geglu = geglu_scalar,
 };

@@ -79,6 +79,17 @@ dot_k_fn dot_k_kernel_for(const struct dot_kernels *k, enum tensor_type type) {
         }
 }
 
+dot_k_tile_fn dot_k_tile_kernel_for(const struct dot_kernels *k, enum tensor_type type) {
+        switch (type) {
+        case TENSOR_Q2_K: return k->tile_q2_K;
+        case TENSOR_Q3_K: return k->tile_q3_K;
+        case TENSOR_Q4_K: return k->tile_q4_K;
+        case TENSOR_Q5_K: return k->tile_q5_K;
+        case TENSOR_Q6_K: return k->tile_q6_K;
+        default: return NULL;
+        }
+}
+
 dot_packed_fn dot_packed_kernel_for(const struct dot_kernels *k, enum tensor_type type) {
         switch (type) {
         case TENSOR_Q4_0: return k->packed_q4_0;

@@ -582,6 +582,8 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(geglu)(float *h, const fl
                 h[i] = g[i] <= -10.0f ? 0.0f : g[i] >= 10.0f ? g[i] * u[i] : gelu[f32_to_f16(g[i])] * u[i];
 }
 
+#include "dot-k-quants-x86.h"
+
 /* The set's table; a set whose packed product has a variant for AMD cores (DOT_AMD_PACKED_FN)
  * gets a second table, "<set>-amd", that differs only in its 4- and 5-bit packed products. */
 #define DOT_TABLE(table, set_name, packed_4bit)                                                                        \
@@ -612,8 +614,10 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(geglu)(float *h, const fl
                 .rope = DOT_FN(rope),                                                                                  \
                 .activation_corrections = DOT_FN(activation_corrections),                                              \
                 .swiglu = DOT_FN(swiglu),                                                                              \
-                .q2_K = dot_q2_K_reference, .q3_K = dot_q3_K_reference, .q4_K = dot_q4_K_reference,                    \
-                .q5_K = dot_q5_K_reference, .q6_K = dot_q6_K_reference, .quantize_q8_K = quantize_row_q8_K,            \
+                .q2_K = DOT_FN(dot_q2_K), .q3_K = DOT_FN(dot_q3_K), .q4_K = DOT_FN(dot_q4_K),                          \
+                .q5_K = DOT_FN(dot_q5_K), .q6_K = DOT_FN(dot_q6_K), .quantize_q8_K = DOT_FN(quantize_q8_K),            \
+                .tile_q2_K = DOT_FN(tile_q2_K), .tile_q3_K = DOT_FN(tile_q3_K), .tile_q4_K = DOT_FN(tile_q4_K),        \
+                .tile_q5_K = DOT_FN(tile_q5_K), .tile_q6_K = DOT_FN(tile_q6_K),                                        \
                 .geglu = DOT_FN(geglu),                                                                                \
         };
 

@@ -152,8 +152,9 @@ struct dot_kernels {
          * reference, round alike. */
         void (*swiglu)(float *h, const float *g, const float *u, size_t n);
         /* The K-quant products and their activations' quantizer (dot-k-quants.h), each with
-         * its reference's bits. */
+         * its reference's bits; and their tiles (dot_k_tile_fn). */
         dot_k_fn q2_K, q3_K, q4_K, q5_K, q6_K;
+        dot_k_tile_fn tile_q2_K, tile_q3_K, tile_q4_K, tile_q5_K, tile_q6_K;
         void (*quantize_q8_K)(const float *x, struct block_q8_K *out, size_t n);
         /* h[i] = gelu(g[i]) * u[i] as llama.cpp's CPU backend makes its GeGLU: 0 for g[i] <=
          * -10, g[i] * u[i] for g[i] >= 10, else gelu_table() at g[i] rounded to f16, times
@@ -213,3 +214,4 @@ dot_tile_fn dot_tile_kernel_for(const struct dot_kernels *k, enum tensor_type ty
 dot_packed_fn dot_packed_kernel_for(const struct dot_kernels *k, enum tensor_type type);
 /* The K-quant product for a K-quant weight type (whose activations are Q8_K), else NULL. */
 dot_k_fn dot_k_kernel_for(const struct dot_kernels *k, enum tensor_type type);
+dot_k_tile_fn dot_k_tile_kernel_for(const struct dot_kernels *k, enum tensor_type type);

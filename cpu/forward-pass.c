@@ -59,29 +59,38 @@ static bool k_quant_batched(const struct cpu_runner *r, size_t weight_index, enu
         return k_quant_batched_order(type, (uint32_t) b->positions[t], b->seqs[b->seq_ids[t]].n_prompt);
 }
 
-/* A K-quant weight: each row against each token's q8_K super-blocks, rows shared out. */
-static void matmul_k_quant(const struct cpu_runner *r, size_t weight_index, dot_k_fn dot, const struct activations *a,
+/* Rows of a K-quant weight a thread takes at a time: their weights (18 KiB of Q4_K at 2048
+ * columns) stay in L1 and L2 while the step's tokens pass over them in tiles. */
+#define K_QUANT_ROW_BLOCK 16
+
+/* A K-quant weight: this thread's share of the rows in blocks, each block against the tokens
+ * in tiles of DOT_K_TILE_TOKENS, each token in its own order. */
+static void matmul_k_quant(const struct cpu_runner *r, size_t weight_index, dot_k_tile_fn tile, const struct activations *a,
                            uint32_t n_tokens, float *out, uint32_t out_stride, bool accumulate, unsigned ith,
                            unsigned nth) {
         const struct weight *w = matmul_weight(r->model, weight_index);
         size_t n_super = w->n_cols / QK_K;
         uint64_t begin, end;
         split(w->n_rows, ith, nth, &begin, &end);
-        for (uint64_t row = begin; row < end; row++)
-                for (uint32_t t = 0; t < n_tokens; t++) {
-                        float v = dot(w->data + row * w->row_bytes, a->xk + t * n_super, n_super,
-                                      k_quant_batched(r, weight_index, w->type, t));
-                        float *o = &out[(size_t) t * out_stride + row];
-                        *o = accumulate ? *o + v : v;
+        for (uint64_t row0 = begin; row0 < end; row0 += K_QUANT_ROW_BLOCK) {
+                unsigned n_rows = end - row0 < K_QUANT_ROW_BLOCK ? (unsigned) (end - row0) : K_QUANT_ROW_BLOCK;
+                for (uint32_t t0 = 0; t0 < n_tokens; t0 += DOT_K_TILE_TOKENS) {
+                        unsigned n = n_tokens - t0 < DOT_K_TILE_TOKENS ? n_tokens - t0 : DOT_K_TILE_TOKENS;
+                        bool batched[DOT_K_TILE_TOKENS];
+                        for (unsigned t = 0; t < n; t++)
+                                batched[t] = k_quant_batched(r, weight_index, w->type, t0 + t);
+                        tile(w->data + row0 * w->row_bytes, w->row_bytes, n_rows, a->xk + (size_t) t0 * n_super, n_super,
+                             batched, n, n_super, out + (size_t) t0 * out_stride + row0, out_stride, accumulate);
                 }
+        }
 }
 
 static void matmul(const struct cpu_runner *r, size_t weight_index, const struct activations *a, uint32_t n_tokens,
                    float *out, uint32_t out_stride, bool accumulate, float *row_scratch, unsigned ith, unsigned nth) {
         const struct weight *w = matmul_weight(r->model, weight_index);
-        dot_k_fn dot_k = dot_k_kernel_for(r->kernels, w->type);
-        if (dot_k) {
-                matmul_k_quant(r, weight_index, dot_k, a, n_tokens, out, out_stride, accumulate, ith, nth);
+        dot_k_tile_fn k_tile = dot_k_tile_kernel_for(r->kernels, w->type);
+        if (k_tile) {
+                matmul_k_quant(r, weight_index, k_tile, a, n_tokens, out, out_stride, accumulate, ith, nth);
                 return;
         }
         const struct packed_weights *packed = packed_for(r, weight_index);

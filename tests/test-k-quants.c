@@ -145,6 +145,70 @@ START_TEST(test_sets_match_reference) {
 }
 END_TEST
 
+#define TILE_ROWS_MAX 17
+#define OUT_STRIDE (TILE_ROWS_MAX + 2)
+
+/* Every set's tiles (the scalar one's included) against the reference, bit for bit: odd row
+ * counts, 1..DOT_K_TILE_TOKENS tokens, the orders mixed within a call, set and accumulate;
+ * nothing outside the tile's rows and tokens is written. */
+START_TEST(test_tiles_match_reference) {
+        static const char *const x86[] = DOT_X86_SET_NAMES;
+        const char *names[1 + sizeof(x86) / sizeof(x86[0])] = { "scalar" };
+        memcpy(names + 1, x86, sizeof(x86));
+        static const unsigned row_counts[] = { 1, 3, 4, 7, TILE_ROWS_MAX };
+        static uint8_t rows[TILE_ROWS_MAX][N_SUPER * sizeof(struct block_q6_K)];
+        static struct block_q8_K q[DOT_K_TILE_TOKENS][N_SUPER];
+        for (size_t s = 0; s < sizeof(names) / sizeof(names[0]); s++) {
+                const struct dot_kernels *set = dot_kernels_by_name(names[s]);
+                if (!set)
+                        continue;
+                for (size_t k = 0; k < sizeof(k_types) / sizeof(k_types[0]); k++) {
+                        dot_k_fn ref = dot_k_kernel_for(&dot_kernels_scalar, k_types[k]);
+                        dot_k_tile_fn tile = dot_k_tile_kernel_for(set, k_types[k]);
+                        ck_assert_ptr_nonnull(tile);
+                        size_t row_bytes = N_SUPER * tensor_type_info(k_types[k])->block_bytes;
+                        for (unsigned n_tokens = 1; n_tokens <= DOT_K_TILE_TOKENS; n_tokens++)
+                                for (size_t rc = 0; rc < sizeof(row_counts) / sizeof(row_counts[0]); rc++) {
+                                        unsigned n_rows = row_counts[rc];
+                                        bool batched[DOT_K_TILE_TOKENS], accumulate = next_u32() % 2;
+                                        float x[N], out[DOT_K_TILE_TOKENS * OUT_STRIDE], before[sizeof(out) / sizeof(float)];
+                                        for (unsigned r = 0; r < n_rows; r++)
+                                                random_row(k_types[k], rows[r]);
+                                        for (unsigned t = 0; t < n_tokens; t++) {
+                                                random_activations(x);
+                                                quantize_row_q8_K(x, q[t], N);
+                                                batched[t] = next_u32() % 2;
+                                        }
+                                        for (size_t i = 0; i < sizeof(out) / sizeof(float); i++)
+                                                before[i] = out[i] = next_float(1.0f);
+                                        /* the rows packed row_bytes apart, as a tensor's are */
+                                        uint8_t packed[TILE_ROWS_MAX * sizeof(rows[0])];
+                                        for (unsigned r = 0; r < n_rows; r++)
+                                                memcpy(packed + r * row_bytes, rows[r], row_bytes);
+                                        tile(packed, row_bytes, n_rows, q[0], N_SUPER, batched, n_tokens, N_SUPER, out, OUT_STRIDE,
+                                             accumulate);
+                                        for (unsigned t = 0; t < DOT_K_TILE_TOKENS; t++)
+                                                for (unsigned r = 0; r < OUT_STRIDE; r++) {
+                                                        size_t i = t * OUT_STRIDE + r;
+                                                        if (t >= n_tokens || r >= n_rows) {
+                                                                ck_assert_msg(memcmp(&out[i], &before[i], sizeof(float)) == 0,
+                                                                              "%s %s: wrote outside the tile", names[s],
+                                                                              tensor_type_name(k_types[k]));
+                                                                continue;
+                                                        }
+                                                        float v = ref(rows[r], q[t], N_SUPER, batched[t]);
+                                                        float want = accumulate ? before[i] + v : v;
+                                                        ck_assert_msg(memcmp(&want, &out[i], sizeof(float)) == 0,
+                                                                      "%s %s %u rows %u tokens, row %u token %u batched=%d: %.9g, reference %.9g",
+                                                                      names[s], tensor_type_name(k_types[k]), n_rows, n_tokens, r, t,
+                                                                      batched[t], out[i], want);
+                                                }
+                                }
+                }
+        }
+}
+END_TEST
+
 /* llama.cpp's prompt pass: micro-batches of 512; the tiled product for those of 8 tokens or
  * more, the repacked product's batched order for whole groups of four. */
 START_TEST(test_batched_order_rule) {
@@ -200,6 +264,7 @@ int main(void) {
         tcase_add_test(tc, test_quantize_q8_K);
         tcase_add_test(tc, test_products_match_dequantized);
         tcase_add_test(tc, test_sets_match_reference);
+        tcase_add_test(tc, test_tiles_match_reference);
         tcase_add_test(tc, test_batched_order_rule);
         tcase_add_test(tc, test_synthetic_quantizer_round_trip);
         suite_add_tcase(s, tc);
