@@ -125,6 +125,123 @@ static void quantize_q8_0(const float *x, struct block_q8_0 *b) {
                 b->qs[j] = (int8_t) clamp_round(x[j] * id, -127, 127);
 }
 
+/* The K-quants, plainly (not llama.cpp's search for the best scales): per sub-block a scale
+ * (and a min) from its range, the sub-block scales as integers of the super-block's d (and
+ * dmin), then each element's code under its sub-block's d * scale, packed in the layouts of
+ * tensor-types.h. */
+struct k_codes {
+        int q[QK_K];         /* Q3_K and Q6_K signed, the others from 0 */
+        int scale[16], min[16];
+        f16_bits d, dmin;
+};
+
+static void k_quantize(const float *x, unsigned width, int q_lo, int q_hi, int scale_max, bool mins, struct k_codes *c) {
+        unsigned n_sub = QK_K / width;
+        float sub_scale[16], sub_min[16], scale_top = 0.0f, min_top = 0.0f;
+        for (unsigned s = 0; s < n_sub; s++) {
+                const float *v = x + s * width;
+                float lo = 0.0f, hi = 0.0f, big = 0.0f;
+                for (unsigned j = 0; j < width; j++) {
+                        lo = fminf(lo, v[j]);
+                        hi = fmaxf(hi, v[j]);
+                        if (fabsf(v[j]) > fabsf(big))
+                                big = v[j];
+                }
+                /* with mins: codes 0.. up from -min; else the largest magnitude at code q_lo */
+                sub_scale[s] = mins ? (hi - lo) / (float) q_hi : big / (float) q_lo;
+                sub_min[s] = -lo;
+                scale_top = fmaxf(scale_top, fabsf(sub_scale[s]));
+                min_top = fmaxf(min_top, sub_min[s]);
+        }
+        c->d = f32_to_f16(scale_top / (float) scale_max);
+        c->dmin = f32_to_f16(min_top / (float) scale_max);
+        float d = f16_to_f32(c->d), dmin = f16_to_f32(c->dmin);
+        for (unsigned s = 0; s < n_sub; s++) {
+                c->scale[s] = d != 0.0f ? clamp_round(sub_scale[s] / d, mins ? 0 : -scale_max - 1, scale_max) : 0;
+                c->min[s] = mins && dmin != 0.0f ? clamp_round(sub_min[s] / dmin, 0, scale_max) : 0;
+                float step = d * (float) c->scale[s], offset = dmin * (float) c->min[s];
+                for (unsigned j = s * width; j < s * width + width; j++)
+                        c->q[j] = step != 0.0f ? clamp_round((x[j] + offset) / step, q_lo < 0 ? q_lo : 0, q_hi) : 0;
+        }
+}
+
+/* Q4_K's and Q5_K's sub-block s scale and min in their 12 bytes (k_quant_scale_min()'s inverse). */
+static void pack_scale_min(uint8_t scales[12], unsigned s, int scale, int min) {
+        if (s < 4) {
+                scales[s] |= (uint8_t) scale;
+                scales[s + 4] |= (uint8_t) min;
+        } else {
+                scales[s + 4] = (uint8_t) ((scale & 15) | (min & 15) << 4);
+                scales[s - 4] |= (uint8_t) ((scale >> 4) << 6);
+                scales[s] |= (uint8_t) ((min >> 4) << 6);
+        }
+}
+
+static void quantize_k(enum tensor_type type, const float *x, void *out) {
+        struct k_codes c;
+        memset(out, 0, tensor_type_info(type)->block_bytes);
+        switch (type) {
+        case TENSOR_Q2_K: {
+                struct block_q2_K *b = out;
+                k_quantize(x, 16, 0, 3, 15, true, &c);
+                for (unsigned e = 0; e < QK_K; e++)
+                        b->qs[e / 128 * 32 + e % 32] |= (uint8_t) (c.q[e] << (2 * (e % 128 / 32)));
+                for (unsigned s = 0; s < 16; s++)
+                        b->scales[s] = (uint8_t) (c.scale[s] | c.min[s] << 4);
+                b->d = c.d, b->dmin = c.dmin;
+                return;
+        }
+        case TENSOR_Q3_K: {
+                struct block_q3_K *b = out;
+                k_quantize(x, 16, -4, 3, 31, false, &c);
+                for (unsigned e = 0; e < QK_K; e++) {
+                        unsigned n = e / 128, j = e % 128 / 32, l = e % 32, u = (unsigned) (c.q[e] + 4);
+                        b->qs[32 * n + l] |= (uint8_t) ((u & 3) << (2 * j));
+                        b->hmask[l] |= (uint8_t) ((u >> 2) << (4 * n + j));
+                }
+                for (unsigned s = 0; s < 16; s++) {
+                        unsigned v = (unsigned) (c.scale[s] + 32);
+                        b->scales[s % 8] |= (uint8_t) ((v & 15) << (s < 8 ? 0 : 4));
+                        b->scales[8 + s % 4] |= (uint8_t) ((v >> 4) << (2 * (s / 4)));
+                }
+                b->d = c.d;
+                return;
+        }
+        case TENSOR_Q4_K: case TENSOR_Q5_K: {
+                bool five = type == TENSOR_Q5_K;
+                struct block_q4_K *b4 = out;
+                struct block_q5_K *b5 = out;
+                k_quantize(x, 32, 0, five ? 31 : 15, 63, true, &c);
+                uint8_t *qs = five ? b5->qs : b4->qs, *scales = five ? b5->scales : b4->scales;
+                for (unsigned e = 0; e < QK_K; e++) {
+                        qs[e / 64 * 32 + e % 32] |= (uint8_t) ((c.q[e] & 15) << (4 * (e % 64 / 32)));
+                        if (five)
+                                b5->qh[e % 32] |= (uint8_t) ((c.q[e] >> 4) << (e / 32));
+                }
+                for (unsigned s = 0; s < 8; s++)
+                        pack_scale_min(scales, s, c.scale[s], c.min[s]);
+                if (five)
+                        b5->d = c.d, b5->dmin = c.dmin;
+                else
+                        b4->d = c.d, b4->dmin = c.dmin;
+                return;
+        }
+        default: {
+                struct block_q6_K *b = out;
+                k_quantize(x, 16, -32, 31, 127, false, &c);
+                for (unsigned e = 0; e < QK_K; e++) {
+                        unsigned n = e / 128, j = e % 128 / 32, l = e % 32, u = (unsigned) (c.q[e] + 32);
+                        b->ql[64 * n + 32 * (j & 1) + l] |= (uint8_t) ((u & 15) << (4 * (j >> 1)));
+                        b->qh[32 * n + l] |= (uint8_t) ((u >> 4) << (2 * j));
+                }
+                for (unsigned s = 0; s < 16; s++)
+                        b->scales[s] = (int8_t) c.scale[s];
+                b->d = c.d;
+                return;
+        }
+        }
+}
+
 void test_quantize_row(enum tensor_type type, const float *x, void *out, uint64_t n) {
         switch (type) {
         case TENSOR_F32:
@@ -158,6 +275,10 @@ void test_quantize_row(enum tensor_type type, const float *x, void *out, uint64_
                 for (uint64_t k = 0; k < n / QUANT_BLOCK; k++)
                         quantize_q8_0(x + k * QUANT_BLOCK, (struct block_q8_0 *) out + k);
                 return;
+        case TENSOR_Q2_K: case TENSOR_Q3_K: case TENSOR_Q4_K: case TENSOR_Q5_K: case TENSOR_Q6_K:
+                for (uint64_t k = 0; k < n / QK_K; k++)
+                        quantize_k(type, x + k * QK_K, (uint8_t *) out + k * tensor_type_info(type)->block_bytes);
+                return;
         default:
                 fprintf(stderr, "test_quantize_row: no quantizer for type %u\n", (unsigned) type);
                 abort();
@@ -166,7 +287,7 @@ void test_quantize_row(enum tensor_type type, const float *x, void *out, uint64_
 
 static bool quantizable(enum tensor_type t) {
         return t == TENSOR_F32 || t == TENSOR_F16 || t == TENSOR_BF16 || t == TENSOR_Q4_0 || t == TENSOR_Q4_1 ||
-               t == TENSOR_Q5_0 || t == TENSOR_Q5_1 || t == TENSOR_Q8_0;
+               t == TENSOR_Q5_0 || t == TENSOR_Q5_1 || t == TENSOR_Q8_0 || (t >= TENSOR_Q2_K && t <= TENSOR_Q6_K);
 }
 
 struct builder {
