@@ -44,7 +44,8 @@ __global__ static void k_embed(struct gpu_weight w, const int32_t *tokens, float
                 float v;
                 uint32_t nbp = gpu_padded_blocks(n / GPU_QBLOCK);
                 if (w.kind <= GPU_WEIGHT_Q8_0)
-                        v = gpu_dequant(w.kind, w.quants + row * nbp * gpu_block_quant_bytes(w.kind), w.scales + row * nbp, nbp, i);
+                        v = gpu_dequant(w.kind, w.quants + row * nbp * gpu_block_quant_bytes(w.kind),
+                                        w.scales + row * gpu_row_scale_words(w.kind, nbp), nbp, i);
                 else
                         v = gpu_float_weight(w.kind, (const uint8_t *) w.rows + row * n * (w.kind == GPU_WEIGHT_F32 ? 4 : 2), i);
                 x[(size_t) t * n + i] = v;
@@ -143,9 +144,11 @@ cudaError_t gpu_gather_rows(cudaStream_t s, const float *gathered, uint32_t n_to
 /* Quantized weights in the CPU's order (gpu-math.h): GPU_ROW_LANES threads per row, thread
  * l keeping lane l's sums over the blocks for TT tokens, four blocks' words loaded at once
  * from the lane-major rows; a warp holds 4 rows. With logits_product, the lanes' integer sums
- * of a block are added first (exactly) and each thread keeps the row's single accumulator. */
+ * of a block are added first (exactly) and each thread keeps the row's single accumulator.
+ * K (the K-quants) takes each lane's scale and min from the block's scale words instead
+ * (gpu_k_lane_step()). */
 #define ROWS_PER_WARP (32 / GPU_ROW_LANES)
-template <int TT>
+template <int TT, bool K>
 __global__ static void __launch_bounds__(MATMUL_WARPS * 32)
         k_matmul_q(struct gpu_weight w, const int8_t *xq, const float *xds, uint32_t width, uint32_t n, float *out,
                    uint32_t out_stride, bool accumulate, bool logits_product) {
@@ -159,16 +162,24 @@ __global__ static void __launch_bounds__(MATMUL_WARPS * 32)
                 acc[t] = off[t] = 0.0f;
         if (row < w.n_rows) {
                 const uint32_t *wq = (const uint32_t *) w.quants + ((size_t) row * words_per_block + gpu_lane_word(w.kind, l)) * nbp;
-                const uint32_t *ws = w.scales + (size_t) row * nbp;
+                const uint32_t *ws = w.scales + (size_t) row * gpu_row_scale_words(w.kind, nbp);
                 for (uint32_t b4 = 0; b4 < nb; b4 += 4) {
                         uint4 wv = *(const uint4 *) (wq + b4), sv = *(const uint4 *) (ws + b4);
                         uint32_t words[4] = { wv.x, wv.y, wv.z, wv.w }, scales[4] = { sv.x, sv.y, sv.z, sv.w };
                         float wd[4], wm[4];
+                        struct gpu_k_factors kf[4];
+                        if (K) {
+                                uint4 mv = gpu_k_has_mins(w.kind) ? *(const uint4 *) (ws + nbp + b4) : make_uint4(0, 0, 0, 0);
+                                uint32_t mins[4] = { mv.x, mv.y, mv.z, mv.w };
 #pragma unroll
-                        for (uint32_t k = 0; k < 4; k++) {
-                                wd[k] = gpu_f16_to_f32(scales[k] & 0xffffu);
-                                wm[k] = gpu_f16_to_f32(scales[k] >> 16);
-                        }
+                                for (uint32_t k = 0; k < 4; k++)
+                                        kf[k] = gpu_k_lane_factors(w.kind, scales[k], mins[k], l);
+                        } else
+#pragma unroll
+                                for (uint32_t k = 0; k < 4; k++) {
+                                        wd[k] = gpu_f16_to_f32(scales[k] & 0xffffu);
+                                        wm[k] = gpu_f16_to_f32(scales[k] >> 16);
+                                }
 #pragma unroll
                         for (int t = 0; t < TT; t++) {
                                 if (t0 + t >= n)
@@ -184,6 +195,10 @@ __global__ static void __launch_bounds__(MATMUL_WARPS * 32)
                                 for (uint32_t k = 0; k < 4; k++) {
                                         if (b4 + k >= nb)
                                                 break;
+                                        if (K) {
+                                                acc[t] = gpu_k_lane_step(w.kind, words[k], l, act[k], &kf[k], d[k], acc[t]);
+                                                continue;
+                                        }
                                         int32_t isum = gpu_lane_isum(w.kind, words[k], l, act[k]);
                                         if (logits_product)
                                                 for (int offset = GPU_ROW_LANES / 2; offset > 0; offset /= 2)
@@ -246,8 +261,12 @@ static void launch_matmul(cudaStream_t s, const struct gpu_weight *w, const stru
                           float *out, uint32_t out_stride, bool accumulate, bool logits_product) {
         if (w->kind <= GPU_WEIGHT_Q8_0) {
                 dim3 grid(ceil_div(w->n_rows, MATMUL_WARPS * ROWS_PER_WARP), ceil_div(n, TT));
-                k_matmul_q<TT><<<grid, MATMUL_WARPS * 32, 0, s>>>(*w, a->q, a->ds, a->width, n, out, out_stride, accumulate,
-                                                                  logits_product);
+                if (gpu_k_quant(w->kind))
+                        k_matmul_q<TT, true><<<grid, MATMUL_WARPS * 32, 0, s>>>(*w, a->q, a->ds, a->width, n, out, out_stride,
+                                                                                accumulate, logits_product);
+                else
+                        k_matmul_q<TT, false><<<grid, MATMUL_WARPS * 32, 0, s>>>(*w, a->q, a->ds, a->width, n, out, out_stride,
+                                                                                 accumulate, logits_product);
         } else {
                 dim3 grid(ceil_div(w->n_rows, MATMUL_WARPS), ceil_div(n, TT));
                 k_matmul_f<TT><<<grid, MATMUL_WARPS * 32, 0, s>>>(*w, a->x, a->width, n, out, out_stride, accumulate);

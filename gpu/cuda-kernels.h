@@ -17,7 +17,7 @@ struct gpu_weight {
         enum gpu_weight_kind kind;
         uint32_t n_rows, n_cols;
         const uint8_t *quants;  /* (n_rows, n_cols / 32, block_quant_bytes) */
-        const uint32_t *scales; /* (n_rows, n_cols / 32) */
+        const uint32_t *scales; /* (n_rows, scale words, n_cols / 32) */
         const void *rows;       /* float kinds: (n_rows, n_cols) of F32, F16 or BF16 */
 };
 

@@ -28,16 +28,16 @@ size_t cuda_place_weight(const struct weight *w, uint32_t first, uint32_t count,
                 return cuda_arena_align(at + bytes);
         }
         uint32_t nb = (uint32_t) (w->n_cols / GPU_QBLOCK), nbp = gpu_padded_blocks(nb), qb = gpu_block_quant_bytes(kind);
-        size_t n = (size_t) count * nbp, scales_at = cuda_arena_align(at + n * qb);
+        size_t n = (size_t) count * nbp, scales_at = cuda_arena_align(at + n * qb), row_words = gpu_row_scale_words(kind, nbp);
         gw->quants = base + at;
         gw->scales = (const uint32_t *) (base + scales_at);
         if (image) {
                 uint32_t block_bytes = tensor_type_info(w->type)->block_bytes;
                 for (uint64_t r = 0; r < count; r++)
                         gpu_repack_row(kind, data + r * w->row_bytes, block_bytes, nb, image + at + r * nbp * qb,
-                                       (uint32_t *) (image + scales_at) + r * nbp);
+                                       (uint32_t *) (image + scales_at) + r * row_words);
         }
-        return cuda_arena_align(scales_at + n * 4);
+        return cuda_arena_align(scales_at + count * row_words * 4);
 }
 
 struct gpu_weight cuda_weight_rows(const struct gpu_weight *w, uint32_t first, uint32_t count) {
@@ -50,6 +50,6 @@ struct gpu_weight cuda_weight_rows(const struct gpu_weight *w, uint32_t first, u
         }
         uint32_t nbp = gpu_padded_blocks(w->n_cols / GPU_QBLOCK);
         v.quants = w->quants + (size_t) first * nbp * gpu_block_quant_bytes(w->kind);
-        v.scales = w->scales + (size_t) first * nbp;
+        v.scales = w->scales + (size_t) first * gpu_row_scale_words(w->kind, nbp);
         return v;
 }

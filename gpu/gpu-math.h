@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "tensor-types.h"
 
@@ -19,9 +20,10 @@
 #define GPU_MATH __host__ __device__ static inline
 #else
 #include <math.h>
-#include <string.h>
 #define GPU_MATH static inline
 #endif
+/* What the host alone runs: the repacking at upload. */
+#define GPU_HOST static inline
 
 /* The device's layouts are lane-major, so that a thread loads the words it multiplies for
  * four blocks at once (16 bytes): a row of nb blocks is padded to gpu_padded_blocks(nb)
@@ -33,7 +35,17 @@
  * word per block (nbp of them): the f16 scale d in the low half, the f16 minimum m (Q4_1,
  * Q5_1) in the high half. An activation row's scales are nbp floats
  * d, then nbp floats s = d * sum(quants), both rounded to f16 as the CPU's q8_1 blocks hold
- * them. Padding is zero and never enters a product. */
+ * them. Padding is zero and never enters a product.
+ *
+ * The K-quants go up expanded to blocks of 32 of the same layout, so that they run the same
+ * dp4a path: Q2_K, Q3_K and Q4_K as nibbles (Q3_K's plus 4, taken off again as Q4_0's 8 is),
+ * Q5_K as bytes, Q6_K as bytes less 32 (signed). Their scales are integers per half block
+ * (16 elements: Q2_K's, Q3_K's and Q6_K's sub-blocks; Q4_K's and Q5_K's sub-block of 32
+ * gives both halves the same), so a block's scale word holds the super-block's f16 d in the
+ * low half and the int8 scales of elements 0..15 and 16..31 in bytes 2 and 3; the kinds with
+ * mins (Q2_K, Q4_K, Q5_K) have a second word per block, the f16 dmin and the two unsigned
+ * mins likewise, at word nbp + b of the row's scales. Every weight is then d * scale * q
+ * (less dmin * min), the file's value to the bit. */
 #define GPU_QBLOCK 32
 
 enum gpu_weight_kind { /* the quantized kinds first, up to GPU_WEIGHT_Q8_0 */
@@ -41,6 +53,11 @@ enum gpu_weight_kind { /* the quantized kinds first, up to GPU_WEIGHT_Q8_0 */
         GPU_WEIGHT_Q4_1,
         GPU_WEIGHT_Q5_0,
         GPU_WEIGHT_Q5_1,
+        GPU_WEIGHT_Q2_K, /* the K-quants, from GPU_WEIGHT_Q2_K to GPU_WEIGHT_Q6_K */
+        GPU_WEIGHT_Q3_K,
+        GPU_WEIGHT_Q4_K,
+        GPU_WEIGHT_Q5_K,
+        GPU_WEIGHT_Q6_K,
         GPU_WEIGHT_Q8_0,
         GPU_WEIGHT_F32,
         GPU_WEIGHT_F16,
@@ -55,6 +72,11 @@ GPU_MATH enum gpu_weight_kind gpu_weight_kind_of(enum tensor_type type) {
         case TENSOR_Q4_1: return GPU_WEIGHT_Q4_1;
         case TENSOR_Q5_0: return GPU_WEIGHT_Q5_0;
         case TENSOR_Q5_1: return GPU_WEIGHT_Q5_1;
+        case TENSOR_Q2_K: return GPU_WEIGHT_Q2_K;
+        case TENSOR_Q3_K: return GPU_WEIGHT_Q3_K;
+        case TENSOR_Q4_K: return GPU_WEIGHT_Q4_K;
+        case TENSOR_Q5_K: return GPU_WEIGHT_Q5_K;
+        case TENSOR_Q6_K: return GPU_WEIGHT_Q6_K;
         case TENSOR_Q8_0: return GPU_WEIGHT_Q8_0;
         case TENSOR_F32: return GPU_WEIGHT_F32;
         case TENSOR_F16: return GPU_WEIGHT_F16;
@@ -65,12 +87,32 @@ GPU_MATH enum gpu_weight_kind gpu_weight_kind_of(enum tensor_type type) {
 
 /* Whether the device holds a block's quants one a byte (else two a byte, as nibbles). */
 GPU_MATH bool gpu_byte_quants(enum gpu_weight_kind kind) {
-        return kind == GPU_WEIGHT_Q8_0 || kind == GPU_WEIGHT_Q5_0 || kind == GPU_WEIGHT_Q5_1;
+        return kind == GPU_WEIGHT_Q8_0 || kind == GPU_WEIGHT_Q5_0 || kind == GPU_WEIGHT_Q5_1 || kind == GPU_WEIGHT_Q5_K ||
+               kind == GPU_WEIGHT_Q6_K;
 }
 
 /* Whether the kind has a minimum m, which meets the activations' sums apart. */
 GPU_MATH bool gpu_has_offset(enum gpu_weight_kind kind) {
         return kind == GPU_WEIGHT_Q4_1 || kind == GPU_WEIGHT_Q5_1;
+}
+
+GPU_MATH bool gpu_k_quant(enum gpu_weight_kind kind) {
+        return kind >= GPU_WEIGHT_Q2_K && kind <= GPU_WEIGHT_Q6_K;
+}
+
+/* Whether a K-quant has mins (a second scale word per block). */
+GPU_MATH bool gpu_k_has_mins(enum gpu_weight_kind kind) {
+        return kind == GPU_WEIGHT_Q2_K || kind == GPU_WEIGHT_Q4_K || kind == GPU_WEIGHT_Q5_K;
+}
+
+/* Scale words per block: the word (d, and m or the K scales), and the K mins' word. */
+GPU_MATH uint32_t gpu_scale_words(enum gpu_weight_kind kind) {
+        return gpu_k_has_mins(kind) ? 2 : 1;
+}
+
+/* What the device's nibbles are stored above the quant: Q4_0's 8, Q3_K's 4. */
+GPU_MATH uint32_t gpu_nibble_bias(enum gpu_weight_kind kind) {
+        return kind == GPU_WEIGHT_Q4_0 ? 8 : kind == GPU_WEIGHT_Q3_K ? 4 : 0;
 }
 
 GPU_MATH uint32_t gpu_block_quant_bytes(enum gpu_weight_kind kind) {
@@ -79,6 +121,11 @@ GPU_MATH uint32_t gpu_block_quant_bytes(enum gpu_weight_kind kind) {
 
 GPU_MATH uint32_t gpu_padded_blocks(uint32_t n_blocks) {
         return (n_blocks + 3) / 4 * 4;
+}
+
+/* Scale words of a row of nbp blocks. */
+GPU_MATH uint32_t gpu_row_scale_words(enum gpu_weight_kind kind, uint32_t nbp) {
+        return nbp * gpu_scale_words(kind);
 }
 
 /* Byte `byte` (0 .. 31, or 0 .. 15 for nibbles) of block b of a lane-major row of nbp blocks. */
@@ -177,18 +224,52 @@ GPU_MATH uint32_t gpu_lane_word(enum gpu_weight_kind kind, uint32_t l) {
 }
 
 /* Lane l's exact integer product in a block: its quant word (gpu_lane_word()), the bias
- * taken off each quant (8 for Q4_0; Q5_0's went at the upload), with the activation's word l. */
+ * taken off each quant (gpu_nibble_bias(); Q5_0's and Q6_K's went at the upload), with the
+ * activation's word l. */
 GPU_MATH int32_t gpu_lane_isum(enum gpu_weight_kind kind, uint32_t word, uint32_t l, uint32_t activation_word) {
         uint32_t quants;
         if (gpu_byte_quants(kind))
                 quants = word;
         else {
-                uint32_t nibbles = l < 4 ? word & 0x0f0f0f0fu : (word >> 4) & 0x0f0f0f0fu;
+                uint32_t nibbles = l < 4 ? word & 0x0f0f0f0fu : (word >> 4) & 0x0f0f0f0fu, bias = gpu_nibble_bias(kind);
                 /* nibbles are 0..15: offset each byte by 0x80 so that taking the bias off
                  * never borrows across bytes, then back */
-                quants = kind == GPU_WEIGHT_Q4_0 ? ((nibbles | 0x80808080u) - 0x08080808u) ^ 0x80808080u : nibbles;
+                quants = bias ? ((nibbles | 0x80808080u) - bias * 0x01010101u) ^ 0x80808080u : nibbles;
         }
         return gpu_dp4a(quants, activation_word, 0);
+}
+
+/* A K-quant block's factors for lane l (elements 4l .. 4l + 3, in half l / 4): its integer
+ * scale and min, the super-block's d and dmin. */
+struct gpu_k_factors {
+        int32_t scale, min;
+        float d, dmin;
+};
+
+GPU_MATH struct gpu_k_factors gpu_k_lane_factors(enum gpu_weight_kind kind, uint32_t scale_word, uint32_t min_word,
+                                                 uint32_t l) {
+        uint32_t shift = 16 + 8 * (l / 4);
+        struct gpu_k_factors f = { (int32_t) (int8_t) (scale_word >> shift), 0, gpu_f16_to_f32(scale_word & 0xffffu), 0.0f };
+        if (gpu_k_has_mins(kind)) {
+                f.min = (int32_t) ((min_word >> shift) & 0xffu);
+                f.dmin = gpu_f16_to_f32(min_word & 0xffffu);
+        }
+        return f;
+}
+
+/* The K-quants' products (their own order, not the CPU's: see docs/design.md): the same eight
+ * lanes as the other kinds over the same q8_1 activation blocks, lane l adding per block
+ *     lane[l] = fmaf((float) (scale_l * isum_l), d_w * d_a, lane[l])
+ *     lane[l] = fmaf((float) (min_l * asum_l), -(dmin_w * d_a), lane[l])   (kinds with mins)
+ * where isum_l is its exact integer product and asum_l the sum of its four activation quants,
+ * then lanes_sum8. Every integer is exact, so the bits depend on the data alone. */
+GPU_MATH float gpu_k_lane_step(enum gpu_weight_kind kind, uint32_t word, uint32_t l, uint32_t activation_word,
+                               const struct gpu_k_factors *f, float d_a, float lane) {
+        int32_t isum = gpu_lane_isum(kind, word, l, activation_word);
+        lane = fmaf((float) (f->scale * isum), f->d * d_a, lane);
+        if (gpu_k_has_mins(kind))
+                lane = fmaf((float) (f->min * gpu_dp4a(0x01010101u, activation_word, 0)), -(f->dmin * d_a), lane);
+        return lane;
 }
 
 /* lanes_sum8(): ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). */
@@ -202,14 +283,22 @@ GPU_MATH float gpu_dequant(enum gpu_weight_kind kind, const uint8_t *quants, con
                            uint32_t i) {
         uint32_t b = i / GPU_QBLOCK, j = i % GPU_QBLOCK, scale = scales[b];
         float d = gpu_f16_to_f32(scale & 0xffffu);
-        if (kind == GPU_WEIGHT_Q5_1)
-                return fmaf((float) quants[gpu_lane_major_offset(nbp, b, j)], d, gpu_f16_to_f32(scale >> 16));
-        if (gpu_byte_quants(kind))
-                return (float) (int8_t) quants[gpu_lane_major_offset(nbp, b, j)] * d;
-        uint32_t byte = quants[gpu_lane_major_offset(nbp, b, j % 16)], q = j < 16 ? byte & 15 : byte >> 4;
-        if (kind == GPU_WEIGHT_Q4_0)
-                return (float) ((int32_t) q - 8) * d;
-        return fmaf((float) q, d, gpu_f16_to_f32(scale >> 16));
+        int32_t q;
+        if (gpu_byte_quants(kind)) /* the unsigned kinds' bytes are below 128 */
+                q = (int8_t) quants[gpu_lane_major_offset(nbp, b, j)];
+        else {
+                uint32_t byte = quants[gpu_lane_major_offset(nbp, b, j % 16)];
+                q = (int32_t) (j < 16 ? byte & 15 : byte >> 4) - (int32_t) gpu_nibble_bias(kind);
+        }
+        if (gpu_k_quant(kind)) {
+                /* as the file's dequantization rounds: (d * scale) * q, less dmin * min by one fma */
+                struct gpu_k_factors f = gpu_k_lane_factors(kind, scale, gpu_k_has_mins(kind) ? scales[nbp + b] : 0, j / 4);
+                float ds = f.d * (float) f.scale;
+                return gpu_k_has_mins(kind) ? fmaf(ds, (float) q, -(f.dmin * (float) f.min)) : ds * (float) q;
+        }
+        if (gpu_has_offset(kind))
+                return fmaf((float) q, d, gpu_f16_to_f32(scale >> 16));
+        return (float) q * d;
 }
 
 /* Quant k (0..31) of a 5-bit block whose qh and 16 nibble bytes start at high, as the device
@@ -221,13 +310,85 @@ GPU_MATH uint8_t gpu_q5_byte(enum gpu_weight_kind kind, const uint8_t *high, uin
         return (uint8_t) (kind == GPU_WEIGHT_Q5_0 ? q - 16u : q);
 }
 
-/* A GGUF row of nb blocks (Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0, block_bytes each) repacked
- * lane-major into quants (nbp * block_quant_bytes) and scales (nbp words), the padding
- * zeroed: what the device reads, made on the host when the weights are uploaded. */
-GPU_MATH void gpu_repack_row(enum gpu_weight_kind kind, const uint8_t *row, uint32_t block_bytes, uint32_t nb,
+/* Block b (of 32) of a K-quant super-block at sb as the device holds it: quant k of the block
+ * (its stored value: gpu_nibble_bias() above the quant for nibbles, Q6_K's less 32) and the
+ * integer scale and min of half h. */
+struct gpu_k_block {
+        int32_t quants[GPU_QBLOCK];
+        int32_t scale[2], min[2];
+        uint16_t d, dmin;
+};
+
+GPU_HOST void gpu_k_block_of(enum gpu_weight_kind kind, const uint8_t *sb, uint32_t b, struct gpu_k_block *out) {
+        const struct block_q2_K *q2 = (const struct block_q2_K *) sb;
+        const struct block_q3_K *q3 = (const struct block_q3_K *) sb;
+        const struct block_q4_K *q4 = (const struct block_q4_K *) sb;
+        const struct block_q5_K *q5 = (const struct block_q5_K *) sb;
+        const struct block_q6_K *q6 = (const struct block_q6_K *) sb;
+        memset(out, 0, sizeof(*out));
+        for (uint32_t k = 0; k < GPU_QBLOCK; k++) {
+                unsigned e = GPU_QBLOCK * b + k;
+                switch (kind) {
+                case GPU_WEIGHT_Q2_K: out->quants[k] = (int32_t) k_quant_q2_element(q2, e); break;
+                case GPU_WEIGHT_Q3_K: out->quants[k] = k_quant_q3_element(q3, e) + 4; break;
+                case GPU_WEIGHT_Q4_K: out->quants[k] = (int32_t) k_quant_q4_element(q4->qs, e); break;
+                case GPU_WEIGHT_Q5_K: out->quants[k] = (int32_t) k_quant_q5_element(q5, e); break;
+                default: out->quants[k] = (int32_t) k_quant_q6_element(q6, e) - 32; break;
+                }
+        }
+        for (uint32_t h = 0; h < 2; h++) {
+                unsigned s16 = 2 * b + h; /* the sub-block of 16 */
+                uint8_t scale, min;
+                switch (kind) {
+                case GPU_WEIGHT_Q2_K:
+                        out->scale[h] = q2->scales[s16] & 15;
+                        out->min[h] = q2->scales[s16] >> 4;
+                        out->d = q2->d, out->dmin = q2->dmin;
+                        break;
+                case GPU_WEIGHT_Q3_K:
+                        out->scale[h] = k_quant_q3_scale(q3->scales, s16) - 32;
+                        out->d = q3->d;
+                        break;
+                case GPU_WEIGHT_Q4_K: case GPU_WEIGHT_Q5_K:
+                        k_quant_scale_min(kind == GPU_WEIGHT_Q4_K ? q4->scales : q5->scales, b, &scale, &min);
+                        out->scale[h] = scale;
+                        out->min[h] = min;
+                        out->d = kind == GPU_WEIGHT_Q4_K ? q4->d : q5->d;
+                        out->dmin = kind == GPU_WEIGHT_Q4_K ? q4->dmin : q5->dmin;
+                        break;
+                default:
+                        out->scale[h] = q6->scales[s16];
+                        out->d = q6->d;
+                        break;
+                }
+        }
+}
+
+/* A GGUF row of nb blocks of 32 (Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 blocks of block_bytes, or
+ * K-quant super-blocks of block_bytes, eight blocks each) repacked lane-major into quants
+ * (nbp * block_quant_bytes) and scales (gpu_row_scale_words()), the padding zeroed: what the
+ * device reads, made on the host when the weights are uploaded. */
+GPU_HOST void gpu_repack_row(enum gpu_weight_kind kind, const uint8_t *row, uint32_t block_bytes, uint32_t nb,
                              uint8_t *quants, uint32_t *scales) {
         uint32_t nbp = gpu_padded_blocks(nb), qb = gpu_block_quant_bytes(kind), head = gpu_has_offset(kind) ? 4 : 2;
         bool five_bits = kind == GPU_WEIGHT_Q5_0 || kind == GPU_WEIGHT_Q5_1;
+        if (gpu_k_quant(kind)) {
+                memset(scales, 0, gpu_row_scale_words(kind, nbp) * sizeof(uint32_t));
+                for (uint32_t b = 0; b < nbp; b++) {
+                        struct gpu_k_block kb = { { 0 }, { 0, 0 }, { 0, 0 }, 0, 0 };
+                        if (b < nb)
+                                gpu_k_block_of(kind, row + (size_t) (b / 8) * block_bytes, b % 8, &kb);
+                        for (uint32_t k = 0; k < qb; k++)
+                                quants[gpu_lane_major_offset(nbp, b, k)] =
+                                        gpu_byte_quants(kind) ? (uint8_t) kb.quants[k] : (uint8_t) (kb.quants[k] | kb.quants[k + 16] << 4);
+                        if (b >= nb)
+                                continue;
+                        scales[b] = kb.d | (uint32_t) (uint8_t) kb.scale[0] << 16 | (uint32_t) (uint8_t) kb.scale[1] << 24;
+                        if (gpu_k_has_mins(kind))
+                                scales[nbp + b] = kb.dmin | (uint32_t) kb.min[0] << 16 | (uint32_t) kb.min[1] << 24;
+                }
+                return;
+        }
         for (uint32_t b = 0; b < nbp; b++) {
                 uint32_t d = 0, m = 0;
                 for (uint32_t k = 0; k < qb; k++)

@@ -33,9 +33,9 @@ static inline void host_words(const void *p, uint32_t *words, uint32_t n) {
         memcpy(words, p, n * sizeof(uint32_t));
 }
 
-/* k_matmul_q's result for one row and token: the CPU's order (gpu-math.h), from the row as
- * the device holds it (gpu_repack_row(): lane-major quants and scales) and the token's
- * activations in block order. */
+/* k_matmul_q's result for one row and token: the CPU's order (gpu-math.h; the K-quants' own),
+ * from the row as the device holds it (gpu_repack_row(): lane-major quants and scales) and
+ * the token's activations in block order. */
 static inline float host_row_dot(enum gpu_weight_kind kind, const uint8_t *quants, const uint32_t *scales, uint32_t nb,
                                  const int8_t *xq, const float *ds, bool logits_product) {
         uint32_t nbp = gpu_padded_blocks(nb);
@@ -46,6 +46,14 @@ static inline float host_row_dot(enum gpu_weight_kind kind, const uint8_t *quant
                 for (uint32_t w = 0; w < gpu_block_quant_bytes(kind) / 4; w++)
                         host_words(quants + gpu_lane_major_offset(nbp, b, 4 * w), &words[w], 1);
                 host_words(xq + (size_t) b * GPU_QBLOCK, a, 8);
+                if (gpu_k_quant(kind)) {
+                        uint32_t mins = gpu_k_has_mins(kind) ? scales[nbp + b] : 0;
+                        for (uint32_t l = 0; l < GPU_ROW_LANES; l++) {
+                                struct gpu_k_factors f = gpu_k_lane_factors(kind, scales[b], mins, l);
+                                lanes[l] = gpu_k_lane_step(kind, words[gpu_lane_word(kind, l)], l, a[l], &f, ds[2 * b], lanes[l]);
+                        }
+                        continue;
+                }
                 float wd = gpu_f16_to_f32(scales[b] & 0xffff), scale = wd * ds[2 * b];
                 int32_t block_sum = 0;
                 for (uint32_t l = 0; l < GPU_ROW_LANES; l++) {

@@ -52,7 +52,7 @@ int synthetic_llama_build(struct gguf_writer *w, const struct synthetic_llama_co
 int synthetic_llama_write(const char *path, const struct synthetic_llama_config *cfg);
 
 /* Encodes n floats (a multiple of the block size for quantized types) as type: F32, F16,
- * BF16 (round to nearest even), Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0. */
+ * BF16 (round to nearest even), Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or a K-quant (Q2_K .. Q6_K). */
 void test_quantize_row(enum tensor_type type, const float *x, void *out, uint64_t n);
 
 uint16_t test_f32_to_bf16(float f);

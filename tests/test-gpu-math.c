@@ -3,14 +3,19 @@
  * (tests/gpu-host-model.h), against the CPU backend's reference: the f16 conversions, the
  * q8_1 quantization, exp, SiLU, the RoPE pair and the quantized row products (eight lanes, the
  * CPU's order) give the CPU's bits, the dequantized weights its values, and float rows stay
- * within rounding of the exact product. Needs no GPU: it runs in every build. */
+ * within rounding of the exact product; the K-quants' re-layout gives the file's values and
+ * their products (the device's own order) stay within rounding of the exact product and
+ * within the activation quantizations' bound of the CPU's. Needs no GPU: it runs in every
+ * build. */
 #include "config.h"
 
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dot-k-quants.h"
 #include "dot.h"
 #include "exp-poly.h"
 #include "float16.h"
@@ -117,6 +122,105 @@ static dot_packed_fn reference_product(enum tensor_type type, bool logits) {
                 return dot_kernels_scalar.packed_logits_q8_0;
         return dot_packed_kernel_for(&dot_kernels_scalar, type);
 }
+
+static const enum tensor_type k_types[] = { TENSOR_Q2_K, TENSOR_Q3_K, TENSOR_Q4_K, TENSOR_Q5_K, TENSOR_Q6_K };
+#define N_K_TYPES (sizeof(k_types) / sizeof(k_types[0]))
+#define MAX_SUPER 12
+
+/* n_super random K-quant super-blocks: random quants and scales with small positive d and
+ * dmin; extreme: every quant, scale and min at its largest. */
+static void random_k_blocks(enum tensor_type type, uint8_t *row, uint32_t n_super, bool extreme) {
+        uint32_t block_bytes = tensor_type_info(type)->block_bytes;
+        for (uint32_t i = 0; i < n_super * block_bytes; i++)
+                row[i] = extreme ? 0xff : (uint8_t) next_u32();
+        for (uint32_t b = 0; b < n_super; b++) {
+                uint8_t *p = row + (size_t) b * block_bytes;
+                f16_bits d = f32_to_f16(0.0005f + (float) (next_u32() % 1000) / 50000.0f);
+                f16_bits dmin = f32_to_f16(0.0005f + (float) (next_u32() % 1000) / 50000.0f);
+                switch (type) {
+                case TENSOR_Q2_K: ((struct block_q2_K *) p)->d = d, ((struct block_q2_K *) p)->dmin = dmin; break;
+                case TENSOR_Q3_K: ((struct block_q3_K *) p)->d = d; break;
+                case TENSOR_Q4_K: ((struct block_q4_K *) p)->d = d, ((struct block_q4_K *) p)->dmin = dmin; break;
+                case TENSOR_Q5_K: ((struct block_q5_K *) p)->d = d, ((struct block_q5_K *) p)->dmin = dmin; break;
+                default:
+                        ((struct block_q6_K *) p)->d = d;
+                        if (extreme) /* the largest scale: 127 (0xff is -1) */
+                                memset(((struct block_q6_K *) p)->scales, 127, QK_K / 16);
+                        break;
+                }
+        }
+}
+
+/* The upload's re-layout of each K-quant (blocks of 32, nibbles or bytes, the integer scales
+ * per half block): every element dequantized from the device's row is the file's value, bit
+ * for bit, and the scale words past the row are zero. */
+START_TEST(test_k_relayout_gives_the_file_values) {
+        static uint8_t row[MAX_SUPER * sizeof(struct block_q6_K)], quants[MAX_SUPER * 8 * 32];
+        static uint32_t scales[2 * MAX_SUPER * 8];
+        static float ref[MAX_SUPER * QK_K];
+        for (size_t t = 0; t < N_K_TYPES; t++)
+                for (int rep = 0; rep < 40; rep++) {
+                        enum tensor_type type = k_types[t];
+                        enum gpu_weight_kind kind = gpu_weight_kind_of(type);
+                        uint32_t n_super = 1 + next_u32() % MAX_SUPER, nb = 8 * n_super, nbp = gpu_padded_blocks(nb);
+                        ck_assert(gpu_k_quant(kind));
+                        random_k_blocks(type, row, n_super, rep == 0);
+                        gpu_repack_row(kind, row, tensor_type_info(type)->block_bytes, nb, quants, scales);
+                        tensor_row_to_float(type, row, ref, (uint64_t) n_super * QK_K);
+                        for (uint32_t i = 0; i < n_super * QK_K; i++)
+                                ck_assert_msg(f32_to_bits(gpu_dequant(kind, quants, scales, nbp, i)) == f32_to_bits(ref[i]),
+                                              "%s element %u: %.9g on the device, %.9g in the file", tensor_type_info(type)->name, i,
+                                              gpu_dequant(kind, quants, scales, nbp, i), ref[i]);
+                }
+}
+END_TEST
+
+/* The K-quants' products in the device's order: within float rounding of the exact product of
+ * the file's weights and the q8_1 activations the device multiplies (each lane takes its own
+ * half block's scale and min), and within what the two activation quantizations can move of
+ * the CPU backend's product on Q8_K activations. */
+START_TEST(test_k_products_match_exact) {
+        static uint8_t row[MAX_SUPER * sizeof(struct block_q6_K)], quants[MAX_SUPER * 8 * 32];
+        static uint32_t scales[2 * MAX_SUPER * 8];
+        static float x[MAX_SUPER * QK_K], w[MAX_SUPER * QK_K], ds[MAX_SUPER * 16];
+        static int8_t q[MAX_SUPER * QK_K];
+        static struct block_q8_K act[MAX_SUPER];
+        double worst_cpu = 0.0;
+        for (size_t t = 0; t < N_K_TYPES; t++)
+                for (int rep = 0; rep < 200; rep++) {
+                        enum tensor_type type = k_types[t];
+                        enum gpu_weight_kind kind = gpu_weight_kind_of(type);
+                        uint32_t n_super = 1 + next_u32() % MAX_SUPER, nb = 8 * n_super, n = n_super * QK_K;
+                        random_k_blocks(type, row, n_super, rep == 0);
+                        random_activations(x, n, rep % 3);
+                        if (rep == 0)
+                                for (uint32_t i = 0; i < n; i++)
+                                        x[i] = -1.0f; /* every quant -127 */
+                        host_quantize_row(x, n, q, ds);
+                        gpu_repack_row(kind, row, tensor_type_info(type)->block_bytes, nb, quants, scales);
+                        tensor_row_to_float(type, row, w, n);
+                        quantize_row_q8_K(x, act, n);
+                        /* each side's activation is within 0.6 of its quantization step of x (half a
+                         * step, and the q8_1 scale's f16 rounding): the bound on the two products' gap */
+                        double exact = 0.0, magnitude = 0.0, bound = 0.0;
+                        for (uint32_t i = 0; i < n; i++) {
+                                double wa = (double) w[i] * q[i] * ds[2 * (i / 32)];
+                                exact += wa;
+                                magnitude += fabs(wa);
+                                bound += 0.6 * fabs((double) w[i]) * (ds[2 * (i / 32)] + fabs(act[i / QK_K].d));
+                        }
+                        float got = host_row_dot(kind, quants, scales, nb, q, ds, false);
+                        ck_assert_msg(fabs(got - exact) <= 1e-6 * magnitude + 1e-30, "%s, %u super-blocks: %.9g, exact %.9g",
+                                      tensor_type_info(type)->name, n_super, got, exact);
+                        float cpu = dot_k_kernel_for(&dot_kernels_scalar, type)(row, act, n_super, false);
+                        double off = fabs((double) got - cpu);
+                        worst_cpu = fmax(worst_cpu, off / bound);
+                        ck_assert_msg(off <= bound + 1e-5 * magnitude, "%s, %u super-blocks: %.9g on the device, %.9g on the CPU",
+                                      tensor_type_info(type)->name, n_super, got, cpu);
+                }
+        printf("K-quant products: the device's and the CPU's differ by at most %.3g of the quantization bound\n", worst_cpu);
+}
+END_TEST
 
 /* The products: the host model of the device's order gives the CPU reference's bits (the
  * packed product, and the logits product for Q8_0), on random rows, extreme quants and
@@ -263,6 +367,8 @@ int main(void) {
         tcase_add_test(tc, test_quantization_gives_the_cpu_bits);
         tcase_add_test(tc, test_dequant_gives_the_cpu_values);
         tcase_add_test(tc, test_row_products_give_the_cpu_bits);
+        tcase_add_test(tc, test_k_relayout_gives_the_file_values);
+        tcase_add_test(tc, test_k_products_match_exact);
         tcase_add_test(tc, test_float_rows_match_double);
         tcase_add_test(tc, test_exp_silu_rope_give_the_cpu_bits);
         tcase_add_test(tc, test_attention_gives_the_cpu_bits);

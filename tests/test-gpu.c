@@ -7,7 +7,9 @@
  * gives back what it releases on the device, and after wake-up the outputs are the same bits
  * and no graph is captured again; the model split over a tensor-parallel group of ranks on the
  * one device gives the same bits; and models of SmolLM2's shape with the weight types the real
- * file lacks (Q5_0, Q5_1, written here) give the CPU backend's bits. Without a GPU the test says so and exits 77, which the
+ * file lacks (Q5_0, Q5_1, written here) give the CPU backend's bits, those with K-quants (of
+ * widths that are multiples of 256) its logits within a tolerance, the same bits alone and
+ * batched. Without a GPU the test says so and exits 77, which the
  * harness counts as a skip, not a pass. scripts/gpu-check runs it with the model tests on the
  * GPU. With --nccl (tests/test-gpu-nccl.sh) it runs the split over GPUs instead. */
 #include "config.h"
@@ -50,10 +52,18 @@ static int failures;
                 }                                           \
         } while (0)
 
-/* Random rows of a weight of type in the file's layout. */
+/* Random rows of a weight of type in the file's layout (the K-quants quantized from random
+ * floats, the others random quants with small scales). */
 static void random_weight(enum tensor_type type, uint32_t n_rows, uint32_t n_cols, uint8_t *data, struct weight *w) {
+        static float values[MAX_ROWS * MAX_COLS];
         uint64_t row_bytes = tensor_row_bytes(type, n_cols);
         *w = (struct weight) { type, n_rows, n_cols, row_bytes, data };
+        if (gpu_k_quant(gpu_weight_kind_of(type))) {
+                for (uint64_t i = 0; i < (uint64_t) n_rows * n_cols; i++)
+                        values[i] = next_float(0.1f);
+                test_quantize_row(type, values, data, (uint64_t) n_rows * n_cols);
+                return;
+        }
         for (uint64_t i = 0; i < n_rows * row_bytes; i++)
                 data[i] = (uint8_t) next_u32();
         uint32_t block_bytes = tensor_type_info(type)->block_bytes;
@@ -79,12 +89,14 @@ static void random_weight(enum tensor_type type, uint32_t n_rows, uint32_t n_col
 /* Each matmul kernel against the host model, bit for bit: the quantized activations and
  * every output, for token counts that take each tile width of the kernel. */
 static void check_matmuls(void) {
-        static const enum tensor_type types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q5_0, TENSOR_Q5_1, TENSOR_Q8_0,
+        static const enum tensor_type types[] = { TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q5_0, TENSOR_Q5_1, TENSOR_Q2_K,
+                                                  TENSOR_Q3_K, TENSOR_Q4_K, TENSOR_Q5_K, TENSOR_Q6_K, TENSOR_Q8_0,
                                                   TENSOR_F16,  TENSOR_BF16, TENSOR_F32 };
-        static const uint32_t shapes[][2] = { { 300, 576 }, { 77, 1536 }, { 5, 32 }, { 192, 64 } };
+        static const uint32_t shapes[][2] = { { 300, 576 }, { 77, 1536 }, { 5, 32 }, { 192, 64 }, { 40, 256 } };
         static const uint32_t token_counts[] = { 1, 2, 3, 5, 8, 13, 40, 100, 300 }; /* every tile width */
-        static uint8_t data[MAX_ROWS * MAX_COLS * 4], quants[MAX_COLS + 3 * 32];
-        static uint32_t scales[MAX_COLS / 32 + 3];
+        enum { ROW_QUANTS = MAX_COLS + 3 * 32, ROW_SCALES = 2 * (MAX_COLS / 32 + 3) };
+        static uint8_t data[MAX_ROWS * MAX_COLS * 4], quants[MAX_ROWS * ROW_QUANTS];
+        static uint32_t scales[MAX_ROWS * ROW_SCALES];
         static float x[MAX_TOKENS * MAX_COLS], out[MAX_TOKENS * MAX_ROWS], ds[MAX_TOKENS * MAX_COLS / 16],
                 want_ds[MAX_COLS / 16];
         static int8_t xq[MAX_TOKENS * MAX_COLS], want_q[MAX_COLS];
@@ -93,6 +105,8 @@ static void check_matmuls(void) {
                 for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
                         for (size_t ni = 0; ni < sizeof(token_counts) / sizeof(token_counts[0]); ni++) {
                                 uint32_t rows = shapes[si][0], cols = shapes[si][1], n = token_counts[ni];
+                                if (cols % tensor_type_info(types[ti])->block_size)
+                                        continue;
                                 struct weight w;
                                 struct error err;
                                 random_weight(types[ti], rows, cols, data, &w);
@@ -105,6 +119,9 @@ static void check_matmuls(void) {
                                 }
                                 enum gpu_weight_kind kind = gpu_weight_kind_of(types[ti]);
                                 uint32_t mismatches = 0;
+                                for (uint32_t r = 0; kind <= GPU_WEIGHT_Q8_0 && r < rows; r++)
+                                        gpu_repack_row(kind, w.data + r * w.row_bytes, tensor_type_info(types[ti])->block_bytes,
+                                                       cols / 32, quants + r * ROW_QUANTS, scales + r * ROW_SCALES);
                                 for (uint32_t t = 0; t < n; t++) {
                                         host_quantize_row(x + t * cols, cols, want_q, want_ds);
                                         mismatches += memcmp(want_q, xq + t * cols, cols) != 0;
@@ -112,11 +129,10 @@ static void check_matmuls(void) {
                                                 mismatches += f32_to_bits(want_ds[b]) != f32_to_bits(ds[t * cols / 16 + b]);
                                         for (uint32_t r = 0; r < rows; r++) {
                                                 float want;
-                                                if (kind <= GPU_WEIGHT_Q8_0) {
-                                                        gpu_repack_row(kind, w.data + r * w.row_bytes,
-                                                                       tensor_type_info(types[ti])->block_bytes, cols / 32, quants, scales);
-                                                        want = host_row_dot(kind, quants, scales, cols / 32, want_q, want_ds, logits);
-                                                } else
+                                                if (kind <= GPU_WEIGHT_Q8_0)
+                                                        want = host_row_dot(kind, quants + r * ROW_QUANTS, scales + r * ROW_SCALES,
+                                                                            cols / 32, want_q, want_ds, logits);
+                                                else
                                                         want = host_row_dot_float(kind, w.data + r * w.row_bytes, cols, x + t * cols);
                                                 if (f32_to_bits(want) != f32_to_bits(out[t * rows + r]) && mismatches++ < 3)
                                                         printf("  %s %ux%u, %u tokens: token %u row %u: device %.9g, host %.9g\n",
@@ -406,13 +422,36 @@ static void check_model(const char *path) {
         model_free(model);
 }
 
+/* How far the GPU's logits on a K-quant model may be from the CPU backend's: the root mean
+ * square of the difference over that of the CPU's logits about their mean. The two quantize
+ * the activations differently (q8_1 blocks of 32 with f16 scales, Q8_K super-blocks of 256),
+ * so they agree to that quantization's noise, not to the bit. */
+#define K_QUANT_LOGITS_TOLERANCE 0.05
+
+/* The root mean square of a - b over that of b about its mean, over n values. */
+static double relative_rms_difference(const float *a, const float *b, size_t n) {
+        double mean = 0.0, diff = 0.0, spread = 0.0;
+        for (size_t i = 0; i < n; i++)
+                mean += b[i];
+        mean /= (double) n;
+        for (size_t i = 0; i < n; i++) {
+                diff += ((double) a[i] - b[i]) * ((double) a[i] - b[i]);
+                spread += (b[i] - mean) * (b[i] - mean);
+        }
+        return spread > 0.0 ? sqrt(diff / spread) : sqrt(diff);
+}
+
 /* A model of SmolLM2's shape (two layers) with weight_type matrices and an embd_type
- * embedding, random weights: the GPU's logits against the CPU backend's, bit for bit, on one
- * sequence's prompt and decode steps. For the types the real file does not hold. */
+ * embedding, random weights: the GPU's logits against the CPU backend's on one sequence's
+ * prompt and decode steps, bit for bit, or for the K-quants (whose widths must be multiples
+ * of 256: 768 and 2048 here) within K_QUANT_LOGITS_TOLERANCE. For the types the real file
+ * does not hold. */
 static void check_type_against_cpu(enum tensor_type weight_type, enum tensor_type embd_type, bool tied) {
+        bool k_quants = gpu_k_quant(gpu_weight_kind_of(weight_type)) || gpu_k_quant(gpu_weight_kind_of(embd_type));
         const struct synthetic_llama_config cfg = {
-                .n_layer = 2, .n_embd = 576, .n_ff = 1536, .n_head = 9, .n_head_kv = 3, .n_vocab = 2048, .n_ctx = MAX_LEN,
-                .weight_type = weight_type, .embd_type = embd_type, .tied_output = tied, .rope_theta = 100000.0f, .seed = 37,
+                .n_layer = 2, .n_embd = k_quants ? 768 : 576, .n_ff = k_quants ? 2048 : 1536, .n_head = k_quants ? 12 : 9,
+                .n_head_kv = k_quants ? 4 : 3, .n_vocab = 2048, .n_ctx = MAX_LEN, .weight_type = weight_type,
+                .embd_type = embd_type, .tied_output = tied, .rope_theta = 100000.0f, .seed = 37,
         };
         const char *name = tensor_type_info(weight_type)->name;
         char path[] = "/tmp/test-gpu-model-XXXXXX";
@@ -434,6 +473,11 @@ static void check_type_against_cpu(enum tensor_type weight_type, enum tensor_typ
                 CHECK(0, "%s model on the GPU: %s", name, err.message);
         else {
                 int rows = run_sequence(&gpu, cfg.n_vocab, tokens, 100, 7, 64, on_gpu);
+                if (k_quants) { /* the CPU's bits say nothing of the K-quants' invariance: alone, the same bits */
+                        int alone = run_sequence(&gpu, cfg.n_vocab, tokens, 100, 0, 100, on_cpu);
+                        CHECK(alone == rows && memcmp(on_gpu, on_cpu, (size_t) rows * cfg.n_vocab * sizeof(float)) == 0,
+                              "%s model: the GPU's logits alone differ from beside 7 others", name);
+                }
                 backend_free(&gpu);
                 options.n_threads = 4;
                 if (backend_open("cpu", &options, model, &cpu, &err) < 0)
@@ -441,14 +485,20 @@ static void check_type_against_cpu(enum tensor_type weight_type, enum tensor_typ
                 else {
                         int got = run_sequence(&cpu, cfg.n_vocab, tokens, 100, 0, 100, on_cpu);
                         backend_free(&cpu);
-                        size_t differ = 0;
-                        for (size_t i = 0; rows == 5 && got == rows && i < (size_t) rows * cfg.n_vocab; i++)
+                        size_t differ = 0, n = (size_t) rows * cfg.n_vocab;
+                        for (size_t i = 0; rows == 5 && got == rows && i < n; i++)
                                 differ += f32_to_bits(on_gpu[i]) != f32_to_bits(on_cpu[i]);
-                        printf("cpu: %s weights, %s embedding%s: %zu of %zu logits differ from the CPU backend's\n", name,
-                               tensor_type_info(embd_type)->name, tied ? " (tied output)" : "", differ,
-                               (size_t) rows * cfg.n_vocab);
-                        CHECK(rows == 5 && got == rows && differ == 0, "%s model: the GPU's logits are not the CPU backend's bits",
-                              name);
+                        double off = rows == 5 && got == rows ? relative_rms_difference(on_gpu, on_cpu, n) : INFINITY;
+                        printf("cpu: %s weights, %s embedding%s: %zu of %zu logits differ from the CPU backend's "
+                               "(relative RMS difference %.3g)\n", name, tensor_type_info(embd_type)->name,
+                               tied ? " (tied output)" : "", differ, n, off);
+                        if (k_quants)
+                                CHECK(off <= K_QUANT_LOGITS_TOLERANCE,
+                                      "%s model: the GPU's logits are %.3g (relative RMS) from the CPU backend's, over %g", name, off,
+                                      K_QUANT_LOGITS_TOLERANCE);
+                        else
+                                CHECK(rows == 5 && got == rows && differ == 0,
+                                      "%s model: the GPU's logits are not the CPU backend's bits", name);
                 }
         }
         free(on_gpu);
@@ -527,6 +577,12 @@ int main(int argc, char **argv) {
         check_model(model_path());
         check_type_against_cpu(TENSOR_Q5_0, TENSOR_Q5_1, false);
         check_type_against_cpu(TENSOR_Q5_1, TENSOR_Q5_0, true);
+        /* every K-quant as the matrices and as the embedding, tied and not */
+        check_type_against_cpu(TENSOR_Q2_K, TENSOR_Q3_K, false);
+        check_type_against_cpu(TENSOR_Q3_K, TENSOR_Q2_K, true);
+        check_type_against_cpu(TENSOR_Q4_K, TENSOR_Q6_K, true);
+        check_type_against_cpu(TENSOR_Q5_K, TENSOR_Q4_K, false);
+        check_type_against_cpu(TENSOR_Q6_K, TENSOR_Q5_K, true);
         printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
         return failures ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -102,11 +102,11 @@ static void pack(const struct weight *w, struct packed *p) {
                 return;
         uint32_t nbp = gpu_padded_blocks(p->nb), qb = gpu_block_quant_bytes(kind);
         p->quants = calloc(w->n_rows * nbp, qb);
-        p->scales = calloc(w->n_rows * nbp, sizeof(uint32_t));
+        p->scales = calloc(w->n_rows * gpu_row_scale_words(kind, nbp), sizeof(uint32_t));
         ck_assert(p->quants && p->scales);
         for (uint64_t r = 0; r < w->n_rows; r++)
                 gpu_repack_row(kind, w->data + r * w->row_bytes, tensor_type_info(w->type)->block_bytes, p->nb,
-                               p->quants + r * nbp * qb, p->scales + r * nbp);
+                               p->quants + r * nbp * qb, p->scales + r * gpu_row_scale_words(kind, nbp));
 }
 
 static void unpack(struct packed *p) {
@@ -126,7 +126,8 @@ static void rank_product(const struct packed *p, const struct tp_slice *slice, c
                                 p->kind > GPU_WEIGHT_Q8_0
                                         ? host_row_dot_float(p->kind, p->w->data + (size_t) row * p->w->row_bytes, width,
                                                              x + (size_t) t * width)
-                                        : host_row_dot(p->kind, p->quants + (size_t) row * nbp * qb, p->scales + (size_t) row * nbp,
+                                        : host_row_dot(p->kind, p->quants + (size_t) row * nbp * qb,
+                                                       p->scales + (size_t) row * gpu_row_scale_words(p->kind, nbp),
                                                        p->nb, xq + (size_t) t * width, ds + (size_t) t * width / 16, logits);
                 }
 }
