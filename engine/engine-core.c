@@ -64,8 +64,9 @@ int engine_core_new(const struct engine_config *config, const struct backend *ba
         uint32_t blocks_per_seq = (config->max_model_len + config->block_size - 1) / config->block_size;
         if (n_kv_blocks < blocks_per_seq)
                 return error_set(err, EINVAL,
-                                 "the KV cache holds %u blocks of %u tokens, fewer than one sequence of max_model_len %u needs (%u); raise kv_cache_space or lower max_model_len",
-                                 n_kv_blocks, config->block_size, config->max_model_len, blocks_per_seq);
+                                 "the KV cache holds %u blocks of %u tokens, fewer than one sequence of max_model_len %u needs (%u); raise kv_cache_space or set max_model_len to at most %u",
+                                 n_kv_blocks, config->block_size, config->max_model_len, blocks_per_seq,
+                                 n_kv_blocks * config->block_size);
         struct engine_core *ec = calloc(1, sizeof(*ec));
         if (!ec)
                 return error_set(err, ENOMEM, "out of memory");
