@@ -37,13 +37,14 @@ static void vector_order(struct k_accumulators *a, const struct super_block_sums
 }
 
 /* The tiled prompt product: the super-block's sum scaled by the weight's d, its mins taken off
- * by one fused step, then scaled by the activation's d and added. */
+ * by one fused step, then added times the activation's d by another (llama.cpp's compiler
+ * fuses that multiply and add). */
 static void tiled_order(struct k_accumulators *a, const struct super_block_sums *s, bool mins, float d_a, float d_w,
                         float dmin_w) {
         float r = (float) sum_of(s->sub, s->n_sub) * d_w;
         if (mins)
                 r = fmaf(-dmin_w, (float) sum_of(s->min, s->n_sub), r);
-        a->acc = a->acc + r * d_a;
+        a->acc = fmaf(r, d_a, a->acc);
 }
 
 /* The repacked products: one fma pair per run of per_fma sub-blocks. */

@@ -18,7 +18,7 @@
  *       per super-block, result acc - accm.
  *   batched (the prompt's tokens, k_quant_batched_order()):
  *     Q3_K, Q5_K, Q6_K (its tiled product): r = (float) isum * d_w; for Q5_K
- *       r = fmaf(-dmin_w, (float) imin, r); acc = acc + r * d_a (two roundings).
+ *       r = fmaf(-dmin_w, (float) imin, r); acc = fmaf(r, d_a, acc).
  *     Q4_K, Q2_K: the repacked order per run of 64 (Q4_K) or 128 (Q2_K) elements instead of
  *       per super-block. */
 
