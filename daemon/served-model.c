@@ -2,19 +2,61 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend-open.h"
+#include "chat-template.h"
 #include "served-model.h"
 
+/* Chat templates are a few KB; a larger file is not one. */
+#define CHAT_TEMPLATE_MAX_BYTES (1024 * 1024)
+
+/* Puts the text of the file path in place of the model's chat template, and checks that
+ * it is a format chat_render() knows, so that a wrong file stops the daemon at startup
+ * rather than failing every chat request. */
+static int replace_chat_template(struct tokenizer *tk, const char *path, struct error *err) {
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return error_set(err, errno, "--chat-template %s: %s", path, strerror(errno));
+        char *text = malloc(CHAT_TEMPLATE_MAX_BYTES + 1);
+        if (!text) {
+                fclose(f);
+                return error_set(err, ENOMEM, "out of memory");
+        }
+        size_t n = fread(text, 1, CHAT_TEMPLATE_MAX_BYTES + 1, f);
+        int r;
+        if (ferror(f))
+                r = error_set(err, EIO, "--chat-template %s: cannot read it", path);
+        else if (n > CHAT_TEMPLATE_MAX_BYTES)
+                r = error_set(err, EFBIG, "--chat-template %s: larger than %d bytes, not a chat template", path,
+                              CHAT_TEMPLATE_MAX_BYTES);
+        else if (memchr(text, '\0', n))
+                r = error_set(err, EINVAL, "--chat-template %s: holds a NUL byte, not a chat template", path);
+        else {
+                text[n] = '\0';
+                r = tokenizer_replace_chat_template(tk, text, err);
+        }
+        fclose(f);
+        free(text);
+        if (r == 0 && !chat_template_describe(tk))
+                r = error_set(err, EINVAL,
+                              "--chat-template %s: an unknown chat template: asyncllmd renders ChatML (a template "
+                              "holding \"<|im_start|>\") and Gemma's turns (one holding \"<start_of_turn>\")",
+                              path);
+        return r;
+}
+
 int served_model_load(const char *path, const char *device, unsigned threads, const struct engine_config *config,
-                      struct served_model *m, struct error *err) {
+                      const char *chat_template, struct served_model *m, struct error *err) {
         int r;
         *m = (struct served_model) { .config = *config };
         if ((r = backend_check_device(device, err)) < 0)
                 return r;
         if ((r = model_load(path, &m->model, err)) < 0 || (r = tokenizer_load(m->model->file, &m->tk, err)) < 0)
+                goto fail;
+        if (chat_template && (r = replace_chat_template(m->tk, chat_template, err)) < 0)
                 goto fail;
         if ((r = engine_config_finalize(&m->config, m->model->hp.n_ctx_train, err)) < 0)
                 goto fail;

@@ -212,8 +212,8 @@ int server_start(struct server *s, struct daemon_settings *settings, int argc, c
         daemon_metrics_init(&s->metrics);
 
         sd_notifyf(0, "STATUS=Loading %s\nEXTEND_TIMEOUT_USEC=%llu", settings->model, 120ULL * 1000000);
-        if ((r = served_model_load(settings->model, settings->device, settings->threads, &settings->engine, &s->model,
-                                   err)) < 0)
+        if ((r = served_model_load(settings->model, settings->device, settings->threads, &settings->engine,
+                                   settings->chat_template, &s->model, err)) < 0)
                 return r;
         log_info("serving %s (%s): %u layers, context %u, max_model_len %u, %u KV blocks of %u tokens, %u threads",
                  s->model.name, settings->model, s->model.model->hp.n_layer, s->model.model->hp.n_ctx_train,

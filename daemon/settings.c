@@ -53,6 +53,7 @@ enum setting_type {
 
 enum setting_id {
         KEY_MODEL,
+        KEY_CHAT_TEMPLATE,
         KEY_DEVICE,
         KEY_TENSOR_PARALLEL_SIZE,
         KEY_THREADS,
@@ -145,6 +146,11 @@ static const struct setting table[N_KEYS] = {
                 .help = "the GGUF model to serve",
                 .default_text = "models/" DEFAULT_MODEL_NAME " in a source tree, else "
                                 ASYNCLLM_STATE_DIR "/models/" DEFAULT_MODEL_NAME,
+        },
+        [KEY_CHAT_TEMPLATE] = {
+                "chat-template", SETTING_PATH, FIELD(chat_template), .max = 4096, .arg = "PATH",
+                .help = "a file whose chat template (ChatML or Gemma turns) replaces the model's",
+                .default_text = "the model's own",
         },
         [KEY_DEVICE] = {
                 "device", SETTING_NAME, FIELD(device), .choices = device_names, .arg = "cpu|cuda",

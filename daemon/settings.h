@@ -51,6 +51,7 @@ struct daemon_settings {
         struct engine_config engine;
 
         char *model;                  /* path of the GGUF file; set by daemon_settings_resolve() */
+        char *chat_template;          /* a file whose text replaces the model's chat template; NULL: none */
         const char *device;           /* "cpu", the only device that serves (a static string) */
         uint32_t threads;             /* 0 = online CPUs; never 0 after daemon_settings_resolve() */
         char *socket;                 /* path; set by daemon_settings_resolve() */

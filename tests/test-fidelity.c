@@ -2,9 +2,10 @@
 /* The real model against llama.cpp on the same file (fixtures written once by
  * tests/make-fixtures): greedy continuations identical except at genuine near-ties, logprobs
  * of the chosen tokens within 1e-2, perplexity of a fixed text within 1%. The default
- * model's fixtures are greedy.json and perplexity.json; with $ASYNCLLM_FIDELITY_TYPE set
- * (tests/test-fidelity-quant.sh runs each type it lists) greedy-TYPE.json and
- * perplexity-TYPE.json, for $ASYNCLLM_MODEL requantized to that type. */
+ * model's fixtures are greedy.json and perplexity.json; with $ASYNCLLM_FIDELITY_TYPE set,
+ * greedy-TYPE.json and perplexity-TYPE.json for $ASYNCLLM_MODEL: the default model
+ * requantized to that type (tests/test-fidelity-quant.sh runs each type it lists), or Gemma 3
+ * 270M for gemma3 (tests/test-fidelity-gemma.sh). */
 #include "config.h"
 
 #include <check.h>

@@ -109,6 +109,7 @@ START_TEST(test_defaults) {
         ck_assert_double_eq(s.engine.slo_kv_reserve, e.slo_kv_reserve);
         ck_assert_double_eq(s.engine.slo_aim_factor, e.slo_aim_factor);
         ck_assert_ptr_null(s.model);
+        ck_assert_ptr_null(s.chat_template);
         ck_assert_ptr_null(s.socket);
         ck_assert_ptr_null(s.config);
         ck_assert_str_eq(s.device, "cpu");
@@ -149,7 +150,7 @@ START_TEST(test_flags) {
         struct daemon_settings s;
         struct error err;
         ck_assert_int_eq(load(&s,
-                              ARGS("--model", "/m.gguf", "--max-num-seqs=8", "--max-num-batched-tokens", "128",
+                              ARGS("--model", "/m.gguf", "--chat-template", "/t.jinja", "--max-num-seqs=8", "--max-num-batched-tokens", "128",
                                    "--no-enable-chunked-prefill", "--long-prefill-token-threshold=64",
                                    "--max-model-len", "100", "--block-size=32", "--kv-cache-space", "1GiB",
                                    "--enable-prefix-caching=off", "--scheduling-policy", "priority", "--seed",
@@ -163,6 +164,7 @@ START_TEST(test_flags) {
                               NULL, true, &err),
                          0);
         ck_assert_str_eq(s.model, "/m.gguf");
+        ck_assert_str_eq(s.chat_template, "/t.jinja");
         ck_assert_uint_eq(s.engine.max_num_seqs, 8);
         ck_assert_uint_eq(s.engine.max_num_batched_tokens, 128);
         ck_assert(!s.engine.enable_chunked_prefill);
@@ -358,6 +360,7 @@ START_TEST(test_file) {
                                 "\n"
                                 "   # an indented comment\n"
                                 "model=/srv/models/m.gguf\n"
+                                "chat-template = /etc/asyncllm/chatml.jinja\n"
                                 "  max-num-seqs   =   12  \n"
                                 "max-num-batched-tokens = 96\r\n"
                                 "\tenable-chunked-prefill\t=\tno\n"
@@ -375,6 +378,7 @@ START_TEST(test_file) {
         ck_assert_int_eq(load(&s, ARGS("--config", path), NULL, true, &err), 0);
         ck_assert_str_eq(s.config, path);
         ck_assert_str_eq(s.model, "/srv/models/m.gguf");
+        ck_assert_str_eq(s.chat_template, "/etc/asyncllm/chatml.jinja");
         ck_assert_uint_eq(s.engine.max_num_seqs, 12);
         ck_assert_uint_eq(s.engine.max_num_batched_tokens, 96);
         ck_assert(!s.engine.enable_chunked_prefill);

@@ -97,13 +97,15 @@ static enum chat_format format_of(const struct tokenizer *tk) {
 }
 
 const char *chat_template_describe(const struct tokenizer *tk) {
-        bool own = tokenizer_chat_template(tk) != NULL;
+        bool own = tokenizer_chat_template(tk) != NULL, replaced = tokenizer_chat_template_replaced(tk);
         switch (format_of(tk)) {
         case CHAT_FORMAT_CHATML:
-                return "ChatML, from the file's tokenizer.chat_template";
+                return replaced ? "ChatML, from the template given in place of the file's"
+                                : "ChatML, from the file's tokenizer.chat_template";
         case CHAT_FORMAT_GEMMA:
-                return own ? "Gemma turns, from the file's tokenizer.chat_template"
-                           : "Gemma turns, built in for the file's architecture (it has no tokenizer.chat_template)";
+                return replaced ? "Gemma turns, from the template given in place of the file's"
+                       : own    ? "Gemma turns, from the file's tokenizer.chat_template"
+                                : "Gemma turns, built in for the file's architecture (it has no tokenizer.chat_template)";
         case CHAT_FORMAT_NONE:
                 break;
         }

@@ -4,7 +4,8 @@
 /* Chat prompt rendering without a Jinja engine: the template is inspected, not executed,
  * and recognised as one of two formats.
  *
- * Which format: the model's tokenizer.chat_template when it has one (a template holding
+ * Which format: the model's tokenizer.chat_template when it has one, or the template that
+ * replaced it (tokenizer_replace_chat_template(): the daemon's --chat-template) (a template holding
  * "<|im_start|>" is ChatML, one holding "<start_of_turn>" is Gemma's, as llama.cpp's
  * template detection says; any other is refused with -EOPNOTSUPP). A file without a
  * template is chatted in its architecture's own format where one is known (gemma, gemma2,

@@ -53,6 +53,7 @@ struct tokenizer {
         int32_t bos, eos, unk, pad;
         bool add_bos;
         char *chat_template;
+        bool chat_template_replaced; /* chat_template is not the file's */
         char *architecture; /* general.architecture */
 };
 

@@ -501,6 +501,20 @@ const char *tokenizer_chat_template(const struct tokenizer *tk) {
         return tk->chat_template;
 }
 
+int tokenizer_replace_chat_template(struct tokenizer *tk, const char *template, struct error *err) {
+        char *copy = strdup(template);
+        if (!copy)
+                return error_set(err, ENOMEM, "out of memory");
+        free(tk->chat_template);
+        tk->chat_template = copy;
+        tk->chat_template_replaced = true;
+        return 0;
+}
+
+bool tokenizer_chat_template_replaced(const struct tokenizer *tk) {
+        return tk->chat_template_replaced;
+}
+
 const char *tokenizer_architecture(const struct tokenizer *tk) {
         return tk->architecture;
 }

@@ -72,8 +72,14 @@ int32_t tokenizer_pad(const struct tokenizer *tk);
 /* tokenizer.ggml.add_bos_token; when absent, true for SentencePiece and false for BPE, as
  * in llama.cpp. tokenizer_encode() never adds it; tokenizer_encode_prompt() does. */
 bool tokenizer_add_bos(const struct tokenizer *tk);
-/* tokenizer.chat_template, NUL-terminated, or NULL when absent. */
+/* tokenizer.chat_template, NUL-terminated, or NULL when absent; the replacement after
+ * tokenizer_replace_chat_template(). */
 const char *tokenizer_chat_template(const struct tokenizer *tk);
+/* Puts a copy of template in place of the file's own (a template file given to the daemon):
+ * 0, or -ENOMEM. */
+int tokenizer_replace_chat_template(struct tokenizer *tk, const char *template, struct error *err);
+/* Whether tokenizer_replace_chat_template() was called. */
+bool tokenizer_chat_template_replaced(const struct tokenizer *tk);
 /* The file's general.architecture, or NULL when absent: what a model without a chat
  * template is chatted with (chat-template.h). */
 const char *tokenizer_architecture(const struct tokenizer *tk);
