@@ -102,3 +102,12 @@ void spm_scratch_free(struct spm_scratch *s);
  * add_space_prefix for a stretch at the start or after a special token. */
 int spm_encode(const struct tokenizer *tk, const char *text, size_t len, bool prefix_space, struct spm_scratch *s,
                struct id_list *out, struct error *err);
+
+/* Token id's spelling in the text arena (tokens[id].text_len bytes). */
+static inline const char *token_text(const struct tokenizer *tk, int32_t id) {
+        return tk->text_arena + tk->tokens[id].text_off;
+}
+
+/* Enters token id under its spelling in the vocabulary index (vocab-index.c); a duplicate
+ * spelling maps to its last id, as in llama.cpp. tokenizer_find() (tokenizer.h) reads it. */
+void vocab_index_insert(struct tokenizer *tk, int32_t id);

@@ -25,16 +25,6 @@ static void byte_map(uint32_t byte_to_cp[static 256], int16_t cp_to_byte[static 
         }
 }
 
-static uint64_t hash_bytes(const char *s, size_t len) {
-        /* FNV-1a */
-        uint64_t h = 0xcbf29ce484222325ull;
-        for (size_t i = 0; i < len; i++) {
-                h ^= (uint8_t) s[i];
-                h *= 0x100000001b3ull;
-        }
-        return h;
-}
-
 static uint64_t hash_u64(uint64_t x) {
         /* splitmix64's finaliser: ids are small and sequential, so mix them well */
         x ^= x >> 30;
@@ -50,35 +40,6 @@ static size_t table_size_for(size_t n) {
         while (size < 2 * n)
                 size *= 2;
         return size;
-}
-
-static const char *token_text(const struct tokenizer *tk, int32_t id) {
-        return tk->text_arena + tk->tokens[id].text_off;
-}
-
-int32_t tokenizer_find(const struct tokenizer *tk, const char *text, size_t len) {
-        for (size_t i = hash_bytes(text, len) & tk->vocab_mask;; i = (i + 1) & tk->vocab_mask) {
-                int32_t id = tk->vocab_slots[i];
-                if (id < 0)
-                        return -1;
-                if (tk->tokens[id].text_len == len && memcmp(token_text(tk, id), text, len) == 0)
-                        return id;
-        }
-}
-
-static void vocab_insert(struct tokenizer *tk, int32_t id) {
-        const struct token *t = &tk->tokens[id];
-        const char *text = token_text(tk, id);
-
-        for (size_t i = hash_bytes(text, t->text_len) & tk->vocab_mask;; i = (i + 1) & tk->vocab_mask) {
-                int32_t other = tk->vocab_slots[i];
-                if (other < 0 || (tk->tokens[other].text_len == t->text_len &&
-                                  memcmp(token_text(tk, other), text, t->text_len) == 0)) {
-                        /* A duplicate spelling maps to its last id, as in llama.cpp. */
-                        tk->vocab_slots[i] = id;
-                        return;
-                }
-        }
 }
 
 static const struct merge_slot *find_merge(const struct tokenizer *tk, int32_t left, int32_t right) {
@@ -217,7 +178,7 @@ static int load_tokens(struct tokenizer *tk, const struct gguf_file *f, struct e
                 return error_set(err, ENOMEM, "out of memory loading %d tokens", tk->n_vocab);
         memset(tk->vocab_slots, 0xff, (tk->vocab_mask + 1) * sizeof(*tk->vocab_slots));
         for (int32_t id = 0; id < tk->n_vocab; id++)
-                vocab_insert(tk, id);
+                vocab_index_insert(tk, id);
 
         if (tk->kind == TOKENIZER_SPM)
                 return 0; /* spm_load() finds its byte pieces */
