@@ -44,10 +44,6 @@ static void barrier_before_matmul(const struct cpu_runner *r, size_t weight_inde
         thread_pool_barrier_fetch(r->pool, from, bytes);
 }
 
-/* out[t * out_stride + row] (+)= W[row] . x[t] for this thread's share of W's rows. Each
- * result depends only on its row and token, never on the split or the batch: the tiles give
- * the bits of the single products. Rows go in tiles of four across the threads, and each
- * tile of weights (in L1) meets every token before the next is loaded. */
 /* Whether token t's K-quant products take llama.cpp's batched order (dot-k-quants.h); never
  * in the last layer's feed-forward and the logits, which llama.cpp runs for the output tokens
  * alone (one, for a generation). */
@@ -85,6 +81,10 @@ static void matmul_k_quant(const struct cpu_runner *r, size_t weight_index, dot_
         }
 }
 
+/* out[t * out_stride + row] (+)= W[row] . x[t] for this thread's share of W's rows. Each
+ * result depends only on its row and token, never on the split or the batch: the tiles give
+ * the bits of the single products. Rows go in tiles of four across the threads, and each
+ * tile of weights (in L1) meets every token before the next is loaded. */
 static void matmul(const struct cpu_runner *r, size_t weight_index, const struct activations *a, uint32_t n_tokens,
                    float *out, uint32_t out_stride, bool accumulate, float *row_scratch, unsigned ith, unsigned nth) {
         const struct weight *w = matmul_weight(r->model, weight_index);
