@@ -4,8 +4,9 @@
  * the matrix as a forward pass does (cold), the same with one copy that stays in cache (hot),
  * a 32-sequence decode step streaming the copies (batch-cold) and from cache (batch-hot),
  * --batch-tokens for another batch, and a 512-token prefill. The
- * two run interleaved, alternating which goes first; medians. With --logits (Q8_0) the packed
- * side runs the logits product instead, and the output's shape gets a batch-cold run too. */
+ * two run interleaved, alternating which goes first; medians. With --single (Q4_0, Q8_0) the
+ * packed side runs the single-accumulator product instead (Q4_0 matrices of 8k rows and the
+ * Q8_0 logits take it in the model), and the output's shape gets a batch-cold run too. */
 #include "config.h"
 
 #include <getopt.h>
@@ -86,10 +87,10 @@ struct acts {
         struct block_q8_1 *xq;
         float *ds;
         int32_t *corrections;
-        int32_t *logits_corrections;
+        int32_t *block_sums;
 };
 
-static bool logits;
+static bool single;
 
 /* The runner's tile loop: four rows at a time, each tile meeting the tokens four at a time. */
 static void run_tiles(const struct dot_kernels *k, const struct matrices *m, uint64_t copy, const struct acts *a,
@@ -113,8 +114,8 @@ static void run_tiles(const struct dot_kernels *k, const struct matrices *m, uin
 static void run_packed(const struct dot_kernels *k, const struct matrices *m, uint64_t copy, const struct acts *a,
                        unsigned n_tokens, float *out) {
         const struct packed_weights *p = &m->packed[copy];
-        struct packed_activations pa = { a->xq, a->ds, a->corrections, m->n_blocks, a->logits_corrections };
-        dot_packed_fn fn = logits ? k->packed_logits_q8_0 : dot_packed_kernel_for(k, m->type);
+        struct packed_activations pa = { a->xq, a->ds, a->corrections, m->n_blocks, a->block_sums };
+        dot_packed_fn fn = single ? k->packed_single_accumulator : dot_packed_kernel_for(k, m->type);
         fn(p, 0, p->n_groups, &pa, n_tokens, out, m->rows, false);
 }
 
@@ -172,7 +173,7 @@ static void measure(const struct dot_kernels *k, const struct matrices *m, const
 }
 
 static void usage(FILE *f) {
-        fprintf(f, "Usage: bench-packed-dot [--type q4_1|q4_0|q5_0|q5_1|q8_0] [--logits] [--kernels NAME] [--reps N] [--mbytes N] [--no-prefill]\n"
+        fprintf(f, "Usage: bench-packed-dot [--type q4_1|q4_0|q5_0|q5_1|q8_0] [--single] [--kernels NAME] [--reps N] [--mbytes N] [--no-prefill]\n"
                    "                        [--batch-tokens N] [--huge-pages]\n");
 }
 
@@ -187,7 +188,7 @@ int main(int argc, char **argv) {
                 { "type", required_argument, NULL, 'T' }, { "kernels", required_argument, NULL, 'k' },
                 { "reps", required_argument, NULL, 'r' }, { "mbytes", required_argument, NULL, 'm' },
                 { "no-prefill", no_argument, NULL, 'P' }, { "huge-pages", no_argument, NULL, 'H' },
-                { "logits", no_argument, NULL, 'L' }, { "batch-tokens", required_argument, NULL, 'B' },
+                { "single", no_argument, NULL, 'L' }, { "batch-tokens", required_argument, NULL, 'B' },
                 { "help", no_argument, NULL, 'h' },
                 { NULL, 0, NULL, 0 },
         };
@@ -230,13 +231,13 @@ int main(int argc, char **argv) {
                         break;
                 case 'P': prefill = false; break;
                 case 'H': huge_pages = true; break;
-                case 'L': logits = true; break;
+                case 'L': single = true; break;
                 case 'h': usage(stdout); return 0;
                 default: usage(stderr); return 2;
                 }
 
-        if (logits && type != TENSOR_Q8_0) {
-                fprintf(stderr, "bench-packed-dot: --logits is the product of Q8_0 output weights; add --type q8_0\n");
+        if (single && type != TENSOR_Q8_0 && type != TENSOR_Q4_0) {
+                fprintf(stderr, "bench-packed-dot: --single is a product of Q4_0 and Q8_0 weights; add --type q4_0 or --type q8_0\n");
                 return 2;
         }
         const unsigned n_prefill = 512;
@@ -245,12 +246,12 @@ int main(int argc, char **argv) {
                 .xq = malloc(sizeof(struct block_q8_1) * n_prefill * max_blocks),
                 .ds = malloc(sizeof(float) * 2 * n_prefill * max_blocks),
                 .corrections = malloc(sizeof(int32_t) * PACKED_CORRECTIONS * n_prefill * max_blocks),
-                .logits_corrections = malloc(sizeof(int32_t) * n_prefill * max_blocks),
+                .block_sums = malloc(sizeof(int32_t) * n_prefill * max_blocks),
         };
-        /* the widest result: 32 tokens of the output's rows (batch-cold with --logits) */
+        /* the widest result: 32 tokens of the output's rows (batch-cold with --single) */
         float *out = malloc(sizeof(float) * 49152 * 32 > sizeof(float) * 1536 * n_prefill ? sizeof(float) * 49152 * 32
                                                                                            : sizeof(float) * 1536 * n_prefill);
-        if (!a.xq || !a.ds || !a.corrections || !a.logits_corrections || !out)
+        if (!a.xq || !a.ds || !a.corrections || !a.block_sums || !out)
                 return 1;
         float x[1536];
 
@@ -267,11 +268,11 @@ int main(int argc, char **argv) {
                         k->quantize_q8_1(x, a.xq + t * m.n_blocks, a.ds + 2 * t * m.n_blocks, s->cols);
                         packed_activation_corrections(a.xq + t * m.n_blocks, m.n_blocks,
                                                       a.corrections + t * m.n_blocks * PACKED_CORRECTIONS);
-                        packed_logits_corrections(a.xq + t * m.n_blocks, m.n_blocks, a.logits_corrections + t * m.n_blocks);
+                        packed_block_sums(a.xq + t * m.n_blocks, m.n_blocks, a.block_sums + t * m.n_blocks);
                 }
                 measure(k, &m, s->name, "decode-cold", &a, 1, m.n_copies, true, reps, out);
                 measure(k, &m, s->name, "decode-hot", &a, 1, m.n_copies, false, reps, out);
-                if (prefill && (s->prefill || logits))
+                if (prefill && (s->prefill || single))
                         measure(k, &m, s->name, "batch-cold", &a, batch_tokens, m.n_copies, true, reps, out);
                 if (prefill && s->prefill) {
                         measure(k, &m, s->name, "batch-hot", &a, batch_tokens, m.n_copies, false, reps, out);
@@ -282,7 +283,7 @@ int main(int argc, char **argv) {
         free(a.xq);
         free(a.ds);
         free(a.corrections);
-        free(a.logits_corrections);
+        free(a.block_sums);
         free(out);
         return 0;
 }

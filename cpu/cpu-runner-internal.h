@@ -20,7 +20,7 @@ struct activations {
         struct block_q8_1 *xq; /* (tokens, max_dim / 32) */
         float *ds;             /* (tokens, max_dim / 32, 2) */
         int32_t *corrections;  /* (tokens, max_dim / 32, PACKED_CORRECTIONS) for packed Q4_0, Q5_0 and Q8_0 */
-        int32_t *logits_corrections; /* (tokens, max_dim / 32) for the packed logits product */
+        int32_t *block_sums; /* (tokens, max_dim / 32) for the packed single-accumulator product */
         struct block_q8_K *xk;       /* (tokens, max_dim / 256) when some weight is a K-quant, else NULL */
 };
 

@@ -22,9 +22,9 @@ static bool activations_alloc(struct cpu_runner *r, size_t tokens, struct activa
         a->xq = alloc_scratch(r, tokens * (r->max_dim / QUANT_BLOCK), sizeof(struct block_q8_1));
         a->ds = alloc_floats(r, tokens * (r->max_dim / QUANT_BLOCK) * 2);
         a->corrections = alloc_scratch(r, tokens * (r->max_dim / QUANT_BLOCK), PACKED_CORRECTIONS * sizeof(int32_t));
-        a->logits_corrections = alloc_scratch(r, tokens * (r->max_dim / QUANT_BLOCK), sizeof(int32_t));
+        a->block_sums = alloc_scratch(r, tokens * (r->max_dim / QUANT_BLOCK), sizeof(int32_t));
         a->xk = r->k_quants ? alloc_scratch(r, tokens * (r->max_dim / QK_K), sizeof(struct block_q8_K)) : NULL;
-        return a->xn && a->xq && a->ds && a->corrections && a->logits_corrections && (a->xk || !r->k_quants);
+        return a->xn && a->xq && a->ds && a->corrections && a->block_sums && (a->xk || !r->k_quants);
 }
 
 static void activations_free(struct activations *a) {
@@ -32,7 +32,7 @@ static void activations_free(struct activations *a) {
         free(a->xq);
         free(a->ds);
         free(a->corrections);
-        free(a->logits_corrections);
+        free(a->block_sums);
         free(a->xk);
 }
 

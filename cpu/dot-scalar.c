@@ -12,15 +12,19 @@
 #include "quantize.h"
 #include "rope.h"
 
+/* A Q4_0 block's exact integer product with an activation block. */
+static int32_t q4_0_block_isum(const struct block_q4_0 *w, const struct block_q8_1 *act) {
+        int32_t isum = 0;
+        for (int j = 0; j < QUANT_BLOCK / 2; j++)
+                isum += ((w->qs[j] & 15) - 8) * act->qs[j] + ((w->qs[j] >> 4) - 8) * act->qs[j + 16];
+        return isum;
+}
+
 static float dot_q4_0_scalar(const void *weight_row, const struct block_q8_1 *act, size_t n_blocks) {
         const struct block_q4_0 *w = weight_row;
         float sum = 0.0f;
-        for (size_t b = 0; b < n_blocks; b++) {
-                int32_t isum = 0;
-                for (int j = 0; j < QUANT_BLOCK / 2; j++)
-                        isum += ((w[b].qs[j] & 15) - 8) * act[b].qs[j] + ((w[b].qs[j] >> 4) - 8) * act[b].qs[j + 16];
-                sum += (float) isum * (f16_to_f32(w[b].d) * f16_to_f32(act[b].d));
-        }
+        for (size_t b = 0; b < n_blocks; b++)
+                sum += (float) q4_0_block_isum(&w[b], &act[b]) * (f16_to_f32(w[b].d) * f16_to_f32(act[b].d));
         return sum;
 }
 
@@ -82,7 +86,15 @@ static float dot_q8_0_scalar(const void *weight_row, const struct block_q8_1 *ac
         return sum;
 }
 
-float dot_logits_q8_0_reference(const void *weight_row, const struct block_q8_1 *act, size_t n_blocks) {
+float dot_single_q4_0_reference(const void *weight_row, const struct block_q8_1 *act, size_t n_blocks) {
+        const struct block_q4_0 *w = weight_row;
+        float acc = 0.0f;
+        for (size_t b = 0; b < n_blocks; b++)
+                acc = fmaf((float) q4_0_block_isum(&w[b], &act[b]), f16_to_f32(w[b].d) * f16_to_f32(act[b].d), acc);
+        return acc;
+}
+
+float dot_single_q8_0_reference(const void *weight_row, const struct block_q8_1 *act, size_t n_blocks) {
         const struct block_q8_0 *w = weight_row;
         float acc = 0.0f;
         for (size_t b = 0; b < n_blocks; b++) {
@@ -112,11 +124,11 @@ SCALAR_TILE(q5_1)
 SCALAR_TILE(q8_0)
 
 /* The reference for the packed product: one row and token at a time, in dot.h's order (eight
- * lanes, one float accumulator each; or, for the logits product, the block's lanes summed
- * first into one), from the packed bytes themselves, with the weights' bias taken off each
+ * lanes, one float accumulator each; or, for the single-accumulator product, the block's
+ * lanes summed first into one), from the packed bytes themselves, with the weights' bias taken off each
  * quant and the activation's scales converted here (the ds and corrections tables are the
  * SIMD sets' shortcuts, checked against this). */
-static float packed_row_scalar(const struct packed_weights *w, uint64_t row, const struct block_q8_1 *act, bool logits) {
+static float packed_row_scalar(const struct packed_weights *w, uint64_t row, const struct block_q8_1 *act, bool single) {
         unsigned r = (unsigned) (row % PACKED_ROWS);
         const uint8_t *quants = w->data + row / PACKED_ROWS * w->group_bytes;
         const uint8_t *scales = quants + w->n_blocks * w->quant_bytes;
@@ -143,27 +155,27 @@ static float packed_row_scalar(const struct packed_weights *w, uint64_t row, con
                                 }
                                 isum += (q - bias) * act[b].qs[4 * l + k];
                         }
-                        if (logits)
+                        if (single)
                                 block_sum += isum;
                         else
                                 lanes[l] = fmaf((float) isum, scale, lanes[l]);
                 }
-                if (logits)
+                if (single)
                         acc = fmaf((float) block_sum, scale, acc);
                 if (has_m)
                         off = fmaf(f16_to_f32(s[PACKED_ROWS + r]), f16_to_f32(act[b].s), off);
         }
-        if (logits)
+        if (single)
                 return acc;
         return has_m ? lanes_sum8(lanes) + off : lanes_sum8(lanes);
 }
 
 static void packed_rows_scalar(const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,
                                const struct packed_activations *a, unsigned n_tokens, float *out, size_t out_stride,
-                               bool accumulate, bool logits) {
+                               bool accumulate, bool single) {
         for (uint64_t row = group_begin * PACKED_ROWS; row < group_end * PACKED_ROWS && row < w->n_rows; row++)
                 for (unsigned t = 0; t < n_tokens; t++) {
-                        float v = packed_row_scalar(w, row, a->xq + t * a->stride, logits);
+                        float v = packed_row_scalar(w, row, a->xq + t * a->stride, single);
                         float *o = &out[t * out_stride + row];
                         *o = accumulate ? *o + v : v;
                 }
@@ -175,7 +187,7 @@ static void packed_scalar(const struct packed_weights *w, uint64_t group_begin, 
         packed_rows_scalar(w, group_begin, group_end, a, n_tokens, out, out_stride, accumulate, false);
 }
 
-static void packed_logits_scalar(const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,
+static void packed_single_scalar(const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,
                                  const struct packed_activations *a, unsigned n_tokens, float *out, size_t out_stride,
                                  bool accumulate) {
         packed_rows_scalar(w, group_begin, group_end, a, n_tokens, out, out_stride, accumulate, true);
@@ -295,7 +307,7 @@ const struct dot_kernels dot_kernels_scalar = {
         .packed_q5_0 = packed_scalar,
         .packed_q5_1 = packed_scalar,
         .packed_q8_0 = packed_scalar,
-        .packed_logits_q8_0 = packed_logits_scalar,
+        .packed_single_accumulator = packed_single_scalar,
         .attn_scores = attn_scores_scalar,
         .attn_values = attn_values_scalar,
         .round_f16 = round_f16_scalar,

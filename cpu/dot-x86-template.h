@@ -604,7 +604,7 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(geglu)(float *h, const fl
                 .packed_q5_0 = packed_4bit(q5_0),                                                                      \
                 .packed_q5_1 = packed_4bit(q5_1),                                                                      \
                 .packed_q8_0 = DOT_PACKED_FN(q8_0),                                                                    \
-                .packed_logits_q8_0 = DOT_PACKED_FN(logits_q8_0),                                                      \
+                .packed_single_accumulator = DOT_PACKED_FN(single_accumulator),                                                      \
                 .attn_scores = DOT_FN(attn_scores),                                                                    \
                 .attn_values = DOT_FN(attn_values),                                                                    \
                 .round_f16 = DOT_FN(round_f16),                                                                        \

@@ -69,22 +69,24 @@ struct packed_activations {
                                       * corrections + (t * stride + b) * PACKED_CORRECTIONS; Q4_0, Q5_0 and
                                       * Q8_0 only */
         size_t stride;               /* blocks from one token to the next */
-        const int32_t *logits_corrections; /* packed_logits_corrections(), block (t * stride + b)'s; the
-                                            * logits product only */
+        const int32_t *block_sums;   /* packed_block_sums(), block (t * stride + b)'s; the
+                                      * single-accumulator product only */
 };
 typedef void (*dot_packed_fn)(const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,
                               const struct packed_activations *a, unsigned n_tokens, float *out, size_t out_stride,
                               bool accumulate);
 
-/* The logits product, for the output matmul of a Q8_0 output weight (the tied embedding of
- * SmolLM2): one accumulator per row instead of eight lanes,
+/* The single-accumulator product, for the weights weight_single_accumulator() names (Q4_0
+ * matrices as llama.cpp repacks them, the logits of a Q8_0 output weight): one accumulator
+ * per row and token instead of eight lanes,
  *     acc = 0; for each block b in order: acc = fmaf((float) isum_b, d_w[b] * d_a[b], acc)
- * with isum_b the exact integer product of the block's 32 elements. Logits feed no further
- * quantization, so their rounding, ~1e-7 of a logit away from llama.cpp's order, cannot be
- * amplified as a layer's can; the work per block is a third of the lanes' (see
- * docs/design.md). This is the reference, on a row of GGUF Q8_0 blocks; every set's
- * packed_logits_q8_0 gives its bits. */
-float dot_logits_q8_0_reference(const void *weight_row, const struct block_q8_1 *act, size_t n_blocks);
+ * with isum_b the exact integer product of the block's 32 elements. For Q8_0 logits it is our
+ * choice: logits feed no further quantization, so their rounding, ~1e-7 of a logit away from
+ * llama.cpp's lanes, cannot be amplified as a layer's can, and the work per block is a third
+ * of the lanes' (docs/design.md). These are the references, on rows of GGUF blocks; every
+ * set's packed_single_accumulator gives their bits. */
+float dot_single_q4_0_reference(const void *weight_row, const struct block_q8_1 *act, size_t n_blocks);
+float dot_single_q8_0_reference(const void *weight_row, const struct block_q8_1 *act, size_t n_blocks);
 
 struct dot_kernels {
         const char *name;
@@ -103,8 +105,9 @@ struct dot_kernels {
         dot_packed_fn packed_q5_0;
         dot_packed_fn packed_q5_1;
         dot_packed_fn packed_q8_0;
-        /* The logits product (below) on packed Q8_0 weights, as dot_packed_fn otherwise. */
-        dot_packed_fn packed_logits_q8_0;
+        /* The single-accumulator product (above) on packed Q4_0 or Q8_0 weights, as
+         * dot_packed_fn otherwise. */
+        dot_packed_fn packed_single_accumulator;
         /* Attention over the f16 KV cache of one sequence and key-value head, for a group of
          * n_q queries (the query heads that share it, of one or more tokens; n_q <= DOT_GROUP_MAX, n <= DOT_F16_MAX_DIM
          * elements per head), positions 0..n_pos-1. Each query's numbers are what it alone

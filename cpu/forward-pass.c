@@ -98,18 +98,20 @@ static void matmul(const struct cpu_runner *r, size_t weight_index, const struct
         const struct block_q8_1 *xq = a->xq;
         uint64_t begin, end;
         size_t n_blocks = w->n_cols / QUANT_BLOCK;
-        bool logits = logits_product(r->model, weight_index);
-        /* unpacked, the logits product goes one row at a time through its reference */
-        dot_q_fn dot = logits ? dot_logits_q8_0_reference : dot_kernel_for(r->kernels, w->type);
-        dot_tile_fn tile = logits ? NULL : dot_tile_kernel_for(r->kernels, w->type);
+        bool single = single_accumulator_product(r->model, weight_index);
+        /* unpacked, the single-accumulator product goes one row at a time through its reference */
+        dot_q_fn dot = !single                    ? dot_kernel_for(r->kernels, w->type)
+                       : w->type == TENSOR_Q4_0 ? dot_single_q4_0_reference
+                                                : dot_single_q8_0_reference;
+        dot_tile_fn tile = single ? NULL : dot_tile_kernel_for(r->kernels, w->type);
         uint64_t n_tiles = tile ? w->n_rows / DOT_TILE_ROWS : 0;
 
         /* Packed: groups of sixteen rows across the threads, every token in one call, the
          * group's weights staying in L1 while the tokens pass over them. */
         if (packed) {
-                dot_packed_fn fn = logits ? r->kernels->packed_logits_q8_0 : dot_packed_kernel_for(r->kernels, w->type);
+                dot_packed_fn fn = single ? r->kernels->packed_single_accumulator : dot_packed_kernel_for(r->kernels, w->type);
                 struct matmul_share *shares = &r->shares[weight_index * nth];
-                struct packed_activations pa = { xq, a->ds, a->corrections, n_blocks, a->logits_corrections };
+                struct packed_activations pa = { xq, a->ds, a->corrections, n_blocks, a->block_sums };
                 uint32_t take = matmul_take_size(packed, n_tokens, nth), n;
                 uint64_t g0;
                 while (matmul_shares_take(shares, ith, nth, take, &g0, &n))
@@ -132,7 +134,7 @@ static void matmul(const struct cpu_runner *r, size_t weight_index, const struct
                                 }
                 }
         }
-        /* rows left over from the tiles, float weights and the logits product, one product at a time */
+        /* rows left over from the tiles, float weights and the single-accumulator product, one product at a time */
         split(w->n_rows - n_tiles * DOT_TILE_ROWS, ith, nth, &begin, &end);
         for (uint64_t row = n_tiles * DOT_TILE_ROWS + begin; row < n_tiles * DOT_TILE_ROWS + end; row++) {
                 const uint8_t *wrow = w->data + row * w->row_bytes;
@@ -155,25 +157,25 @@ static void matmul(const struct cpu_runner *r, size_t weight_index, const struct
 }
 
 /* Quantizes token row i of a (width elements at x) for the matmuls: its q8_1 blocks, their
- * scales as floats, and, when the packed product runs, the lanes' corrections it reads; its
- * q8_K super-blocks too when some weight is a K-quant. */
+ * scales as floats, and, when the packed product runs, the lanes' corrections and the blocks'
+ * sums it reads; its q8_K super-blocks too when some weight is a K-quant. */
 static void quantize_row(const struct cpu_runner *r, const struct activations *a, const float *x, uint64_t i,
                          uint32_t width) {
         size_t n_blocks = width / QUANT_BLOCK;
         r->kernels->quantize_q8_1(x, a->xq + i * n_blocks, a->ds + i * n_blocks * 2, width);
         if (r->k_quants && width % QK_K == 0)
                 r->kernels->quantize_q8_K(x, a->xk + i * (width / QK_K), width);
-        if (r->packed.arena)
+        if (r->packed.arena) {
                 r->kernels->activation_corrections(a->xq + i * n_blocks, n_blocks,
                                                    a->corrections + i * n_blocks * PACKED_CORRECTIONS);
+                packed_block_sums(a->xq + i * n_blocks, n_blocks, a->block_sums + i * n_blocks);
+        }
 }
 
-/* Normalizes and quantizes this thread's share of tokens: xn = norm(x) * weight, xq = q8(xn);
- * with for_logits also the blocks' corrections that the packed logits product reads. */
+/* Normalizes and quantizes this thread's share of tokens: xn = norm(x) * weight, xq = q8(xn). */
 static void norm_tokens(struct cpu_runner *r, const struct activations *a, const float *weight, const int32_t *rows,
-                        uint32_t n_rows, unsigned ith, unsigned nth, bool for_logits) {
+                        uint32_t n_rows, unsigned ith, unsigned nth) {
         const struct model_hparams *hp = &r->model->hp;
-        size_t n_blocks = hp->n_embd / QUANT_BLOCK;
         uint64_t begin, end;
         split(n_rows, ith, nth, &begin, &end);
         for (uint64_t i = begin; i < end; i++) {
@@ -181,8 +183,6 @@ static void norm_tokens(struct cpu_runner *r, const struct activations *a, const
                 float *xn = a->xn + i * hp->n_embd;
                 rms_norm(r->x + (size_t) t * hp->n_embd, weight, xn, hp->n_embd, hp->rms_eps);
                 quantize_row(r, a, xn, i, hp->n_embd);
-                if (for_logits)
-                        packed_logits_corrections(a->xq + i * n_blocks, n_blocks, a->logits_corrections + i * n_blocks);
         }
 }
 
@@ -287,7 +287,7 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
                 const struct model_layer *l = &m->layers[layer];
                 size_t w = (size_t) layer * WEIGHTS_PER_LAYER; /* the layer's first weight */
 
-                norm_tokens(r, a, l->attn_norm, NULL, T, feed_ith, feed_nth, false);
+                norm_tokens(r, a, l->attn_norm, NULL, T, feed_ith, feed_nth);
                 if (!small)
                         barrier_before_matmul(r, w + 0, T, ith, nth);
                 matmul(r, w + 0, a, T, r->q, r->q_dim, false, row_scratch, ith, nth);
@@ -309,7 +309,7 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
                 residual_matmul(r, w + 3, l->attn_post_norm, a, row_scratch, ith, nth);
                 barrier_before_matmul(r, w + 4, T, ith, nth);
 
-                norm_tokens(r, a, l->ffn_norm, NULL, T, feed_ith, feed_nth, false);
+                norm_tokens(r, a, l->ffn_norm, NULL, T, feed_ith, feed_nth);
                 if (!small)
                         barrier_before_matmul(r, w + 4, T, ith, nth);
                 matmul(r, w + 4, a, T, r->gate, hp->n_ff, false, row_scratch, ith, nth);
@@ -325,8 +325,7 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
                         barrier_before_matmul(r, n_matmul_weights(m) - 1, b->n_outputs, ith, nth);
         }
 
-        bool packed_logits = packed_for(r, n_matmul_weights(m) - 1) && logits_product(m, n_matmul_weights(m) - 1);
-        norm_tokens(r, a, m->output_norm, b->output_tokens, b->n_outputs, feed_ith, feed_nth, packed_logits);
+        norm_tokens(r, a, m->output_norm, b->output_tokens, b->n_outputs, feed_ith, feed_nth);
         if (!small)
                 barrier_before_matmul(r, n_matmul_weights(m) - 1, b->n_outputs, ith, nth);
         matmul(r, n_matmul_weights(m) - 1, a, b->n_outputs, r->logits, hp->n_vocab, false, row_scratch, ith, nth);

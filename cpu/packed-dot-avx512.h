@@ -199,48 +199,49 @@ PACKED_ATTRS void packed_groups_512(const struct packed_weights *w, uint64_t gro
         }
 }
 
-/* Tokens per pass of the logits product: each holds one accumulator, and four share every
- * weight vector loaded (the kernel is bound by its loads: on Zen 4 a 512-bit load a cycle,
- * two broadcasts). bench-packed-dot --logits batch-cold there, ns per row block and token:
- * 2 tokens 0.32-0.34, 4 0.26-0.27, 8 0.33-0.38. The first pass over a group streams it in;
- * the later ones, from L1, fetch the next group (packed_fetch_share), or the memory would
+/* Tokens per pass of the single-accumulator product: each holds one accumulator, and four
+ * share every weight vector loaded (the kernel is bound by its loads: on Zen 4 a 512-bit load
+ * a cycle, two broadcasts). bench-packed-dot --logits batch-cold there, ns per row block and
+ * token: 2 tokens 0.32-0.34, 4 0.26-0.27, 8 0.33-0.38. The first pass over a group streams it
+ * in; the later ones, from L1, fetch the next group (packed_fetch_share), or the memory would
  * idle through them: 6 tokens 0.54 -> 0.44, 8 0.54 -> 0.37, 16 0.36 -> 0.27, 32 0.31 ->
  * 0.24 (bench-batched B=8 S_TG +1%, B=32 +3%). */
-#define PACKED_LOGITS_PASS_TOKENS 4
-/* How far ahead the logits product's first pass fetches its stream: its blocks go by about
- * twice as fast as the 4-bit products', and a decode token's 30 MB of output rows went
- * faster with a longer lead (bench-core tg128 Q4_1, 2 threads, interleaved ABBA rounds
- * against 4 KiB: 8 KiB 1.04x, 16 KiB 1.02x and 1.07x, 32 KiB 1.04x). */
-#define PACKED_LOGITS_PREFETCH 16384
+#define PACKED_SINGLE_PASS_TOKENS 4
+/* How far ahead the single-accumulator product's first pass fetches its stream: the Q8_0
+ * logits' blocks go by about twice as fast as the 4-bit lanes', and a decode token's 30 MB of
+ * output rows went faster with a longer lead (bench-core tg128 Q4_1, 2 threads, interleaved
+ * ABBA rounds against 4 KiB: 8 KiB 1.04x, 16 KiB 1.02x and 1.07x, 32 KiB 1.04x). */
+#define PACKED_SINGLE_PREFETCH 16384
 
-/* The logits product (dot.h) of group g's rows against tokens t0..t0+T-1: per block and
- * token the exact int32 of all 32 products, in four chains of two vpdpbusd so that their
- * latencies overlap (one token would wait on one chain of eight; the first chain starts from
- * the block's correction for the stored bias), then one conversion and one fma by
- * d_w * d_a. */
-PACKED_ATTRS void packed_logits_pass_512(const struct packed_weights *w, uint64_t g, const struct packed_activations *a,
+/* The single-accumulator product (dot.h) of group g's rows against tokens t0..t0+T-1, kind 0
+ * (Q4_0) or 2 (Q8_0): per block and token the exact int32 of all 32 products, in four chains
+ * of two vpdpbusd so that their latencies overlap (one token would wait on one chain of
+ * eight; the first chain starts from the block's correction for the stored bias, -bias times
+ * its activation sum), then one conversion and one fma by d_w * d_a. */
+PACKED_ATTRS void packed_single_pass_512(const struct packed_weights *w, uint64_t g, const struct packed_activations *a,
                                          unsigned t0, const unsigned T, float *out, size_t out_stride, bool accumulate,
-                                         bool prefetch, struct packed_fetch fetch) {
-        const size_t quant_bytes = PACKED_ROWS * QUANT_BLOCK, scale_bytes = 32;
+                                         bool prefetch, struct packed_fetch fetch, const int kind) {
+        const size_t quant_bytes = packed_quant_bytes_512(kind), scale_bytes = 32;
+        const int32_t bias = kind == 2 ? packed_quant_bias(TENSOR_Q8_0) : packed_quant_bias(TENSOR_Q4_0);
         const uint64_t n_blocks = w->n_blocks;
         const uint8_t *quants = w->data + g * w->group_bytes, *scales = quants + n_blocks * quant_bytes;
-        __m512 acc[PACKED_LOGITS_PASS_TOKENS];
+        __m512 acc[PACKED_SINGLE_PASS_TOKENS];
 
         _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
                 acc[t] = _mm512_setzero_ps();
         for (uint64_t b = 0; b < n_blocks; b++) {
                 const uint8_t *rec = quants + b * quant_bytes;
                 if (prefetch)
-                        packed_prefetch_block_at(w, quants, b, quant_bytes + scale_bytes, PACKED_LOGITS_PREFETCH);
+                        packed_prefetch_block_at(w, quants, b, quant_bytes + scale_bytes, PACKED_SINGLE_PREFETCH);
                 packed_fetch_step(&fetch);
                 __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * scale_bytes)));
                 __m512i u[PACKED_LANES];
                 _Pragma("GCC unroll 8") for (unsigned l = 0; l < PACKED_LANES; l++)
-                        u[l] = _mm512_load_si512(rec + 64 * l);
+                        u[l] = kind == 2 ? _mm512_load_si512(rec + 64 * l) : packed_lane_512(rec, l, kind);
                 _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
                         size_t ab = (t0 + t) * a->stride + b;
                         const int8_t *q = a->xq[ab].qs;
-                        __m512i c[4] = { _mm512_set1_epi32(a->logits_corrections[ab]), _mm512_setzero_si512(),
+                        __m512i c[4] = { _mm512_set1_epi32(-bias * a->block_sums[ab]), _mm512_setzero_si512(),
                                          _mm512_setzero_si512(), _mm512_setzero_si512() };
                         _Pragma("GCC unroll 8") for (unsigned l = 0; l < PACKED_LANES; l++)
                                 c[l % 4] = _mm512_dpbusd_epi32(c[l % 4], u[l], packed_broadcast4(q + 4 * l));
@@ -260,28 +261,37 @@ PACKED_ATTRS void packed_logits_pass_512(const struct packed_weights *w, uint64_
         }
 }
 
-__attribute__((target(DOT_TARGET))) static void packed_logits_q8_0_512(const struct packed_weights *w, uint64_t group_begin,
-                                                                      uint64_t group_end, const struct packed_activations *a,
-                                                                      unsigned n_tokens, float *out, size_t out_stride,
-                                                                      bool accumulate) {
-        unsigned n_passes = (n_tokens + PACKED_LOGITS_PASS_TOKENS - 1) / PACKED_LOGITS_PASS_TOKENS;
-        for (uint64_t g = group_begin; g < group_end; g++) {
-                /* the first pass streams the group in; the later ones, from L1, fetch the next */
-                const uint8_t *next = g + 1 < w->n_groups ? w->data + (g + 1) * w->group_bytes : NULL;
-                for (unsigned t0 = 0, pass = 0; t0 < n_tokens; t0 += PACKED_LOGITS_PASS_TOKENS, pass++) {
-                        bool prefetch = t0 == 0;
-                        struct packed_fetch fetch = pass > 0 ? packed_fetch_share(next, w->group_bytes, pass - 1, n_passes - 1, w->n_blocks)
-                                                             : (struct packed_fetch) { NULL, NULL, 0 };
-                        switch (n_tokens - t0) {
-                        case 1: packed_logits_pass_512(w, g, a, t0, 1, out, out_stride, accumulate, prefetch, fetch); break;
-                        case 2: packed_logits_pass_512(w, g, a, t0, 2, out, out_stride, accumulate, prefetch, fetch); break;
-                        case 3: packed_logits_pass_512(w, g, a, t0, 3, out, out_stride, accumulate, prefetch, fetch); break;
-                        default:
-                                packed_logits_pass_512(w, g, a, t0, PACKED_LOGITS_PASS_TOKENS, out, out_stride, accumulate,
-                                                       prefetch, fetch);
-                                break;
-                        }
+/* Group g's passes of PACKED_SINGLE_PASS_TOKENS tokens for one kind: the first pass streams
+ * the group in; the later ones, from L1, fetch the next. */
+PACKED_ATTRS void packed_single_group_512(const struct packed_weights *w, uint64_t g, const struct packed_activations *a,
+                                          unsigned n_tokens, float *out, size_t out_stride, bool accumulate, const int kind) {
+        unsigned n_passes = (n_tokens + PACKED_SINGLE_PASS_TOKENS - 1) / PACKED_SINGLE_PASS_TOKENS;
+        const uint8_t *next = g + 1 < w->n_groups ? w->data + (g + 1) * w->group_bytes : NULL;
+        for (unsigned t0 = 0, pass = 0; t0 < n_tokens; t0 += PACKED_SINGLE_PASS_TOKENS, pass++) {
+                bool prefetch = t0 == 0;
+                struct packed_fetch fetch = pass > 0 ? packed_fetch_share(next, w->group_bytes, pass - 1, n_passes - 1, w->n_blocks)
+                                                     : (struct packed_fetch) { NULL, NULL, 0 };
+                switch (n_tokens - t0) {
+                case 1: packed_single_pass_512(w, g, a, t0, 1, out, out_stride, accumulate, prefetch, fetch, kind); break;
+                case 2: packed_single_pass_512(w, g, a, t0, 2, out, out_stride, accumulate, prefetch, fetch, kind); break;
+                case 3: packed_single_pass_512(w, g, a, t0, 3, out, out_stride, accumulate, prefetch, fetch, kind); break;
+                default:
+                        packed_single_pass_512(w, g, a, t0, PACKED_SINGLE_PASS_TOKENS, out, out_stride, accumulate, prefetch,
+                                               fetch, kind);
+                        break;
                 }
+        }
+}
+
+__attribute__((target(DOT_TARGET))) static void packed_single_accumulator_512(const struct packed_weights *w, uint64_t group_begin,
+                                                                             uint64_t group_end, const struct packed_activations *a,
+                                                                             unsigned n_tokens, float *out, size_t out_stride,
+                                                                             bool accumulate) {
+        for (uint64_t g = group_begin; g < group_end; g++) {
+                if (w->type == TENSOR_Q4_0)
+                        packed_single_group_512(w, g, a, n_tokens, out, out_stride, accumulate, 0);
+                else
+                        packed_single_group_512(w, g, a, n_tokens, out, out_stride, accumulate, 2);
         }
 }
 

@@ -253,44 +253,83 @@ PACKED_ATTRS_256 void DOT_FN(packed_groups)(const struct packed_weights *w, uint
                                 DOT_FN(packed_half_passes)(w, g, h, a, n_tokens, out, out_stride, accumulate, NULL, NULL, kind);
 }
 
-/* The logits product (dot.h) of rows 8h..8h+7 of group g against one token (out is its row
- * of outputs): per block the eight lanes' exact int32 added into one, then one conversion
- * and one fma. */
-PACKED_ATTRS_256 void DOT_FN(packed_logits_half)(const struct packed_weights *w, uint64_t g, unsigned h,
-                                                 const struct packed_activations *a, unsigned t, float *out, bool accumulate,
-                                                 bool prefetch) {
-        const struct packed_half_layout lay = DOT_FN(packed_half_layout)(w, g, h, 2);
-        __m256 acc = _mm256_setzero_ps();
+/* Tokens per pass of the single-accumulator product: the half group's eight lane vectors stay
+ * in registers while each token of the pass takes its one accumulator from them. */
+#define PACKED_SINGLE_HALF_TOKENS 4
+
+/* The single-accumulator product (dot.h) of rows 8h..8h+7 of group g against tokens
+ * t0..t0+T-1, kind 0 (Q4_0) or 2 (Q8_0): per block and token the eight lanes' exact int32
+ * added into one (Q4_0's stored bias taken off once, by the block's activation sum), then one
+ * conversion and one fma. */
+PACKED_ATTRS_256 void DOT_FN(packed_single_half)(const struct packed_weights *w, uint64_t g, unsigned h,
+                                                 const struct packed_activations *a, unsigned t0, const unsigned T,
+                                                 float *out, size_t out_stride, bool accumulate, bool prefetch,
+                                                 const int kind) {
+        const struct packed_half_layout lay = DOT_FN(packed_half_layout)(w, g, h, kind);
+        __m256 acc[PACKED_SINGLE_HALF_TOKENS];
+        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
+                acc[t] = _mm256_setzero_ps();
         for (uint64_t b = 0; b < w->n_blocks; b++) {
                 const uint8_t *rec = lay.quants + b * lay.quant_bytes;
                 if (prefetch)
                         packed_prefetch_block(w, lay.group, b, lay.quant_bytes + lay.scale_bytes);
-                size_t ab = t * a->stride + b;
-                __m256i isum = _mm256_setzero_si256();
+                __m256i u[PACKED_LANES];
                 _Pragma("GCC unroll 8") for (unsigned l = 0; l < PACKED_LANES; l++)
-                        isum = _mm256_add_epi32(isum, DOT_FN(packed_lane_isum)(DOT_FN(packed_lane_weights)(rec, l, 2), a, ab, l, 2));
+                        u[l] = DOT_FN(packed_lane_weights)(rec, l, kind);
                 __m256 dw = _mm256_cvtph_ps(_mm_load_si128((const __m128i *) (lay.scales + b * lay.scale_bytes)));
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(a->ds[2 * ab])), acc);
+                _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                        size_t ab = (t0 + t) * a->stride + b;
+                        __m256i isum = kind == 2 ? _mm256_setzero_si256()
+                                                 : _mm256_set1_epi32(-packed_quant_bias(TENSOR_Q4_0) * a->block_sums[ab]);
+                        _Pragma("GCC unroll 8") for (unsigned l = 0; l < PACKED_LANES; l++)
+                                isum = _mm256_add_epi32(isum, kind == 2 ? DOT_FN(packed_lane_isum)(u[l], a, ab, l, 2)
+                                                                        : dot_u8_s8(u[l], DOT_FN(packed_broadcast4)(a->xq[ab].qs + 4 * l)));
+                        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(a->ds[2 * ab])), acc[t]);
+                }
         }
         uint64_t row0 = g * PACKED_ROWS + 8 * h;
         if (row0 >= w->n_rows)
                 return;
         unsigned n_valid = w->n_rows - row0 < 8 ? (unsigned) (w->n_rows - row0) : 8;
-        float v[8];
-        _mm256_storeu_ps(v, acc);
-        float *o = out + row0;
-        for (unsigned r = 0; r < n_valid; r++)
-                o[r] = accumulate ? o[r] + v[r] : v[r];
+        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                float v[8];
+                _mm256_storeu_ps(v, acc[t]);
+                float *o = out + (t0 + t) * out_stride + row0;
+                for (unsigned r = 0; r < n_valid; r++)
+                        o[r] = accumulate ? o[r] + v[r] : v[r];
+        }
 }
 
-__attribute__((target(DOT_TARGET))) static void DOT_FN(packed_logits_q8_0)(const struct packed_weights *w, uint64_t group_begin,
-                                                                          uint64_t group_end, const struct packed_activations *a,
-                                                                          unsigned n_tokens, float *out, size_t out_stride,
-                                                                          bool accumulate) {
+/* Half h of group g for every token, in passes of PACKED_SINGLE_HALF_TOKENS; the first pass of
+ * half 0 prefetches the group's stream. */
+PACKED_ATTRS_256 void DOT_FN(packed_single_half_passes)(const struct packed_weights *w, uint64_t g, unsigned h,
+                                                        const struct packed_activations *a, unsigned n_tokens, float *out,
+                                                        size_t out_stride, bool accumulate, const int kind) {
+        for (unsigned t0 = 0; t0 < n_tokens; t0 += PACKED_SINGLE_HALF_TOKENS) {
+                bool prefetch = h == 0 && t0 == 0;
+                switch (n_tokens - t0) {
+                case 1: DOT_FN(packed_single_half)(w, g, h, a, t0, 1, out, out_stride, accumulate, prefetch, kind); break;
+                case 2: DOT_FN(packed_single_half)(w, g, h, a, t0, 2, out, out_stride, accumulate, prefetch, kind); break;
+                case 3: DOT_FN(packed_single_half)(w, g, h, a, t0, 3, out, out_stride, accumulate, prefetch, kind); break;
+                default:
+                        DOT_FN(packed_single_half)(w, g, h, a, t0, PACKED_SINGLE_HALF_TOKENS, out, out_stride, accumulate,
+                                                   prefetch, kind);
+                        break;
+                }
+        }
+}
+
+__attribute__((target(DOT_TARGET))) static void DOT_FN(packed_single_accumulator)(const struct packed_weights *w, uint64_t group_begin,
+                                                                                 uint64_t group_end, const struct packed_activations *a,
+                                                                                 unsigned n_tokens, float *out, size_t out_stride,
+                                                                                 bool accumulate) {
         for (uint64_t g = group_begin; g < group_end; g++)
-                for (unsigned h = 0; h < 2; h++)
-                        for (unsigned t = 0; t < n_tokens; t++)
-                                DOT_FN(packed_logits_half)(w, g, h, a, t, out + t * out_stride, accumulate, h == 0 && t == 0);
+                for (unsigned h = 0; h < 2; h++) {
+                        if (w->type == TENSOR_Q4_0)
+                                DOT_FN(packed_single_half_passes)(w, g, h, a, n_tokens, out, out_stride, accumulate, 0);
+                        else
+                                DOT_FN(packed_single_half_passes)(w, g, h, a, n_tokens, out, out_stride, accumulate, 2);
+                }
 }
 
 #define PACKED_ENTRY_256(name, kind)                                                                                   \

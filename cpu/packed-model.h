@@ -37,10 +37,9 @@ static inline size_t n_matmul_weights(const struct model *m) {
         return (size_t) m->hp.n_layer * WEIGHTS_PER_LAYER + 1;
 }
 
-/* Whether matmul weight i makes the logits with the logits product (dot.h): the output of a
- * Q8_0 output weight. */
-static inline bool logits_product(const struct model *m, size_t i) {
-        return i == (size_t) m->hp.n_layer * WEIGHTS_PER_LAYER && m->output.type == TENSOR_Q8_0;
+/* Whether matmul weight i takes the single-accumulator product (dot.h). */
+static inline bool single_accumulator_product(const struct model *m, size_t i) {
+        return weight_single_accumulator(matmul_weight(m, i), i == (size_t) m->hp.n_layer * WEIGHTS_PER_LAYER);
 }
 
 /* Repacks every quantized matmul weight of m that kernels have a packed product for into one

@@ -184,11 +184,11 @@ void packed_activation_corrections(const struct block_q8_1 *xq, size_t n_blocks,
         }
 }
 
-void packed_logits_corrections(const struct block_q8_1 *xq, size_t n_blocks, int32_t *corrections) {
+void packed_block_sums(const struct block_q8_1 *xq, size_t n_blocks, int32_t *sums) {
         for (size_t b = 0; b < n_blocks; b++) {
                 int32_t sum = 0;
                 for (unsigned i = 0; i < QUANT_BLOCK; i++)
                         sum += xq[b].qs[i];
-                corrections[b] = -packed_quant_bias(TENSOR_Q8_0) * sum;
+                sums[b] = sum;
         }
 }

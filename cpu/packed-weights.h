@@ -174,6 +174,6 @@ static inline void packed_fetch_step(struct packed_fetch *f) {
  * matrix and row that meets it. */
 void packed_activation_corrections(const struct block_q8_1 *xq, size_t n_blocks, int32_t *corrections);
 
-/* For the logits product (dot.h) on packed Q8_0: corrections[b] = -packed_quant_bias(Q8_0) *
- * (the sum of all 32 quants of activation block b); exact. */
-void packed_logits_corrections(const struct block_q8_1 *xq, size_t n_blocks, int32_t *corrections);
+/* For the single-accumulator product (dot.h): sums[b] = the sum of all 32 quants of
+ * activation block b, which times -packed_quant_bias() corrects a whole block's sum. */
+void packed_block_sums(const struct block_q8_1 *xq, size_t n_blocks, int32_t *sums);

@@ -143,7 +143,7 @@ cudaError_t gpu_gather_rows(cudaStream_t s, const float *gathered, uint32_t n_to
 
 /* Quantized weights in the CPU's order (gpu-math.h): GPU_ROW_LANES threads per row, thread
  * l keeping lane l's sums over the blocks for TT tokens, four blocks' words loaded at once
- * from the lane-major rows; a warp holds 4 rows. With logits_product, the lanes' integer sums
+ * from the lane-major rows; a warp holds 4 rows. With single, the lanes' integer sums
  * of a block are added first (exactly) and each thread keeps the row's single accumulator.
  * K (the K-quants) takes each lane's scale and min from the block's scale words instead
  * (gpu_k_lane_step()). */
@@ -151,7 +151,7 @@ cudaError_t gpu_gather_rows(cudaStream_t s, const float *gathered, uint32_t n_to
 template <int TT, bool K>
 __global__ static void __launch_bounds__(MATMUL_WARPS * 32)
         k_matmul_q(struct gpu_weight w, const int8_t *xq, const float *xds, uint32_t width, uint32_t n, float *out,
-                   uint32_t out_stride, bool accumulate, bool logits_product) {
+                   uint32_t out_stride, bool accumulate, bool single) {
         uint32_t lane = threadIdx.x % 32, l = lane % GPU_ROW_LANES;
         uint32_t row = (blockIdx.x * MATMUL_WARPS + threadIdx.x / 32) * ROWS_PER_WARP + lane / GPU_ROW_LANES;
         uint32_t nb = w.n_cols / GPU_QBLOCK, nbp = gpu_padded_blocks(nb), t0 = blockIdx.y * TT;
@@ -200,7 +200,7 @@ __global__ static void __launch_bounds__(MATMUL_WARPS * 32)
                                                 continue;
                                         }
                                         int32_t isum = gpu_lane_isum(w.kind, words[k], l, act[k]);
-                                        if (logits_product)
+                                        if (single)
                                                 for (int offset = GPU_ROW_LANES / 2; offset > 0; offset /= 2)
                                                         isum += __shfl_xor_sync(group, isum, offset, GPU_ROW_LANES);
                                         acc[t] = fmaf((float) isum, wd[k] * d[k], acc[t]);
@@ -210,7 +210,7 @@ __global__ static void __launch_bounds__(MATMUL_WARPS * 32)
                         }
                 }
         }
-        if (!logits_product)
+        if (!single)
 #pragma unroll
                 for (int t = 0; t < TT; t++)
                         for (int offset = GPU_ROW_LANES / 2; offset > 0; offset /= 2)
@@ -218,7 +218,7 @@ __global__ static void __launch_bounds__(MATMUL_WARPS * 32)
         if (row >= w.n_rows || l != 0)
                 return;
         for (int t = 0; t < TT && t0 + t < n; t++) {
-                float v = gpu_has_offset(w.kind) && !logits_product ? acc[t] + off[t] : acc[t];
+                float v = gpu_has_offset(w.kind) && !single ? acc[t] + off[t] : acc[t];
                 float *o = &out[(size_t) (t0 + t) * out_stride + row];
                 *o = accumulate ? *o + v : v;
         }
@@ -258,15 +258,15 @@ __global__ static void __launch_bounds__(MATMUL_WARPS * 32)
 
 template <int TT>
 static void launch_matmul(cudaStream_t s, const struct gpu_weight *w, const struct gpu_activations *a, uint32_t n,
-                          float *out, uint32_t out_stride, bool accumulate, bool logits_product) {
+                          float *out, uint32_t out_stride, bool accumulate, bool single) {
         if (w->kind <= GPU_WEIGHT_Q8_0) {
                 dim3 grid(ceil_div(w->n_rows, MATMUL_WARPS * ROWS_PER_WARP), ceil_div(n, TT));
                 if (gpu_k_quant(w->kind))
                         k_matmul_q<TT, true><<<grid, MATMUL_WARPS * 32, 0, s>>>(*w, a->q, a->ds, a->width, n, out, out_stride,
-                                                                                accumulate, logits_product);
+                                                                                accumulate, single);
                 else
                         k_matmul_q<TT, false><<<grid, MATMUL_WARPS * 32, 0, s>>>(*w, a->q, a->ds, a->width, n, out, out_stride,
-                                                                                 accumulate, logits_product);
+                                                                                 accumulate, single);
         } else {
                 dim3 grid(ceil_div(w->n_rows, MATMUL_WARPS), ceil_div(n, TT));
                 k_matmul_f<TT><<<grid, MATMUL_WARPS * 32, 0, s>>>(*w, a->x, a->width, n, out, out_stride, accumulate);
@@ -274,20 +274,20 @@ static void launch_matmul(cudaStream_t s, const struct gpu_weight *w, const stru
 }
 
 cudaError_t gpu_matmul(cudaStream_t s, const struct gpu_weight *w, const struct gpu_activations *a, uint32_t n,
-                       float *out, uint32_t out_stride, bool accumulate, bool logits_product) {
-        logits_product = logits_product && w->kind == GPU_WEIGHT_Q8_0;
+                       float *out, uint32_t out_stride, bool accumulate) {
+        bool single = w->single_accumulator;
         /* Tokens per block of threads: one for a decode step's few tokens, so that the rows
          * of a narrow weight (576 rows are 36 blocks) still fill the chip; more for a prompt,
          * whose many blocks each reuse a weight word for several tokens. A token's sums are
          * the same whatever the tile. */
         if (n <= 32)
-                launch_matmul<1>(s, w, a, n, out, out_stride, accumulate, logits_product);
+                launch_matmul<1>(s, w, a, n, out, out_stride, accumulate, single);
         else if (n <= 64)
-                launch_matmul<2>(s, w, a, n, out, out_stride, accumulate, logits_product);
+                launch_matmul<2>(s, w, a, n, out, out_stride, accumulate, single);
         else if (n <= 256)
-                launch_matmul<4>(s, w, a, n, out, out_stride, accumulate, logits_product);
+                launch_matmul<4>(s, w, a, n, out, out_stride, accumulate, single);
         else
-                launch_matmul<8>(s, w, a, n, out, out_stride, accumulate, logits_product);
+                launch_matmul<8>(s, w, a, n, out, out_stride, accumulate, single);
         return cudaGetLastError();
 }
 

@@ -19,6 +19,7 @@ struct gpu_weight {
         const uint8_t *quants;  /* (n_rows, n_cols / 32, block_quant_bytes) */
         const uint32_t *scales; /* (n_rows, scale words, n_cols / 32) */
         const void *rows;       /* float kinds: (n_rows, n_cols) of F32, F16 or BF16 */
+        bool single_accumulator; /* quantized: weight_single_accumulator()'s order (gpu-math.h) */
 };
 
 /* Activations of a matmul: float rows (read by float weights) and their q8_1 quantization
@@ -76,10 +77,10 @@ cudaError_t gpu_swiglu(cudaStream_t s, uint32_t n, uint32_t width, const float *
 cudaError_t gpu_gather_rows(cudaStream_t s, const float *gathered, uint32_t n_tokens, uint32_t chunk, uint32_t rows,
                             float *out, bool accumulate);
 
-/* out[t * out_stride + row] (+)= W[row] . x[t] for n tokens; logits_product: the output
- * weight's product when it is Q8_0 (gpu-math.h), as the CPU makes the logits. */
+/* out[t * out_stride + row] (+)= W[row] . x[t] for n tokens, in the CPU's order for the
+ * weight (its lanes, or one accumulator where w->single_accumulator says so). */
 cudaError_t gpu_matmul(cudaStream_t s, const struct gpu_weight *w, const struct gpu_activations *a, uint32_t n,
-                       float *out, uint32_t out_stride, bool accumulate, bool logits_product);
+                       float *out, uint32_t out_stride, bool accumulate);
 
 /* RoPE on each token's query and key heads (in place in q and k), the cosines and sines of
  * position p's pairs at rope_cos and rope_sin + p * rope_dim / 2, then its key and value

@@ -23,7 +23,7 @@ extern "C" {
                 }                                                                                              \
         } while (0)
 
-extern "C" int cuda_ops_matmul(const struct weight *w, const float *x, uint32_t n_tokens, bool logits_product, float *out,
+extern "C" int cuda_ops_matmul(const struct weight *w, const float *x, uint32_t n_tokens, bool is_output, float *out,
                                int8_t *xq, float *ds, struct error *err) {
         struct gpu_weight gw;
         struct gpu_activations a = { NULL, NULL, NULL, (uint32_t) w->n_cols };
@@ -40,6 +40,7 @@ extern "C" int cuda_ops_matmul(const struct weight *w, const float *x, uint32_t 
                 return error_set(err, ENOMEM, "out of memory");
         OPS_TRY(cudaMalloc((void **) &arena, bytes));
         cuda_place_weight(w, 0, (uint32_t) w->n_rows, &gw, arena, image, 0);
+        gw.single_accumulator = weight_single_accumulator(w, is_output);
         OPS_TRY(cudaMemcpy(arena, image, bytes, cudaMemcpyHostToDevice));
         OPS_TRY(cudaMalloc((void **) &a.x, x_floats * sizeof(float)));
         OPS_TRY(cudaMalloc((void **) &a.q, q_bytes));
@@ -48,7 +49,7 @@ extern "C" int cuda_ops_matmul(const struct weight *w, const float *x, uint32_t 
         OPS_TRY(cudaMemset(out_device, 0xff, out_floats * sizeof(float))); /* NaN: every element must be written */
         OPS_TRY(cudaMemcpy(a.x, x, x_floats * sizeof(float), cudaMemcpyHostToDevice));
         OPS_TRY(gpu_quantize(0, n_tokens, &a));
-        OPS_TRY(gpu_matmul(0, &gw, &a, n_tokens, out_device, (uint32_t) w->n_rows, false, logits_product));
+        OPS_TRY(gpu_matmul(0, &gw, &a, n_tokens, out_device, (uint32_t) w->n_rows, false));
         OPS_TRY(cudaDeviceSynchronize());
         OPS_TRY(cudaMemcpy(out, out_device, out_floats * sizeof(float), cudaMemcpyDeviceToHost));
         /* the activations back in block order: token t's block b at xq + t * n_cols + 32 b,

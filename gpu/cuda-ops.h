@@ -15,9 +15,9 @@ extern "C" {
 #endif
 
 /* Quantizes n_tokens rows of x (w->n_cols floats each) on the device into xq and ds, and
- * multiplies w by them into out (n_tokens rows of w->n_rows), with the logits product where
- * asked and w is Q8_0. */
-int cuda_ops_matmul(const struct weight *w, const float *x, uint32_t n_tokens, bool logits_product, float *out,
+ * multiplies w by them into out (n_tokens rows of w->n_rows), in the order the CPU takes for
+ * w (weight_single_accumulator(w, is_output)). */
+int cuda_ops_matmul(const struct weight *w, const float *x, uint32_t n_tokens, bool is_output, float *out,
                     int8_t *xq, float *ds, struct error *err);
 
 #ifdef __cplusplus

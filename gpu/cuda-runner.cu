@@ -119,6 +119,7 @@ static size_t place_weights(struct cuda_runner *r, uint8_t *base, uint8_t *image
                 r->output = cuda_weight_rows(&r->embd, s->vocab.first, s->vocab.count);
         else
                 at = cuda_place_weight(&m->output, s->vocab.first, s->vocab.count, &r->output, base, image, at);
+        r->output.single_accumulator = weight_single_accumulator(&m->output, true);
         at = place_floats(m->output_norm, m->hp.n_embd, &r->output_norm, base, image, at);
         for (uint32_t i = 0; i < m->hp.n_layer; i++) {
                 const struct model_layer *l = &m->layers[i];
@@ -479,9 +480,9 @@ static int run_qkv(struct cuda_runner *r, const struct layer_weights *l, const s
         struct gpu_activations *a = &r->act;
         a->width = hp->n_embd;
         LAUNCH(gpu_rms_norm_quantize(r->stream, r->x, NULL, T, l->attn_norm, hp->rms_eps, a));
-        LAUNCH(gpu_matmul(r->stream, &l->wq, a, T, r->q, r->q_local, false, false));
-        LAUNCH(gpu_matmul(r->stream, &l->wk, a, T, r->k, r->kv_local, false, false));
-        LAUNCH(gpu_matmul(r->stream, &l->wv, a, T, r->v, r->kv_local, false, false));
+        LAUNCH(gpu_matmul(r->stream, &l->wq, a, T, r->q, r->q_local, false));
+        LAUNCH(gpu_matmul(r->stream, &l->wk, a, T, r->k, r->kv_local, false));
+        LAUNCH(gpu_matmul(r->stream, &l->wv, a, T, r->v, r->kv_local, false));
         LAUNCH(gpu_rope_store_kv(r->stream, st, r->q, r->k, r->v, r->shard->n_head, hp->rope_dim, r->rope_cos, r->rope_sin,
                                  kv));
         return 0;
@@ -499,14 +500,14 @@ static int run_layer_whole(struct cuda_runner *r, const struct layer_weights *l,
         a->width = r->q_local;
         LAUNCH(gpu_attention(r->stream, st, r->q, hp->n_head, r->attention_scale, kv, a->x));
         LAUNCH(gpu_quantize(r->stream, T, a));
-        LAUNCH(gpu_matmul(r->stream, &l->wo, a, T, r->x, hp->n_embd, true, false));
+        LAUNCH(gpu_matmul(r->stream, &l->wo, a, T, r->x, hp->n_embd, true));
         a->width = hp->n_embd;
         LAUNCH(gpu_rms_norm_quantize(r->stream, r->x, NULL, T, l->ffn_norm, hp->rms_eps, a));
-        LAUNCH(gpu_matmul(r->stream, &l->gate, a, T, r->gate, hp->n_ff, false, false));
-        LAUNCH(gpu_matmul(r->stream, &l->up, a, T, r->up, hp->n_ff, false, false));
+        LAUNCH(gpu_matmul(r->stream, &l->gate, a, T, r->gate, hp->n_ff, false));
+        LAUNCH(gpu_matmul(r->stream, &l->up, a, T, r->up, hp->n_ff, false));
         a->width = hp->n_ff;
         LAUNCH(gpu_swiglu_quantize(r->stream, T, r->gate, r->up, a));
-        LAUNCH(gpu_matmul(r->stream, &l->down, a, T, r->x, hp->n_embd, true, false));
+        LAUNCH(gpu_matmul(r->stream, &l->down, a, T, r->x, hp->n_embd, true));
         return 0;
 }
 
@@ -527,19 +528,19 @@ static int run_layer_rank(struct cuda_runner *r, const struct layer_weights *l, 
                 return rc;
         a->width = hp->n_head * hp->head_dim;
         LAUNCH(gpu_quantize(r->stream, T, a));
-        LAUNCH(gpu_matmul(r->stream, &l->wo, a, T, r->send, s->embd.chunk, false, false));
+        LAUNCH(gpu_matmul(r->stream, &l->wo, a, T, r->send, s->embd.chunk, false));
         if ((rc = gather_rows(r, r->send, r->gathered, T, s->embd.chunk, hp->n_embd, r->x, true, err)) < 0)
                 return rc;
         a->width = hp->n_embd;
         LAUNCH(gpu_rms_norm_quantize(r->stream, r->x, NULL, T, l->ffn_norm, hp->rms_eps, a));
-        LAUNCH(gpu_matmul(r->stream, &l->gate, a, T, r->gate, s->ff.chunk, false, false));
-        LAUNCH(gpu_matmul(r->stream, &l->up, a, T, r->up, s->ff.chunk, false, false));
+        LAUNCH(gpu_matmul(r->stream, &l->gate, a, T, r->gate, s->ff.chunk, false));
+        LAUNCH(gpu_matmul(r->stream, &l->up, a, T, r->up, s->ff.chunk, false));
         LAUNCH(gpu_swiglu(r->stream, T, s->ff.chunk, r->gate, r->up, r->send));
         if ((rc = gather_rows(r, r->send, r->gathered, T, s->ff.chunk, hp->n_ff, a->x, false, err)) < 0)
                 return rc;
         a->width = hp->n_ff;
         LAUNCH(gpu_quantize(r->stream, T, a));
-        LAUNCH(gpu_matmul(r->stream, &l->down, a, T, r->send, s->embd.chunk, false, false));
+        LAUNCH(gpu_matmul(r->stream, &l->down, a, T, r->send, s->embd.chunk, false));
         return gather_rows(r, r->send, r->gathered, T, s->embd.chunk, hp->n_embd, r->x, true, err);
 }
 
@@ -563,11 +564,11 @@ static int run_logits(struct cuda_runner *r, const int32_t *outputs, uint32_t n_
         a->width = hp->n_embd;
         LAUNCH(gpu_rms_norm_quantize(r->stream, r->x, outputs, n_outputs, r->output_norm, hp->rms_eps, a));
         if (r->shard->size == 1) {
-                LAUNCH(gpu_matmul(r->stream, &r->output, a, n_outputs, r->logits_device, hp->n_vocab, false, true));
+                LAUNCH(gpu_matmul(r->stream, &r->output, a, n_outputs, r->logits_device, hp->n_vocab, false));
                 return 0;
         }
         uint32_t chunk = r->shard->vocab.chunk;
-        LAUNCH(gpu_matmul(r->stream, &r->output, a, n_outputs, r->logits_send, chunk, false, true));
+        LAUNCH(gpu_matmul(r->stream, &r->output, a, n_outputs, r->logits_send, chunk, false));
         return gather_rows(r, r->logits_send, r->logits_gathered, n_outputs, chunk, hp->n_vocab, r->logits_device, false,
                            err);
 }

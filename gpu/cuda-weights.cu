@@ -19,7 +19,7 @@ size_t cuda_place_weight(const struct weight *w, uint32_t first, uint32_t count,
                          uint8_t *image, size_t at) {
         enum gpu_weight_kind kind = gpu_weight_kind_of(w->type);
         const uint8_t *data = w->data + (size_t) first * w->row_bytes;
-        *gw = (struct gpu_weight) { kind, count, (uint32_t) w->n_cols, NULL, NULL, NULL };
+        *gw = (struct gpu_weight) { kind, count, (uint32_t) w->n_cols, NULL, NULL, NULL, weight_single_accumulator(w, false) };
         if (kind > GPU_WEIGHT_Q8_0) {
                 size_t bytes = (size_t) count * w->row_bytes;
                 gw->rows = base + at;

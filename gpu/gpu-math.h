@@ -212,8 +212,9 @@ GPU_MATH int32_t gpu_dp4a(uint32_t a, uint32_t b, int32_t c) {
  * 4l..4l+3 of every block,
  *     lane[l] = fmaf((float) isum_bl, d_w[b] * d_a[b], lane[l])   for each block b in order,
  *     result = lanes_sum8(lane), plus off = fmaf(m_w[b], s_a[b], off) in order for Q4_1 and Q5_1,
- * and for the logits product (a Q8_0 output weight) one accumulator per row over the blocks'
- * whole integer sums, acc = fmaf((float) isum_b, d_w[b] * d_a[b], acc). On the device the
+ * and for the single-accumulator product (weight_single_accumulator(): Q4_0 matrices as
+ * llama.cpp repacks them, a Q8_0 output weight) one accumulator per row over the blocks' whole
+ * integer sums, acc = fmaf((float) isum_b, d_w[b] * d_a[b], acc). On the device the
  * eight lanes are eight threads and lanes_sum8 is the butterfly of shuffles 4, 2, 1. */
 #define GPU_ROW_LANES 8
 

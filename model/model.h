@@ -69,6 +69,16 @@ struct weight {
         const uint8_t *data;
 };
 
+/* Whether a matmul weight's products keep one float accumulator per row and token, the exact
+ * integer sum of each block of 32 added by one fma (acc = fmaf(isum, d_w * d_a, acc)), instead
+ * of eight lanes summed at the end. llama.cpp's x86 build repacks Q4_0 matrices whose row
+ * count is a multiple of 8 and its repacked products (one token or many) run that order; the
+ * logits of a Q8_0 output weight take it by our choice (docs/design.md). is_output: w makes
+ * the logits. */
+static inline bool weight_single_accumulator(const struct weight *w, bool is_output) {
+        return w->type == TENSOR_Q4_0 ? w->n_rows % 8 == 0 : is_output && w->type == TENSOR_Q8_0;
+}
+
 struct model_layer {
         bool sliding;     /* a sliding-window layer (model_hparams.sliding_window) */
         float *attn_norm; /* (n_embd) */

@@ -37,10 +37,9 @@ static inline void host_words(const void *p, uint32_t *words, uint32_t n) {
  * from the row as the device holds it (gpu_repack_row(): lane-major quants and scales) and
  * the token's activations in block order. */
 static inline float host_row_dot(enum gpu_weight_kind kind, const uint8_t *quants, const uint32_t *scales, uint32_t nb,
-                                 const int8_t *xq, const float *ds, bool logits_product) {
+                                 const int8_t *xq, const float *ds, bool single_accumulator) {
         uint32_t nbp = gpu_padded_blocks(nb);
         float lanes[GPU_ROW_LANES] = { 0 }, off = 0.0f, acc = 0.0f;
-        logits_product = logits_product && kind == GPU_WEIGHT_Q8_0;
         for (uint32_t b = 0; b < nb; b++) {
                 uint32_t words[8], a[8];
                 for (uint32_t w = 0; w < gpu_block_quant_bytes(kind) / 4; w++)
@@ -65,7 +64,7 @@ static inline float host_row_dot(enum gpu_weight_kind kind, const uint8_t *quant
                 if (gpu_has_offset(kind))
                         off = fmaf(gpu_f16_to_f32(scales[b] >> 16), ds[2 * b + 1], off);
         }
-        if (logits_product)
+        if (single_accumulator)
                 return acc;
         return gpu_has_offset(kind) ? gpu_lanes_sum8(lanes) + off : gpu_lanes_sum8(lanes);
 }

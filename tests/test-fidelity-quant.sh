@@ -11,13 +11,9 @@ fixtures=${ASYNCLLM_FIXTURES:?ASYNCLLM_FIXTURES must name tests/fixtures}
 model=${ASYNCLLM_MODEL:?ASYNCLLM_MODEL must name the default model}
 [[ -f $model ]] || { echo "FAIL: $model is missing; run scripts/fetch-model"; exit 1; }
 mkdir -p "$build/tests/models" || exit 1
-# tests/requantize's TYPE in lower case, as the fixtures are named; tests/fixtures/README.md
-# lists the types that have fixtures. q3_k_m, q2_k and q2_k-ffn have fixtures too but are left
-# out: llama-quantize gives their 576-column matrices Q4_0, which llama.cpp runs through its
-# repacked 8-row products, whose float order the CPU backend does not follow yet (a pure Q4_0
-# file differs from llama.cpp by up to 0.15 in a first-token logprob; their K-quant tensors
-# are not the cause).
-types=(q5_0 q5_1 q4_k_m q5_k_m q6_k)
+# tests/requantize's TYPE in lower case, as the fixtures are named (tests/fixtures/README.md);
+# ASYNCLLM_FIDELITY_TYPES, a space-separated list of them, runs only those.
+types=(${ASYNCLLM_FIDELITY_TYPES:-q5_0 q5_1 q4_k_m q5_k_m q6_k q3_k_m q2_k q2_k-ffn})
 failed=0
 for type in "${types[@]}"; do
     upper=${type^^}

@@ -117,9 +117,9 @@ START_TEST(test_dequant_gives_the_cpu_values) {
 }
 END_TEST
 
-static dot_packed_fn reference_product(enum tensor_type type, bool logits) {
-        if (logits)
-                return dot_kernels_scalar.packed_logits_q8_0;
+static dot_packed_fn reference_product(enum tensor_type type, bool single) {
+        if (single)
+                return dot_kernels_scalar.packed_single_accumulator;
         return dot_packed_kernel_for(&dot_kernels_scalar, type);
 }
 
@@ -223,7 +223,7 @@ START_TEST(test_k_products_match_exact) {
 END_TEST
 
 /* The products: the host model of the device's order gives the CPU reference's bits (the
- * packed product, and the logits product for Q8_0), on random rows, extreme quants and
+ * packed product, and the single-accumulator product for Q4_0 and Q8_0), on random rows, extreme quants and
  * widths from one block to a hundred. */
 START_TEST(test_row_products_give_the_cpu_bits) {
         static uint8_t rows[4 * MAX_BLOCKS * 34], quants[(MAX_BLOCKS + 3) * 32];
@@ -236,7 +236,8 @@ START_TEST(test_row_products_give_the_cpu_bits) {
         for (size_t t = 0; t < N_QUANT_TYPES; t++)
                 for (size_t wi = 0; wi < sizeof(widths) / sizeof(widths[0]); wi++)
                         for (int rep = 0; rep < 20; rep++)
-                                for (int logits = 0; logits < (quant_types[t] == TENSOR_Q8_0 ? 2 : 1); logits++) {
+                                for (int single = 0; single < (quant_types[t] == TENSOR_Q8_0 || quant_types[t] == TENSOR_Q4_0 ? 2 : 1);
+                                     single++) {
                                         enum tensor_type type = quant_types[t];
                                         uint32_t nb = widths[wi], n = nb * 32, n_rows = 4;
                                         uint64_t row_bytes = tensor_row_bytes(type, n);
@@ -251,15 +252,16 @@ START_TEST(test_row_products_give_the_cpu_bits) {
                                         struct packed_weights packed;
                                         ck_assert_int_eq(packed_weights_build(type, rows, row_bytes, n_rows, n, &packed), 0);
                                         struct packed_activations pa = { act, ds, NULL, nb, NULL };
-                                        reference_product(type, logits)(&packed, 0, packed.n_groups, &pa, 1, ref, 1, false);
+                                        reference_product(type, single)(&packed, 0, packed.n_groups, &pa, 1, ref, 1, false);
                                         packed_weights_free(&packed);
                                         for (uint32_t r = 0; r < n_rows; r++) {
                                                 gpu_repack_row(gpu_weight_kind_of(type), rows + r * row_bytes,
                                                                tensor_type_info(type)->block_bytes, nb, quants, scales);
-                                                float got = host_row_dot(gpu_weight_kind_of(type), quants, scales, nb, q, ds, logits);
+                                                float got = host_row_dot(gpu_weight_kind_of(type), quants, scales, nb, q, ds, single);
                                                 ck_assert_msg(f32_to_bits(got) == f32_to_bits(ref[r]),
                                                               "%s%s, %u blocks, row %u: %.9g in the device's order, %.9g on the CPU",
-                                                              tensor_type_info(type)->name, logits ? " logits" : "", nb, r, got, ref[r]);
+                                                              tensor_type_info(type)->name, single ? " single-accumulator" : "", nb, r,
+                                                              got, ref[r]);
                                                 n_checked++;
                                         }
                                 }

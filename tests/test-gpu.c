@@ -112,8 +112,8 @@ static void check_matmuls(void) {
                                 random_weight(types[ti], rows, cols, data, &w);
                                 for (uint32_t i = 0; i < n * cols; i++)
                                         x[i] = next_float(ni % 2 ? 8.0f : 1.0f);
-                                bool logits = types[ti] == TENSOR_Q8_0 && si == 0;
-                                if (cuda_ops_matmul(&w, x, n, logits, out, xq, ds, &err) < 0) {
+                                bool is_output = si == 0; /* Q8_0 takes the logits' order */
+                                if (cuda_ops_matmul(&w, x, n, is_output, out, xq, ds, &err) < 0) {
                                         CHECK(0, "%s", err.message);
                                         return;
                                 }
@@ -131,7 +131,8 @@ static void check_matmuls(void) {
                                                 float want;
                                                 if (kind <= GPU_WEIGHT_Q8_0)
                                                         want = host_row_dot(kind, quants + r * ROW_QUANTS, scales + r * ROW_SCALES,
-                                                                            cols / 32, want_q, want_ds, logits);
+                                                                            cols / 32, want_q, want_ds,
+                                                                            weight_single_accumulator(&w, is_output));
                                                 else
                                                         want = host_row_dot_float(kind, w.data + r * w.row_bytes, cols, x + t * cols);
                                                 if (f32_to_bits(want) != f32_to_bits(out[t * rows + r]) && mismatches++ < 3)

@@ -5,7 +5,7 @@
  * (eight lanes, lanes_sum8) gives the bits of the AVX2 and AVX-512 single products (whose
  * tiles test-kernels holds to those bits), the scalar reference gives the formula's bits and
  * stays within rounding of the exact value, and every set, the scalar one included, gives
- * the single products' bits on odd shapes; the same for the logits product against its
+ * the single products' bits on odd shapes; the same for the single-accumulator product against its
  * reference. */
 #include "config.h"
 
@@ -58,7 +58,7 @@ struct acts {
         struct block_q8_1 xq[MAX_TOKENS * 2 * MAX_BLOCKS];
         float ds[MAX_TOKENS * 2 * MAX_BLOCKS * 2];
         int32_t corrections[MAX_TOKENS * 2 * MAX_BLOCKS * PACKED_CORRECTIONS];
-        int32_t logits_corrections[MAX_TOKENS * 2 * MAX_BLOCKS];
+        int32_t block_sums[MAX_TOKENS * 2 * MAX_BLOCKS];
 };
 
 static void random_acts(struct acts *a, size_t n_blocks_total, bool extreme) {
@@ -70,7 +70,7 @@ static void random_acts(struct acts *a, size_t n_blocks_total, bool extreme) {
                 dot_kernels_scalar.quantize_q8_1(x, &a->xq[b], &a->ds[2 * b], QUANT_BLOCK);
         }
         packed_activation_corrections(a->xq, n_blocks_total, a->corrections);
-        packed_logits_corrections(a->xq, n_blocks_total, a->logits_corrections);
+        packed_block_sums(a->xq, n_blocks_total, a->block_sums);
 }
 
 /* The element-wise quants of a row's block as integers (weights as their type defines them). */
@@ -209,14 +209,23 @@ START_TEST(test_repacked_layout) {
 }
 END_TEST
 
+/* The single-accumulator product's reference for a Q4_0 or Q8_0 row. */
+static float single_reference(enum tensor_type type, const uint8_t *row, const struct block_q8_1 *act, size_t n_blocks) {
+        return type == TENSOR_Q4_0 ? dot_single_q4_0_reference(row, act, n_blocks) : dot_single_q8_0_reference(row, act, n_blocks);
+}
+
+static bool single_type(enum tensor_type type) {
+        return type == TENSOR_Q4_0 || type == TENSOR_Q8_0;
+}
+
 /* The scalar reference: the formula's bits, and the exact value to within its rounding; with
- * logits, the scalar set's logits product on Q8_0, reading the packed bytes, has the bits of
- * dot_logits_q8_0_reference(), which is as close to the exact value. */
-static void check_scalar_reference(bool logits) {
+ * single, the scalar set's single-accumulator product on Q4_0 and Q8_0, reading the packed
+ * bytes, has the bits of dot_single_*_reference(), which is as close to the exact value. */
+static void check_scalar_reference(bool single) {
         for (size_t ti = 0; ti < N_TYPES; ti++)
                 for (int rep = 0; rep < 40; rep++) {
                         enum tensor_type type = types[ti];
-                        if (logits && type != TENSOR_Q8_0)
+                        if (single && !single_type(type))
                                 break;
                         bool extreme = rep % 10 == 9;
                         size_t n_rows = 1 + next_u32() % MAX_ROWS, n_blocks = 1 + next_u32() % USUAL_BLOCKS;
@@ -227,21 +236,21 @@ static void check_scalar_reference(bool logits) {
                         struct packed_weights p;
                         ck_assert_int_eq(packed_weights_build(type, rows_buf, row_bytes, n_rows, n_blocks * QUANT_BLOCK, &p), 0);
                         static float out[MAX_TOKENS * MAX_ROWS];
-                        struct packed_activations a = { acts.xq, acts.ds, acts.corrections, n_blocks, acts.logits_corrections };
-                        (logits ? dot_kernels_scalar.packed_logits_q8_0 : dot_packed_kernel_for(&dot_kernels_scalar, type))(
+                        struct packed_activations a = { acts.xq, acts.ds, acts.corrections, n_blocks, acts.block_sums };
+                        (single ? dot_kernels_scalar.packed_single_accumulator : dot_packed_kernel_for(&dot_kernels_scalar, type))(
                                 &p, 0, p.n_groups, &a, n_tokens, out, n_rows, false);
                         for (unsigned t = 0; t < n_tokens; t++)
                                 for (size_t r = 0; r < n_rows; r++) {
                                         const uint8_t *row = rows_buf + r * row_bytes;
                                         double exact, bound;
                                         float want = formula_from_row(type, row, acts.xq + t * n_blocks, n_blocks, &exact, &bound);
-                                        if (logits)
-                                                want = dot_logits_q8_0_reference(row, acts.xq + t * n_blocks, n_blocks);
+                                        if (single)
+                                                want = single_reference(type, row, acts.xq + t * n_blocks, n_blocks);
                                         float got = out[t * n_rows + r];
                                         ck_assert_msg(memcmp(&got, &want, sizeof(got)) == 0, "%s%s row %zu token %u: %a vs %a",
-                                                      logits ? "logits " : "", tensor_type_info(type)->name, r, t, got, want);
+                                                      single ? "single " : "", tensor_type_info(type)->name, r, t, got, want);
                                         ck_assert_msg(fabs((double) got - exact) <= bound,
-                                                      "%s%s row %zu token %u: %.9g vs exact %.17g (bound %g)", logits ? "logits " : "",
+                                                      "%s%s row %zu token %u: %.9g vs exact %.17g (bound %g)", single ? "single " : "",
                                                       tensor_type_info(type)->name, r, t, got, exact, bound);
                                 }
                         packed_weights_free(&p);
@@ -253,7 +262,7 @@ START_TEST(test_reference_matches_formula) {
 }
 END_TEST
 
-START_TEST(test_logits_reference) {
+START_TEST(test_single_accumulator_reference) {
         check_scalar_reference(true);
 }
 END_TEST
@@ -290,15 +299,16 @@ END_TEST
  * sixteen), rows wider than the kernels unpack once, group sub-ranges, 1..MAX_TOKENS
  * tokens, strided tokens, output strides wider than the rows, accumulation; rows outside the range stay untouched. The expected
  * bits are those of x86_single_products() where the CPU has one, else the formula's; with
- * logits, the set's logits product on Q8_0 against dot_logits_q8_0_reference(). */
-static void compare_set(const struct dot_kernels *k, bool logits) {
+ * single_acc, the set's single-accumulator product on Q4_0 and Q8_0 against
+ * dot_single_*_reference(). */
+static void compare_set(const struct dot_kernels *k, bool single_acc) {
         static float want[MAX_TOKENS * (MAX_ROWS + 9)], got[MAX_TOKENS * (MAX_ROWS + 9)];
         const struct dot_kernels *single = x86_single_products();
         for (size_t ti = 0; ti < N_TYPES; ti++)
                 for (int rep = 0; rep < 300; rep++) {
                         enum tensor_type type = types[ti];
-                        if (logits && type != TENSOR_Q8_0)
-                                break;
+                        if (single_acc && !single_type(type))
+                                continue;
                         bool extreme = rep % 25 == 24;
                         size_t n_rows = rep < 8 * 9 ? (size_t) (rep / 8) * 8 + 1 + (size_t) (rep % 3) : 1 + next_u32() % MAX_ROWS;
                         size_t n_blocks = rep % 10 == 5 ? PACKED_UNPACK_MAX_BLOCKS + 1 + next_u32() % 3
@@ -321,40 +331,40 @@ static void compare_set(const struct dot_kernels *k, bool logits) {
                                         const uint8_t *row = rows_buf + r * row_bytes;
                                         const struct block_q8_1 *act = acts.xq + t * stride;
                                         double exact, bound;
-                                        float v = logits   ? dot_logits_q8_0_reference(row, act, n_blocks)
-                                                  : single ? dot_kernel_for(single, type)(row, act, n_blocks)
-                                                           : formula_from_row(type, row, act, n_blocks, &exact, &bound);
+                                        float v = single_acc ? single_reference(type, row, act, n_blocks)
+                                                  : single   ? dot_kernel_for(single, type)(row, act, n_blocks)
+                                                             : formula_from_row(type, row, act, n_blocks, &exact, &bound);
                                         float *o = &want[t * out_stride + r];
                                         *o = accumulate ? *o + v : v;
                                 }
-                        struct packed_activations a = { acts.xq, acts.ds, acts.corrections, stride, acts.logits_corrections };
-                        (logits ? k->packed_logits_q8_0 : dot_packed_kernel_for(k, type))(&p, g0, g1, &a, n_tokens, got, out_stride,
-                                                                                         accumulate);
+                        struct packed_activations a = { acts.xq, acts.ds, acts.corrections, stride, acts.block_sums };
+                        (single_acc ? k->packed_single_accumulator : dot_packed_kernel_for(k, type))(&p, g0, g1, &a, n_tokens, got,
+                                                                                                     out_stride, accumulate);
                         for (unsigned t = 0; t < n_tokens; t++)
                                 for (size_t r = 0; r < out_stride; r++) {
                                         size_t i = t * out_stride + r;
                                         ck_assert_msg(memcmp(&got[i], &want[i], sizeof(float)) == 0,
                                                       "%s %s%s rows %zu blocks %zu tokens %u groups [%lu, %lu) row %zu token %u: %a vs %s %a",
-                                                      k->name, logits ? "logits " : "", tensor_type_info(type)->name, n_rows,
+                                                      k->name, single_acc ? "single " : "", tensor_type_info(type)->name, n_rows,
                                                       n_blocks, n_tokens, (unsigned long) g0, (unsigned long) g1, r, t, got[i],
-                                                      logits ? "reference" : single ? single->name : "formula", want[i]);
+                                                      single_acc ? "reference" : single ? single->name : "formula", want[i]);
                                 }
                         packed_weights_free(&p);
                 }
 }
 
 /* compare_set() for the scalar set and every x86 set this CPU has. */
-static void compare_every_set(bool logits) {
-        compare_set(&dot_kernels_scalar, logits);
+static void compare_every_set(bool single_acc) {
+        compare_set(&dot_kernels_scalar, single_acc);
         static const char *const names[] = DOT_X86_SET_NAMES;
         for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
                 const struct dot_kernels *k = dot_kernels_by_name(names[i]);
                 if (!k) {
                         fprintf(stderr, "SKIP part: this CPU lacks %s; its %s product was not compared\n", names[i],
-                                logits ? "logits" : "packed");
+                                single_acc ? "single-accumulator" : "packed");
                         continue;
                 }
-                compare_set(k, logits);
+                compare_set(k, single_acc);
         }
 }
 
@@ -368,7 +378,7 @@ START_TEST(test_sets_match_single_products) {
 }
 END_TEST
 
-START_TEST(test_sets_match_logits_reference) {
+START_TEST(test_sets_match_single_accumulator_reference) {
         compare_every_set(true);
 }
 END_TEST
@@ -390,7 +400,7 @@ START_TEST(test_activation_corrections) {
                 int32_t s = 0;
                 for (int j = 0; j < QUANT_BLOCK; j++)
                         s += acts.xq[b].qs[j];
-                ck_assert_int_eq(acts.logits_corrections[b], -128 * s);
+                ck_assert_int_eq(acts.block_sums[b], s);
         }
 }
 END_TEST
@@ -404,8 +414,8 @@ int main(void) {
         tcase_add_test(tc, test_formula_matches_x86_single_products);
         tcase_add_test(tc, test_reference_matches_formula);
         tcase_add_test(tc, test_sets_match_single_products);
-        tcase_add_test(tc, test_logits_reference);
-        tcase_add_test(tc, test_sets_match_logits_reference);
+        tcase_add_test(tc, test_single_accumulator_reference);
+        tcase_add_test(tc, test_sets_match_single_accumulator_reference);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);

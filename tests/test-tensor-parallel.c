@@ -128,7 +128,8 @@ static void rank_product(const struct packed *p, const struct tp_slice *slice, c
                                                              x + (size_t) t * width)
                                         : host_row_dot(p->kind, p->quants + (size_t) row * nbp * qb,
                                                        p->scales + (size_t) row * gpu_row_scale_words(p->kind, nbp),
-                                                       p->nb, xq + (size_t) t * width, ds + (size_t) t * width / 16, logits);
+                                                       p->nb, xq + (size_t) t * width, ds + (size_t) t * width / 16,
+                                                       weight_single_accumulator(p->w, logits));
                 }
 }
 
