@@ -25,6 +25,7 @@ struct activations {
 };
 
 #define SMALL_BATCH 4
+#define K_ORDER_KINDS 3
 /* Consecutive prompt tokens of a sequence whose attention goes together (as many as keep
  * their query heads within DOT_GROUP_MAX): each key and value is read and converted once for
  * all their query heads. */
@@ -40,6 +41,11 @@ struct cpu_runner {
         unsigned released; /* enum backend_memory bits */
         bool use_packed;   /* $ASYNCLLM_CPU_PACKED=0 keeps the tiles on the original rows */
         bool k_quants;     /* some matmul weight is a K-quant: activations get q8_K blocks too */
+        /* (K_ORDER_KINDS, T) with k_quants: per token of the slice, whether its K-quant products
+         * take the batched order (k_quant_batched_order()), for the repacked types (Q4_K, Q2_K),
+         * for the tiled ones (Q3_K, Q5_K, Q6_K), and never (the last layer's feed-forward and
+         * the logits, which llama.cpp runs for the output tokens alone); set before each slice */
+        bool *k_orders;
         struct packed_model packed;
         struct matmul_share *shares; /* (n_matmul_weights, n_threads), reset before each step */
 

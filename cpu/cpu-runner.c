@@ -113,6 +113,8 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
         r->x = alloc_floats(r, T * hp->n_embd);
         r->k_quants = any_k_quant_weight(r);
         bool ok = activations_alloc(r, T, &r->shared);
+        if (r->k_quants && !(r->k_orders = alloc_scratch(r, K_ORDER_KINDS * T, sizeof(bool))))
+                ok = false;
         if (ok && all_weights_quantized(r)) {
                 r->own = calloc(config->n_threads, sizeof(*r->own));
                 for (unsigned i = 0; r->own && i < config->n_threads; i++)
@@ -157,6 +159,7 @@ void cpu_runner_free(struct cpu_runner *r) {
         kv_pool_free(r->kv);
         packed_model_free(&r->packed);
         free(r->slice_outputs);
+        free(r->k_orders);
         free(r->x);
         activations_free(&r->shared);
         for (unsigned i = 0; r->own && i < r->config.n_threads; i++)

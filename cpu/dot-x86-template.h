@@ -584,6 +584,11 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(geglu)(float *h, const fl
 
 #include "dot-k-quants-x86.h"
 
+/* A set without a packed K-quant product keeps the tiles for Q4_K. */
+#ifndef DOT_PACKED_Q4_K
+#define DOT_PACKED_Q4_K NULL
+#endif
+
 /* The set's table; a set whose packed product has a variant for AMD cores (DOT_AMD_PACKED_FN)
  * gets a second table, "<set>-amd", that differs only in its 4- and 5-bit packed products. */
 #define DOT_TABLE(table, set_name, packed_4bit)                                                                        \
@@ -604,7 +609,8 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(geglu)(float *h, const fl
                 .packed_q5_0 = packed_4bit(q5_0),                                                                      \
                 .packed_q5_1 = packed_4bit(q5_1),                                                                      \
                 .packed_q8_0 = DOT_PACKED_FN(q8_0),                                                                    \
-                .packed_single_accumulator = DOT_PACKED_FN(single_accumulator),                                                      \
+                .packed_single_accumulator = DOT_PACKED_FN(single_accumulator),                                        \
+                .packed_q4_K = DOT_PACKED_Q4_K,                                                                        \
                 .attn_scores = DOT_FN(attn_scores),                                                                    \
                 .attn_values = DOT_FN(attn_values),                                                                    \
                 .round_f16 = DOT_FN(round_f16),                                                                        \

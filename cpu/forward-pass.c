@@ -44,39 +44,57 @@ static void barrier_before_matmul(const struct cpu_runner *r, size_t weight_inde
         thread_pool_barrier_fetch(r->pool, from, bytes);
 }
 
-/* Whether token t's K-quant products take llama.cpp's batched order (dot-k-quants.h); never
- * in the last layer's feed-forward and the logits, which llama.cpp runs for the output tokens
- * alone (one, for a generation). */
-static bool k_quant_batched(const struct cpu_runner *r, size_t weight_index, enum tensor_type type, uint32_t t) {
-        const struct batch *b = r->batch;
+/* Per token of the slice, whether a K-quant weight's products take llama.cpp's batched order
+ * (dot-k-quants.h; cpu_runner.k_orders). */
+static const bool *k_quant_orders(const struct cpu_runner *r, size_t weight_index, enum tensor_type type) {
         uint32_t last_layer = r->model->hp.n_layer - 1;
-        if (weight_index >= (size_t) last_layer * WEIGHTS_PER_LAYER + 4)
-                return false;
-        return k_quant_batched_order(type, (uint32_t) b->positions[t], b->seqs[b->seq_ids[t]].n_prompt);
+        unsigned kind = weight_index >= (size_t) last_layer * WEIGHTS_PER_LAYER + 4 ? 2
+                        : type == TENSOR_Q4_K || type == TENSOR_Q2_K                ? 0
+                                                                                    : 1;
+        return r->k_orders + (size_t) kind * r->slice_tokens;
+}
+
+static void set_k_orders(struct cpu_runner *r, const struct batch *b) {
+        bool *repacked = r->k_orders, *tiled = repacked + r->slice_tokens, *never = tiled + r->slice_tokens;
+        for (uint32_t t = 0; t < b->n_tokens; t++) {
+                uint32_t position = (uint32_t) b->positions[t], n_prompt = b->seqs[b->seq_ids[t]].n_prompt;
+                repacked[t] = k_quant_batched_order(TENSOR_Q4_K, position, n_prompt);
+                tiled[t] = k_quant_batched_order(TENSOR_Q6_K, position, n_prompt);
+                never[t] = false;
+        }
 }
 
 /* Rows of a K-quant weight a thread takes at a time: their weights (18 KiB of Q4_K at 2048
  * columns) stay in L1 and L2 while the step's tokens pass over them in tiles. */
 #define K_QUANT_ROW_BLOCK 16
 
-/* A K-quant weight: this thread's share of the rows in blocks, each block against the tokens
- * in tiles of DOT_K_TILE_TOKENS, each token in its own order. */
+/* A K-quant weight, each token in its own order: packed, the groups of sixteen rows shared out
+ * as for the other packed weights; else this thread's share of the rows in blocks, each
+ * block against the tokens in tiles of DOT_K_TILE_TOKENS. */
 static void matmul_k_quant(const struct cpu_runner *r, size_t weight_index, dot_k_tile_fn tile, const struct activations *a,
                            uint32_t n_tokens, float *out, uint32_t out_stride, bool accumulate, unsigned ith,
                            unsigned nth) {
         const struct weight *w = matmul_weight(r->model, weight_index);
         size_t n_super = w->n_cols / QK_K;
+        const bool *batched = k_quant_orders(r, weight_index, w->type);
+        const struct packed_weights *packed = packed_for(r, weight_index);
+        if (packed) { /* groups of sixteen rows across the threads, every token in one call */
+                dot_packed_k_fn fn = dot_packed_k_kernel_for(r->kernels, w->type);
+                struct matmul_share *shares = &r->shares[weight_index * nth];
+                uint32_t take = matmul_take_size(packed, n_tokens, nth), n;
+                uint64_t g0;
+                while (matmul_shares_take(shares, ith, nth, take, &g0, &n))
+                        fn(packed, g0, g0 + n, a->xk, n_super, batched, n_tokens, out, out_stride, accumulate);
+                return;
+        }
         uint64_t begin, end;
         split(w->n_rows, ith, nth, &begin, &end);
         for (uint64_t row0 = begin; row0 < end; row0 += K_QUANT_ROW_BLOCK) {
                 unsigned n_rows = end - row0 < K_QUANT_ROW_BLOCK ? (unsigned) (end - row0) : K_QUANT_ROW_BLOCK;
                 for (uint32_t t0 = 0; t0 < n_tokens; t0 += DOT_K_TILE_TOKENS) {
                         unsigned n = n_tokens - t0 < DOT_K_TILE_TOKENS ? n_tokens - t0 : DOT_K_TILE_TOKENS;
-                        bool batched[DOT_K_TILE_TOKENS];
-                        for (unsigned t = 0; t < n; t++)
-                                batched[t] = k_quant_batched(r, weight_index, w->type, t0 + t);
                         tile(w->data + row0 * w->row_bytes, w->row_bytes, n_rows, a->xk + (size_t) t0 * n_super, n_super,
-                             batched, n, n_super, out + (size_t) t0 * out_stride + row0, out_stride, accumulate);
+                             batched + t0, n, n_super, out + (size_t) t0 * out_stride + row0, out_stride, accumulate);
                 }
         }
 }
@@ -344,6 +362,8 @@ static void run_slice(struct cpu_runner *r, const struct batch *slice, float *lo
         }
         r->batch = slice;
         r->logits = logits;
+        if (r->k_quants)
+                set_k_orders(r, slice);
         r->store_own_kv = attention_stores_own_kv(slice);
         r->shared_attention = attention_is_shared(r, r->store_own_kv, nth);
         thread_pool_run(r->pool, forward_worker, r);

@@ -295,6 +295,129 @@ __attribute__((target(DOT_TARGET))) static void packed_single_accumulator_512(co
         }
 }
 
+/* Tokens per pass of the packed Q4_K product: each keeps two integer chains per chunk of 64
+ * elements and its float accumulators, four fill the registers beside the weights. */
+#define PACKED_K_PASS_TOKENS 4
+
+/* The packed Q4_K product (dot.h) of group g's rows against tokens t0..t0+T-1, all in one
+ * order (single: each super-block's integers summed whole, one fma pair per super-block; else
+ * one fma pair per chunk of 64 elements): per chunk and token, two chains of eight vpdpbusd
+ * give the sixteen rows' exact sums of sub-blocks 2c and 2c + 1, times their scales
+ * (vpmulld), the mins against the activation sums by one vpmaddwd of (min, min) pairs. */
+PACKED_ATTRS void packed_q4_K_pass_512(const struct packed_weights *w, uint64_t g, const struct block_q8_K *act,
+                                       size_t act_stride, unsigned t0, const unsigned T, const bool single, float *out,
+                                       size_t out_stride, bool accumulate, bool prefetch, struct packed_fetch fetch) {
+        const uint64_t n_super = w->n_blocks;
+        const uint8_t *quants = w->data + g * w->group_bytes, *scales = quants + n_super * PACKED_Q4_K_QUANT_BYTES;
+        const __m512i low4 = _mm512_set1_epi8(15);
+        __m512 acc[PACKED_K_PASS_TOKENS], accm[PACKED_K_PASS_TOKENS];
+
+        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
+                acc[t] = accm[t] = _mm512_setzero_ps();
+        for (uint64_t b = 0; b < n_super; b++) {
+                const uint8_t *rec = quants + b * PACKED_Q4_K_QUANT_BYTES;
+                if (prefetch)
+                        packed_prefetch_block(w, quants, b, PACKED_Q4_K_QUANT_BYTES + w->scale_bytes);
+                packed_fetch_step(&fetch);
+                __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * w->scale_bytes)));
+                __m512 dmw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * w->scale_bytes + 32)));
+                __m512i isum[PACKED_K_PASS_TOKENS], imin[PACKED_K_PASS_TOKENS];
+                _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
+                        isum[t] = imin[t] = _mm512_setzero_si512();
+                _Pragma("GCC unroll 4") for (unsigned c = 0; c < 4; c++) {
+                        __m512i s_lo[PACKED_K_PASS_TOKENS], s_hi[PACKED_K_PASS_TOKENS];
+                        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
+                                s_lo[t] = s_hi[t] = _mm512_setzero_si512();
+                        _Pragma("GCC unroll 8") for (unsigned j = 0; j < 8; j++) {
+                                __m512i v = _mm512_load_si512(rec + 64 * (8 * c + j));
+                                __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+                                _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                                        const int8_t *q = act[(t0 + t) * act_stride + b].qs + 64 * c + 4 * j;
+                                        s_lo[t] = _mm512_dpbusd_epi32(s_lo[t], lo, packed_broadcast4(q));
+                                        s_hi[t] = _mm512_dpbusd_epi32(s_hi[t], hi, packed_broadcast4(q + 32));
+                                }
+                        }
+                        __m512i sc_lo = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *) (rec + PACKED_Q4_K_SCALES + 2 * c * PACKED_ROWS)));
+                        __m512i sc_hi = _mm512_cvtepu8_epi32(
+                                _mm_load_si128((const __m128i *) (rec + PACKED_Q4_K_SCALES + (2 * c + 1) * PACKED_ROWS)));
+                        __m512i mins = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *) (rec + PACKED_Q4_K_MINS + 2 * c * PACKED_ROWS)));
+                        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                                const struct block_q8_K *a = &act[(t0 + t) * act_stride + b];
+                                __m512i ic = _mm512_add_epi32(_mm512_mullo_epi32(s_lo[t], sc_lo), _mm512_mullo_epi32(s_hi[t], sc_hi));
+                                uint32_t pair = (uint16_t) (a->bsums[4 * c] + a->bsums[4 * c + 1]) |
+                                                (uint32_t) (uint16_t) (a->bsums[4 * c + 2] + a->bsums[4 * c + 3]) << 16;
+                                __m512i im = _mm512_madd_epi16(mins, _mm512_set1_epi32((int32_t) pair));
+                                if (single) {
+                                        isum[t] = _mm512_add_epi32(isum[t], ic);
+                                        imin[t] = _mm512_add_epi32(imin[t], im);
+                                } else {
+                                        __m512 da = _mm512_set1_ps(a->d);
+                                        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ic), _mm512_mul_ps(dw, da), acc[t]);
+                                        accm[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(im), _mm512_mul_ps(dmw, da), accm[t]);
+                                }
+                        }
+                }
+                if (single)
+                        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                                __m512 da = _mm512_set1_ps(act[(t0 + t) * act_stride + b].d);
+                                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, da), acc[t]);
+                                accm[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin[t]), _mm512_mul_ps(dmw, da), accm[t]);
+                        }
+        }
+
+        uint64_t row0 = g * PACKED_ROWS;
+        uint64_t n_valid = w->n_rows - row0 < PACKED_ROWS ? w->n_rows - row0 : PACKED_ROWS;
+        __mmask16 mask = (__mmask16) ((1u << n_valid) - 1);
+        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                float *o = out + (t0 + t) * out_stride + row0;
+                __m512 r = _mm512_sub_ps(acc[t], accm[t]);
+                _mm512_mask_storeu_ps(o, mask, accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(mask, o), r) : r);
+        }
+}
+
+/* The tokens from t0 that a pass takes: up to PACKED_K_PASS_TOKENS of the same order. */
+static inline unsigned packed_k_pass_tokens(const bool *batched, unsigned t0, unsigned n_tokens) {
+        unsigned n = 1;
+        while (n < PACKED_K_PASS_TOKENS && t0 + n < n_tokens && batched[t0 + n] == batched[t0])
+                n++;
+        return n;
+}
+
+__attribute__((target(DOT_TARGET))) static void packed_q4_K_512(const struct packed_weights *w, uint64_t group_begin,
+                                                               uint64_t group_end, const struct block_q8_K *act,
+                                                               size_t act_stride, const bool *batched, unsigned n_tokens,
+                                                               float *out, size_t out_stride, bool accumulate) {
+        unsigned n_passes = 0;
+        for (unsigned t0 = 0; t0 < n_tokens; t0 += packed_k_pass_tokens(batched, t0, n_tokens))
+                n_passes++;
+        for (uint64_t g = group_begin; g < group_end; g++) {
+                /* the first pass streams the group in; the later ones, from L1 and L2, fetch the next */
+                const uint8_t *next = g + 1 < w->n_groups ? w->data + (g + 1) * w->group_bytes : NULL;
+                unsigned pass = 0;
+                for (unsigned t0 = 0, n; t0 < n_tokens; t0 += n, pass++) {
+                        n = packed_k_pass_tokens(batched, t0, n_tokens);
+                        bool prefetch = t0 == 0, single = !batched[t0];
+                        struct packed_fetch fetch = pass > 0 ? packed_fetch_share(next, w->group_bytes, pass - 1, n_passes - 1, w->n_blocks)
+                                                             : (struct packed_fetch) { NULL, NULL, 0 };
+#define PACKED_Q4_K_PASS(T, SINGLE) \
+        packed_q4_K_pass_512(w, g, act, act_stride, t0, T, SINGLE, out, out_stride, accumulate, prefetch, fetch)
+                        switch (n * 2 + single) {
+                        case 2: PACKED_Q4_K_PASS(1, false); break;
+                        case 3: PACKED_Q4_K_PASS(1, true); break;
+                        case 4: PACKED_Q4_K_PASS(2, false); break;
+                        case 5: PACKED_Q4_K_PASS(2, true); break;
+                        case 6: PACKED_Q4_K_PASS(3, false); break;
+                        case 7: PACKED_Q4_K_PASS(3, true); break;
+                        case 8: PACKED_Q4_K_PASS(4, false); break;
+                        default: PACKED_Q4_K_PASS(4, true); break;
+                        }
+#undef PACKED_Q4_K_PASS
+                }
+        }
+}
+
+#define DOT_PACKED_Q4_K packed_q4_K_512
+
 #define PACKED_ENTRY_512(name, kind, unpack_above)                                                                      \
         __attribute__((target(DOT_TARGET))) static void packed_##name##_512(                                            \
                 const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,                                \

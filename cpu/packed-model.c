@@ -10,7 +10,9 @@
 #include "weight-residency.h"
 
 static bool packable(const struct dot_kernels *kernels, const struct weight *w) {
-        return packed_type_supported(w->type) && dot_packed_kernel_for(kernels, w->type) && w->n_cols % QUANT_BLOCK == 0;
+        return packed_type_supported(w->type) &&
+               (dot_packed_kernel_for(kernels, w->type) || dot_packed_k_kernel_for(kernels, w->type)) &&
+               w->n_cols % tensor_type_info(w->type)->block_size == 0;
 }
 
 /* The file's whole pages inside [p, p + n) are dropped from this process: the mapping is

@@ -66,8 +66,21 @@ static void q5_qh_from_high(uint32_t high, uint8_t qh[4]) {
 
 int packed_weights_init(struct packed_weights *p, enum tensor_type type, uint64_t n_rows, uint64_t n_cols) {
         *p = (struct packed_weights) { 0 };
-        if (!packed_type_supported(type) || n_cols % QUANT_BLOCK != 0)
+        if (!packed_type_supported(type) || n_cols % tensor_type_info(type)->block_size != 0)
                 return -EINVAL;
+        if (type == TENSOR_Q4_K) {
+                *p = (struct packed_weights) {
+                        .type = type,
+                        .n_rows = n_rows,
+                        .n_cols = n_cols,
+                        .n_groups = (n_rows + PACKED_ROWS - 1) / PACKED_ROWS,
+                        .n_blocks = n_cols / QK_K,
+                        .quant_bytes = PACKED_Q4_K_QUANT_BYTES,
+                        .scale_bytes = 2 * PACKED_ROWS * sizeof(f16_bits),
+                };
+                p->group_bytes = p->n_blocks * (p->quant_bytes + p->scale_bytes);
+                return 0;
+        }
         *p = (struct packed_weights) {
                 .type = type,
                 .n_rows = n_rows,
@@ -93,6 +106,12 @@ void packed_weights_fill(struct packed_weights *p, uint8_t *dest, const void *ro
                 uint8_t *quants = dest + row / PACKED_ROWS * p->group_bytes;
                 uint8_t *scales = quants + p->n_blocks * p->quant_bytes;
                 const uint8_t *src = (const uint8_t *) rows + row * row_bytes;
+                if (p->type == TENSOR_Q4_K) {
+                        for (uint64_t b = 0; b < p->n_blocks; b++)
+                                packed_q4_K_put((const struct block_q4_K *) (src + b * block_bytes), lane,
+                                                quants + b * p->quant_bytes, scales + b * p->scale_bytes);
+                        continue;
+                }
                 for (uint64_t b = 0; b < p->n_blocks; b++) {
                         f16_bits *d, *m;
                         uint8_t *qh;
@@ -122,6 +141,12 @@ void packed_weights_row(const struct packed_weights *p, uint64_t row, void *out)
         unsigned lane = (unsigned) (row % PACKED_ROWS);
         const uint8_t *quants = p->data + row / PACKED_ROWS * p->group_bytes;
         const uint8_t *scales = quants + p->n_blocks * p->quant_bytes;
+        if (p->type == TENSOR_Q4_K) {
+                for (uint64_t b = 0; b < p->n_blocks; b++)
+                        packed_q4_K_get(quants + b * p->quant_bytes, scales + b * p->scale_bytes, lane,
+                                        (struct block_q4_K *) ((uint8_t *) out + b * block_bytes));
+                return;
+        }
         for (uint64_t b = 0; b < p->n_blocks; b++) {
                 uint8_t *block = (uint8_t *) out + b * block_bytes;
                 const f16_bits *s = (const f16_bits *) (scales + b * p->scale_bytes);

@@ -26,7 +26,18 @@
  *           their m.
  * For Q4_0 (nibbles 0..15 for w + 8), Q5_0 (0..31 for w + 16) and Q8_0 the kernels start each
  * lane's integer sum at -bias * (the sum of the lane's four activation quants), from
- * packed_activation_corrections(), which leaves the exact int32 of the signed weights. */
+ * packed_activation_corrections(), which leaves the exact int32 of the signed weights.
+ *
+ * Q4_K (packed-q4-k.c) keeps the same group of sixteen rows, one row per 32-bit lane, but its
+ * blocks are super-blocks of 256 (n_blocks counts them): the K-quant products' integer sums
+ * are then made for sixteen rows by each instruction and their float steps (dot-k-quants.h)
+ * run sixteen rows to a vector. Per super-block:
+ *   quants (PACKED_Q4_K_QUANT_BYTES): 32 vectors, vector 8c + j lane r = bytes
+ *           32c + 4j .. 32c + 4j + 3 of row r's qs, whose low nibbles are elements
+ *           64c + 4j .. + 3 (sub-block 2c) and high nibbles elements 64c + 32 + 4j .. + 3
+ *           (sub-block 2c + 1); then the sub-blocks' 6-bit scales, 8 x 16 bytes
+ *           ([sub-block][row]); then their mins, 4 x 32 bytes (chunk c: [row][min 2c, min 2c + 1]);
+ *   scales: the rows' d as f16, then their dmin. */
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -50,16 +61,22 @@
 /* llama.cpp's x86 block product sums a block's 32 products in 8 int32 lanes, lane l holding
  * elements 4l..4l+3, and keeps one float accumulator per lane. */
 #define PACKED_LANES 8
+/* A packed Q4_K super-block's record, and where its scales and mins start in it. */
+#define PACKED_Q4_K_QUANTS (PACKED_ROWS * QK_K / 2)
+#define PACKED_Q4_K_SCALES PACKED_Q4_K_QUANTS
+#define PACKED_Q4_K_MINS (PACKED_Q4_K_SCALES + 8 * PACKED_ROWS)
+#define PACKED_Q4_K_QUANT_BYTES (PACKED_Q4_K_MINS + 8 * PACKED_ROWS)
+
 /* Per activation block: the lanes' corrections for Q4_0, then those for Q8_0 and Q5_0. */
 #define PACKED_CORRECTIONS (3 * PACKED_LANES)
 
 struct packed_weights {
-        enum tensor_type type; /* TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q5_0, TENSOR_Q5_1 or TENSOR_Q8_0 */
+        enum tensor_type type; /* TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q5_0, TENSOR_Q5_1, TENSOR_Q8_0 or TENSOR_Q4_K */
         uint64_t n_rows, n_cols;
         uint64_t n_groups; /* ceil(n_rows / PACKED_ROWS) */
-        uint64_t n_blocks; /* n_cols / QUANT_BLOCK */
-        uint32_t quant_bytes; /* per block of a group: 256 (4-bit), 320 (5-bit) or 512 (Q8_0) */
-        uint32_t scale_bytes; /* per block of a group: 32 (d), 64 (d, m) */
+        uint64_t n_blocks; /* n_cols / QUANT_BLOCK, for Q4_K n_cols / QK_K */
+        uint32_t quant_bytes; /* per block of a group: 256 (4-bit), 320 (5-bit), 512 (Q8_0), PACKED_Q4_K_QUANT_BYTES */
+        uint32_t scale_bytes; /* per block of a group: 32 (d), 64 (d, m; Q4_K's d, dmin) */
         uint64_t group_bytes; /* a multiple of PACKED_ALIGN */
         uint8_t *data;        /* PACKED_ALIGN-aligned, n_groups * group_bytes; NULL when empty */
         bool keep_cached;     /* the kernels' prefetches keep the stream in every cache level (weight-residency.h) */
@@ -80,8 +97,13 @@ static inline unsigned packed_correction_offset(enum tensor_type type) {
 /* Whether packed_weights_build() takes this type. */
 static inline bool packed_type_supported(enum tensor_type type) {
         return type == TENSOR_Q4_0 || type == TENSOR_Q4_1 || type == TENSOR_Q5_0 || type == TENSOR_Q5_1 ||
-               type == TENSOR_Q8_0;
+               type == TENSOR_Q8_0 || type == TENSOR_Q4_K;
 }
+
+/* packed-q4-k.c: a Q4_K row's super-block b (lane r of the group's record and scales) in and
+ * out of the packed layout. */
+void packed_q4_K_put(const struct block_q4_K *block, unsigned lane, uint8_t *record, uint8_t *scales);
+void packed_q4_K_get(const uint8_t *record, const uint8_t *scales, unsigned lane, struct block_q4_K *block);
 
 /* A 5-bit block's qh (bit e: element e's fifth bit) as the packed layout holds it: bit l of
  * byte k is element 4l + k's, lane l's four elements in bit l of the four bytes. */
