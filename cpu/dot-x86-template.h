@@ -584,9 +584,10 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(geglu)(float *h, const fl
 
 #include "dot-k-quants-x86.h"
 
-/* A set without a packed K-quant product keeps the tiles for Q4_K. */
+/* A set without packed K-quant products keeps the tiles for Q4_K and Q6_K. */
 #ifndef DOT_PACKED_Q4_K
 #define DOT_PACKED_Q4_K NULL
+#define DOT_PACKED_Q6_K NULL
 #endif
 
 /* The set's table; a set whose packed product has a variant for AMD cores (DOT_AMD_PACKED_FN)
@@ -611,6 +612,7 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(geglu)(float *h, const fl
                 .packed_q8_0 = DOT_PACKED_FN(q8_0),                                                                    \
                 .packed_single_accumulator = DOT_PACKED_FN(single_accumulator),                                        \
                 .packed_q4_K = DOT_PACKED_Q4_K,                                                                        \
+                .packed_q6_K = DOT_PACKED_Q6_K,                                                                        \
                 .attn_scores = DOT_FN(attn_scores),                                                                    \
                 .attn_values = DOT_FN(attn_values),                                                                    \
                 .round_f16 = DOT_FN(round_f16),                                                                        \

@@ -375,47 +375,159 @@ PACKED_ATTRS void packed_q4_K_pass_512(const struct packed_weights *w, uint64_t 
         }
 }
 
-/* The tokens from t0 that a pass takes: up to PACKED_K_PASS_TOKENS of the same order. */
-static inline unsigned packed_k_pass_tokens(const bool *batched, unsigned t0, unsigned n_tokens) {
-        unsigned n = 1;
-        while (n < PACKED_K_PASS_TOKENS && t0 + n < n_tokens && batched[t0 + n] == batched[t0])
+/* The packed Q6_K product (dot.h) of group g's rows against tokens t0..t0+T-1 in one order.
+ * Batched (the tiled order): per sub-block pair s and token, two chains of four vpdpbusd give
+ * the rows' exact sums of sub-blocks 2s and 2s + 1, times their scales, less 32 x the scaled
+ * activation sums (one vpmaddwd of the pair's scales), one sum per super-block, then
+ * r = isum * d_w and acc = fma(r, d_a, acc). Single (the vector product, T is one): lane k's
+ * four elements of each run of 32 by one vpdpbusd times the run's scale for that half, pair
+ * k's bias taken off, then one fma per lane; the lanes summed in lanes_sum8()'s tree. */
+PACKED_ATTRS void packed_q6_K_pass_512(const struct packed_weights *w, uint64_t g, const struct block_q8_K *act,
+                                       size_t act_stride, unsigned t0, const unsigned T, const bool single, float *out,
+                                       size_t out_stride, bool accumulate, bool prefetch, struct packed_fetch fetch) {
+        const uint64_t n_super = w->n_blocks;
+        const uint8_t *quants = w->data + g * w->group_bytes, *scales = quants + n_super * PACKED_Q6_K_QUANT_BYTES;
+        __m512 acc[PACKED_K_PASS_TOKENS], lane_acc[PACKED_LANES];
+
+        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
+                acc[t] = _mm512_setzero_ps();
+        _Pragma("GCC unroll 8") for (unsigned k = 0; k < PACKED_LANES; k++)
+                lane_acc[k] = _mm512_setzero_ps();
+        for (uint64_t b = 0; b < n_super; b++) {
+                const uint8_t *rec = quants + b * PACKED_Q6_K_QUANT_BYTES;
+                if (prefetch)
+                        packed_prefetch_block(w, quants, b, PACKED_Q6_K_QUANT_BYTES + w->scale_bytes);
+                packed_fetch_step(&fetch);
+                __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * w->scale_bytes)));
+                __m512i isum[PACKED_K_PASS_TOKENS], ilane[PACKED_LANES];
+                _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
+                        isum[t] = _mm512_setzero_si512();
+                _Pragma("GCC unroll 8") for (unsigned k = 0; k < PACKED_LANES; k++)
+                        ilane[k] = _mm512_setzero_si512();
+                _Pragma("GCC unroll 8") for (unsigned s = 0; s < QK_K / 32; s++) {
+                        /* pair s's scales as int16 pairs, and each of the two as int32 */
+                        __m512i pair = _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *) (rec + PACKED_Q6_K_SCALES + 32 * s)));
+                        __m512i sc_lo = _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16), sc_hi = _mm512_srai_epi32(pair, 16);
+                        if (single) {
+                                const int8_t *q = act[t0 * act_stride + b].qs + 32 * s;
+                                _Pragma("GCC unroll 8") for (unsigned k = 0; k < PACKED_LANES; k++) {
+                                        __m512i d4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_load_si512(rec + 64 * (8 * s + k)),
+                                                                         packed_broadcast4(q + 4 * k));
+                                        ilane[k] = _mm512_add_epi32(ilane[k], _mm512_mullo_epi32(d4, k < 4 ? sc_lo : sc_hi));
+                                }
+                                continue;
+                        }
+                        __m512i c_lo[PACKED_K_PASS_TOKENS], c_hi[PACKED_K_PASS_TOKENS];
+                        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
+                                c_lo[t] = c_hi[t] = _mm512_setzero_si512();
+                        _Pragma("GCC unroll 8") for (unsigned k = 0; k < PACKED_LANES; k++) {
+                                __m512i v = _mm512_load_si512(rec + 64 * (8 * s + k));
+                                _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                                        __m512i a4 = packed_broadcast4(act[(t0 + t) * act_stride + b].qs + 32 * s + 4 * k);
+                                        if (k < 4)
+                                                c_lo[t] = _mm512_dpbusd_epi32(c_lo[t], v, a4);
+                                        else
+                                                c_hi[t] = _mm512_dpbusd_epi32(c_hi[t], v, a4);
+                                }
+                        }
+                        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                                const int16_t *bs = act[(t0 + t) * act_stride + b].bsums + 2 * s;
+                                uint32_t sums = (uint16_t) bs[0] | (uint32_t) (uint16_t) bs[1] << 16;
+                                __m512i bias = _mm512_slli_epi32(_mm512_madd_epi16(pair, _mm512_set1_epi32((int32_t) sums)), 5);
+                                __m512i scaled = _mm512_add_epi32(_mm512_mullo_epi32(c_lo[t], sc_lo), _mm512_mullo_epi32(c_hi[t], sc_hi));
+                                isum[t] = _mm512_add_epi32(isum[t], _mm512_sub_epi32(scaled, bias));
+                        }
+                }
+                if (single) {
+                        const struct block_q8_K *a = &act[t0 * act_stride + b];
+                        __m512 d = _mm512_mul_ps(_mm512_set1_ps(a->d), dw);
+                        _Pragma("GCC unroll 8") for (unsigned k = 0; k < PACKED_LANES; k++) {
+                                __m512i pair = _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *) (rec + PACKED_Q6_K_SCALES + 32 * k)));
+                                uint32_t sums = (uint16_t) a->bsums[2 * k] | (uint32_t) (uint16_t) a->bsums[2 * k + 1] << 16;
+                                __m512i bias = _mm512_slli_epi32(_mm512_madd_epi16(pair, _mm512_set1_epi32((int32_t) sums)), 5);
+                                lane_acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ilane[k], bias)), d, lane_acc[k]);
+                        }
+                } else
+                        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                                __m512 r = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[t]), dw);
+                                acc[t] = _mm512_fmadd_ps(r, _mm512_set1_ps(act[(t0 + t) * act_stride + b].d), acc[t]);
+                        }
+        }
+        if (single) /* lanes_sum8()'s tree */
+                acc[0] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(lane_acc[0], lane_acc[4]), _mm512_add_ps(lane_acc[2], lane_acc[6])),
+                                       _mm512_add_ps(_mm512_add_ps(lane_acc[1], lane_acc[5]), _mm512_add_ps(lane_acc[3], lane_acc[7])));
+
+        uint64_t row0 = g * PACKED_ROWS;
+        uint64_t n_valid = w->n_rows - row0 < PACKED_ROWS ? w->n_rows - row0 : PACKED_ROWS;
+        __mmask16 mask = (__mmask16) ((1u << n_valid) - 1);
+        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                float *o = out + (t0 + t) * out_stride + row0;
+                _mm512_mask_storeu_ps(o, mask, accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(mask, o), acc[t]) : acc[t]);
+        }
+}
+
+/* The tokens from t0 that a pass takes: up to PACKED_K_PASS_TOKENS of the same order, one for
+ * Q6_K's single order (its eight lanes per token fill the registers). */
+static inline unsigned packed_k_pass_tokens(const bool *batched, unsigned t0, unsigned n_tokens, enum tensor_type type) {
+        unsigned max = type == TENSOR_Q6_K && !batched[t0] ? 1 : PACKED_K_PASS_TOKENS, n = 1;
+        while (n < max && t0 + n < n_tokens && batched[t0 + n] == batched[t0])
                 n++;
         return n;
 }
 
-__attribute__((target(DOT_TARGET))) static void packed_q4_K_512(const struct packed_weights *w, uint64_t group_begin,
-                                                               uint64_t group_end, const struct block_q8_K *act,
-                                                               size_t act_stride, const bool *batched, unsigned n_tokens,
-                                                               float *out, size_t out_stride, bool accumulate) {
+PACKED_ATTRS void packed_k_groups_512(const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,
+                                      const struct block_q8_K *act, size_t act_stride, const bool *batched,
+                                      unsigned n_tokens, float *out, size_t out_stride, bool accumulate,
+                                      const enum tensor_type type) {
         unsigned n_passes = 0;
-        for (unsigned t0 = 0; t0 < n_tokens; t0 += packed_k_pass_tokens(batched, t0, n_tokens))
+        for (unsigned t0 = 0; t0 < n_tokens; t0 += packed_k_pass_tokens(batched, t0, n_tokens, type))
                 n_passes++;
         for (uint64_t g = group_begin; g < group_end; g++) {
                 /* the first pass streams the group in; the later ones, from L1 and L2, fetch the next */
                 const uint8_t *next = g + 1 < w->n_groups ? w->data + (g + 1) * w->group_bytes : NULL;
                 unsigned pass = 0;
                 for (unsigned t0 = 0, n; t0 < n_tokens; t0 += n, pass++) {
-                        n = packed_k_pass_tokens(batched, t0, n_tokens);
+                        n = packed_k_pass_tokens(batched, t0, n_tokens, type);
                         bool prefetch = t0 == 0, single = !batched[t0];
                         struct packed_fetch fetch = pass > 0 ? packed_fetch_share(next, w->group_bytes, pass - 1, n_passes - 1, w->n_blocks)
                                                              : (struct packed_fetch) { NULL, NULL, 0 };
-#define PACKED_Q4_K_PASS(T, SINGLE) \
-        packed_q4_K_pass_512(w, g, act, act_stride, t0, T, SINGLE, out, out_stride, accumulate, prefetch, fetch)
+#define PACKED_K_PASS(T, SINGLE)                                                                                      \
+        (type == TENSOR_Q4_K ? packed_q4_K_pass_512(w, g, act, act_stride, t0, T, SINGLE, out, out_stride, accumulate, \
+                                                    prefetch, fetch)                                                   \
+                             : packed_q6_K_pass_512(w, g, act, act_stride, t0, T, SINGLE, out, out_stride, accumulate, \
+                                                    prefetch, fetch))
                         switch (n * 2 + single) {
-                        case 2: PACKED_Q4_K_PASS(1, false); break;
-                        case 3: PACKED_Q4_K_PASS(1, true); break;
-                        case 4: PACKED_Q4_K_PASS(2, false); break;
-                        case 5: PACKED_Q4_K_PASS(2, true); break;
-                        case 6: PACKED_Q4_K_PASS(3, false); break;
-                        case 7: PACKED_Q4_K_PASS(3, true); break;
-                        case 8: PACKED_Q4_K_PASS(4, false); break;
-                        default: PACKED_Q4_K_PASS(4, true); break;
+                        case 2: PACKED_K_PASS(1, false); break;
+                        case 3: PACKED_K_PASS(1, true); break;
+                        case 4: PACKED_K_PASS(2, false); break;
+                        case 5: PACKED_K_PASS(2, true); break;
+                        case 6: PACKED_K_PASS(3, false); break;
+                        case 7: PACKED_K_PASS(3, true); break;
+                        case 8: PACKED_K_PASS(4, false); break;
+                        default: PACKED_K_PASS(4, true); break;
                         }
-#undef PACKED_Q4_K_PASS
+#undef PACKED_K_PASS
                 }
         }
 }
 
+__attribute__((target(DOT_TARGET))) static void packed_q4_K_512(const struct packed_weights *w, uint64_t group_begin,
+                                                               uint64_t group_end, const struct block_q8_K *act,
+                                                               size_t act_stride, const bool *batched, unsigned n_tokens,
+                                                               float *out, size_t out_stride, bool accumulate) {
+        packed_k_groups_512(w, group_begin, group_end, act, act_stride, batched, n_tokens, out, out_stride, accumulate,
+                            TENSOR_Q4_K);
+}
+
+__attribute__((target(DOT_TARGET))) static void packed_q6_K_512(const struct packed_weights *w, uint64_t group_begin,
+                                                               uint64_t group_end, const struct block_q8_K *act,
+                                                               size_t act_stride, const bool *batched, unsigned n_tokens,
+                                                               float *out, size_t out_stride, bool accumulate) {
+        packed_k_groups_512(w, group_begin, group_end, act, act_stride, batched, n_tokens, out, out_stride, accumulate,
+                            TENSOR_Q6_K);
+}
+
+#define DOT_PACKED_Q6_K packed_q6_K_512
 #define DOT_PACKED_Q4_K packed_q4_K_512
 
 #define PACKED_ENTRY_512(name, kind, unpack_above)                                                                      \

@@ -37,7 +37,12 @@
  *           64c + 4j .. + 3 (sub-block 2c) and high nibbles elements 64c + 32 + 4j .. + 3
  *           (sub-block 2c + 1); then the sub-blocks' 6-bit scales, 8 x 16 bytes
  *           ([sub-block][row]); then their mins, 4 x 32 bytes (chunk c: [row][min 2c, min 2c + 1]);
- *   scales: the rows' d as f16, then their dmin. */
+ *   scales: the rows' d as f16, then their dmin.
+ * Q6_K (packed-q6-k.c) likewise, its quants unpacked, since they need no work then:
+ *   quants (PACKED_Q6_K_QUANT_BYTES): 64 vectors, vector 8s + k lane r = row r's 6-bit
+ *           quants (0..63) of elements 32s + 4k .. + 3 as bytes; then its sixteen 8-bit scales
+ *           by pairs, 8 x 32 bytes ([pair p][row][scale 2p, scale 2p + 1]);
+ *   scales: the rows' d as f16. */
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -66,16 +71,19 @@
 #define PACKED_Q4_K_SCALES PACKED_Q4_K_QUANTS
 #define PACKED_Q4_K_MINS (PACKED_Q4_K_SCALES + 8 * PACKED_ROWS)
 #define PACKED_Q4_K_QUANT_BYTES (PACKED_Q4_K_MINS + 8 * PACKED_ROWS)
+#define PACKED_Q6_K_SCALES (PACKED_ROWS * QK_K)
+#define PACKED_Q6_K_QUANT_BYTES (PACKED_Q6_K_SCALES + QK_K / 16 * PACKED_ROWS)
 
 /* Per activation block: the lanes' corrections for Q4_0, then those for Q8_0 and Q5_0. */
 #define PACKED_CORRECTIONS (3 * PACKED_LANES)
 
 struct packed_weights {
-        enum tensor_type type; /* TENSOR_Q4_0, TENSOR_Q4_1, TENSOR_Q5_0, TENSOR_Q5_1, TENSOR_Q8_0 or TENSOR_Q4_K */
+        enum tensor_type type; /* packed_type_supported() */
         uint64_t n_rows, n_cols;
         uint64_t n_groups; /* ceil(n_rows / PACKED_ROWS) */
-        uint64_t n_blocks; /* n_cols / QUANT_BLOCK, for Q4_K n_cols / QK_K */
-        uint32_t quant_bytes; /* per block of a group: 256 (4-bit), 320 (5-bit), 512 (Q8_0), PACKED_Q4_K_QUANT_BYTES */
+        uint64_t n_blocks; /* n_cols / QUANT_BLOCK, for the K-quants n_cols / QK_K */
+        uint32_t quant_bytes; /* per block of a group: 256 (4-bit), 320 (5-bit), 512 (Q8_0), PACKED_Q4_K_QUANT_BYTES,
+                               * PACKED_Q6_K_QUANT_BYTES */
         uint32_t scale_bytes; /* per block of a group: 32 (d), 64 (d, m; Q4_K's d, dmin) */
         uint64_t group_bytes; /* a multiple of PACKED_ALIGN */
         uint8_t *data;        /* PACKED_ALIGN-aligned, n_groups * group_bytes; NULL when empty */
@@ -97,13 +105,16 @@ static inline unsigned packed_correction_offset(enum tensor_type type) {
 /* Whether packed_weights_build() takes this type. */
 static inline bool packed_type_supported(enum tensor_type type) {
         return type == TENSOR_Q4_0 || type == TENSOR_Q4_1 || type == TENSOR_Q5_0 || type == TENSOR_Q5_1 ||
-               type == TENSOR_Q8_0 || type == TENSOR_Q4_K;
+               type == TENSOR_Q8_0 || type == TENSOR_Q4_K || type == TENSOR_Q6_K;
 }
 
 /* packed-q4-k.c: a Q4_K row's super-block b (lane r of the group's record and scales) in and
  * out of the packed layout. */
 void packed_q4_K_put(const struct block_q4_K *block, unsigned lane, uint8_t *record, uint8_t *scales);
 void packed_q4_K_get(const uint8_t *record, const uint8_t *scales, unsigned lane, struct block_q4_K *block);
+/* packed-q6-k.c: the same for Q6_K. */
+void packed_q6_K_put(const struct block_q6_K *block, unsigned lane, uint8_t *record, uint8_t *scales);
+void packed_q6_K_get(const uint8_t *record, const uint8_t *scales, unsigned lane, struct block_q6_K *block);
 
 /* A 5-bit block's qh (bit e: element e's fifth bit) as the packed layout holds it: bit l of
  * byte k is element 4l + k's, lane l's four elements in bit l of the four bytes. */
