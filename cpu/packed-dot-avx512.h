@@ -375,53 +375,128 @@ PACKED_ATTRS void packed_q4_K_pass_512(const struct packed_weights *w, uint64_t 
         }
 }
 
-/* The packed Q6_K product (dot.h) of group g's rows against tokens t0..t0+T-1 in one order.
- * Batched (the tiled order): per sub-block pair s and token, two chains of four vpdpbusd give
- * the rows' exact sums of sub-blocks 2s and 2s + 1, times their scales, less 32 x the scaled
- * activation sums (one vpmaddwd of the pair's scales), one sum per super-block, then
- * r = isum * d_w and acc = fma(r, d_a, acc). Single (the vector product, T is one): lane k's
- * four elements of each run of 32 by one vpdpbusd times the run's scale for that half, pair
- * k's bias taken off, then one fma per lane; the lanes summed in lanes_sum8()'s tree. */
-PACKED_ATTRS void packed_q6_K_pass_512(const struct packed_weights *w, uint64_t g, const struct block_q8_K *act,
-                                       size_t act_stride, unsigned t0, const unsigned T, const bool single, float *out,
-                                       size_t out_stride, bool accumulate, bool prefetch, struct packed_fetch fetch) {
+/* Run s's elements 4k .. 4k + 3 of a packed Q6_K record's sixteen rows as 6-bit bytes: the low
+ * nibbles from the ql vector, the top two bits from the qh vector brought to bits 4 and 5. */
+PACKED_ATTRS __m512i packed_q6_K_lane_512(const uint8_t *rec, unsigned s, unsigned k) {
+        unsigned n = s / 4, j = s % 4;
+        __m512i low = _mm512_load_si512(rec + 64 * (8 * (2 * n + j % 2) + k));
+        __m512i high = _mm512_load_si512(rec + PACKED_Q6_K_HIGH + 64 * (8 * n + k));
+        low = j < 2 ? low : _mm512_srli_epi16(low, 4);
+        high = j == 0 ? _mm512_slli_epi16(high, 4) : j == 1 ? _mm512_slli_epi16(high, 2) : j == 2 ? high : _mm512_srli_epi16(high, 2);
+        /* (low & 0x0f) | (high & 0x30) */
+        return _mm512_ternarylogic_epi32(_mm512_and_si512(low, _mm512_set1_epi8(0x0f)), high, _mm512_set1_epi8(0x30), 0xf8);
+}
+
+/* Rows of more super-blocks than this unpack their Q6_K quants in every pass. */
+#define PACKED_Q6_K_UNPACK_MAX 16
+
+/* Runs 4n .. 4n + 3's elements 4k .. 4k + 3 of a packed Q6_K record's sixteen rows as 6-bit
+ * bytes (packed_q6_K_lane_512() for the four runs that share their bits' vectors). */
+PACKED_ATTRS void packed_q6_K_lanes4_512(const uint8_t *rec, unsigned n, unsigned k, __m512i v[4]) {
+        const __m512i low4 = _mm512_set1_epi8(0x0f), top2 = _mm512_set1_epi8(0x30);
+        __m512i l0 = _mm512_load_si512(rec + 64 * (8 * (2 * n) + k)), l1 = _mm512_load_si512(rec + 64 * (8 * (2 * n + 1) + k));
+        __m512i h = _mm512_load_si512(rec + PACKED_Q6_K_HIGH + 64 * (8 * n + k));
+        v[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(l0, low4), _mm512_slli_epi16(h, 4), top2, 0xf8);
+        v[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(l1, low4), _mm512_slli_epi16(h, 2), top2, 0xf8);
+        v[2] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l0, 4), low4), h, top2, 0xf8);
+        v[3] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l1, 4), low4), _mm512_srli_epi16(h, 2), top2, 0xf8);
+}
+
+/* The packed Q6_K product's single order (the vector product) for group g's rows and token t:
+ * per half h of the eight lanes, the eight runs' scales for that half as int32; lane k's four
+ * elements of each run by one vpdpbusd, times the run's scale; pair k's bias taken off; then
+ * one fma per lane and super-block, the lanes summed in lanes_sum8()'s tree. */
+PACKED_ATTRS void packed_q6_K_single_512(const struct packed_weights *w, uint64_t g, const struct block_q8_K *act,
+                                         size_t act_stride, unsigned t, float *out, size_t out_stride, bool accumulate,
+                                         bool prefetch, struct packed_fetch fetch, const __m512i *unpacked) {
         const uint64_t n_super = w->n_blocks;
         const uint8_t *quants = w->data + g * w->group_bytes, *scales = quants + n_super * PACKED_Q6_K_QUANT_BYTES;
-        __m512 acc[PACKED_K_PASS_TOKENS], lane_acc[PACKED_LANES];
+        __m512 lane_acc[PACKED_LANES];
+
+        _Pragma("GCC unroll 8") for (unsigned k = 0; k < PACKED_LANES; k++)
+                lane_acc[k] = _mm512_setzero_ps();
+        for (uint64_t b = 0; b < n_super; b++) {
+                const uint8_t *rec = quants + b * PACKED_Q6_K_QUANT_BYTES;
+                const struct block_q8_K *a = &act[t * act_stride + b];
+                if (prefetch)
+                        packed_prefetch_block(w, quants, b, PACKED_Q6_K_QUANT_BYTES + w->scale_bytes);
+                packed_fetch_step(&fetch);
+                __m512 d = _mm512_mul_ps(_mm512_set1_ps(a->d),
+                                         _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * w->scale_bytes))));
+                _Pragma("GCC unroll 2") for (unsigned h = 0; h < 2; h++) {
+                        __m512i sc[QK_K / 32], ilane[4];
+                        _Pragma("GCC unroll 8") for (unsigned s = 0; s < QK_K / 32; s++) {
+                                __m512i pair = _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *) (rec + PACKED_Q6_K_SCALES + 32 * s)));
+                                sc[s] = _mm512_srai_epi32(h ? pair : _mm512_slli_epi32(pair, 16), 16);
+                        }
+                        _Pragma("GCC unroll 4") for (unsigned kk = 0; kk < 4; kk++)
+                                ilane[kk] = _mm512_setzero_si512();
+                        _Pragma("GCC unroll 2") for (unsigned n = 0; n < 2; n++)
+                                _Pragma("GCC unroll 4") for (unsigned kk = 0; kk < 4; kk++) {
+                                        unsigned k = 4 * h + kk;
+                                        __m512i v[4];
+                                        if (unpacked)
+                                                _Pragma("GCC unroll 4") for (unsigned j = 0; j < 4; j++)
+                                                        v[j] = unpacked[64 * b + 8 * (4 * n + j) + k];
+                                        else
+                                                packed_q6_K_lanes4_512(rec, n, k, v);
+                                        _Pragma("GCC unroll 4") for (unsigned j = 0; j < 4; j++) {
+                                                unsigned s = 4 * n + j;
+                                                __m512i d4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[j], packed_broadcast4(a->qs + 32 * s + 4 * k));
+                                                ilane[kk] = _mm512_add_epi32(ilane[kk], _mm512_mullo_epi32(d4, sc[s]));
+                                        }
+                                }
+                        _Pragma("GCC unroll 4") for (unsigned kk = 0; kk < 4; kk++) {
+                                unsigned k = 4 * h + kk;
+                                __m512i pair = _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *) (rec + PACKED_Q6_K_SCALES + 32 * k)));
+                                uint32_t sums = (uint16_t) a->bsums[2 * k] | (uint32_t) (uint16_t) a->bsums[2 * k + 1] << 16;
+                                __m512i bias = _mm512_slli_epi32(_mm512_madd_epi16(pair, _mm512_set1_epi32((int32_t) sums)), 5);
+                                lane_acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ilane[kk], bias)), d, lane_acc[k]);
+                        }
+                }
+        }
+        /* lanes_sum8()'s tree */
+        __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(lane_acc[0], lane_acc[4]), _mm512_add_ps(lane_acc[2], lane_acc[6])),
+                                   _mm512_add_ps(_mm512_add_ps(lane_acc[1], lane_acc[5]), _mm512_add_ps(lane_acc[3], lane_acc[7])));
+        uint64_t row0 = g * PACKED_ROWS;
+        uint64_t n_valid = w->n_rows - row0 < PACKED_ROWS ? w->n_rows - row0 : PACKED_ROWS;
+        __mmask16 mask = (__mmask16) ((1u << n_valid) - 1);
+        float *o = out + t * out_stride + row0;
+        _mm512_mask_storeu_ps(o, mask, accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(mask, o), sum) : sum);
+}
+
+/* The packed Q6_K product's batched order (the tiled one) for group g's rows against tokens
+ * t0..t0+T-1: per sub-block pair s and token, two chains of four vpdpbusd give the rows'
+ * exact sums of sub-blocks 2s and 2s + 1, times their scales, less 32 x the scaled activation
+ * sums (one vpmaddwd of the pair's scales), one sum per super-block, then r = isum * d_w and
+ * acc = fma(r, d_a, acc). */
+PACKED_ATTRS void packed_q6_K_pass_512(const struct packed_weights *w, uint64_t g, const struct block_q8_K *act,
+                                       size_t act_stride, unsigned t0, const unsigned T, float *out, size_t out_stride,
+                                       bool accumulate, bool prefetch, struct packed_fetch fetch, const __m512i *unpacked) {
+        const uint64_t n_super = w->n_blocks;
+        const uint8_t *quants = w->data + g * w->group_bytes, *scales = quants + n_super * PACKED_Q6_K_QUANT_BYTES;
+        __m512 acc[PACKED_K_PASS_TOKENS];
 
         _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
                 acc[t] = _mm512_setzero_ps();
-        _Pragma("GCC unroll 8") for (unsigned k = 0; k < PACKED_LANES; k++)
-                lane_acc[k] = _mm512_setzero_ps();
         for (uint64_t b = 0; b < n_super; b++) {
                 const uint8_t *rec = quants + b * PACKED_Q6_K_QUANT_BYTES;
                 if (prefetch)
                         packed_prefetch_block(w, quants, b, PACKED_Q6_K_QUANT_BYTES + w->scale_bytes);
                 packed_fetch_step(&fetch);
                 __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * w->scale_bytes)));
-                __m512i isum[PACKED_K_PASS_TOKENS], ilane[PACKED_LANES];
+                __m512i isum[PACKED_K_PASS_TOKENS];
                 _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
                         isum[t] = _mm512_setzero_si512();
-                _Pragma("GCC unroll 8") for (unsigned k = 0; k < PACKED_LANES; k++)
-                        ilane[k] = _mm512_setzero_si512();
                 _Pragma("GCC unroll 8") for (unsigned s = 0; s < QK_K / 32; s++) {
                         /* pair s's scales as int16 pairs, and each of the two as int32 */
                         __m512i pair = _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *) (rec + PACKED_Q6_K_SCALES + 32 * s)));
                         __m512i sc_lo = _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16), sc_hi = _mm512_srai_epi32(pair, 16);
-                        if (single) {
-                                const int8_t *q = act[t0 * act_stride + b].qs + 32 * s;
-                                _Pragma("GCC unroll 8") for (unsigned k = 0; k < PACKED_LANES; k++) {
-                                        __m512i d4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_load_si512(rec + 64 * (8 * s + k)),
-                                                                         packed_broadcast4(q + 4 * k));
-                                        ilane[k] = _mm512_add_epi32(ilane[k], _mm512_mullo_epi32(d4, k < 4 ? sc_lo : sc_hi));
-                                }
-                                continue;
-                        }
                         __m512i c_lo[PACKED_K_PASS_TOKENS], c_hi[PACKED_K_PASS_TOKENS];
                         _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
                                 c_lo[t] = c_hi[t] = _mm512_setzero_si512();
                         _Pragma("GCC unroll 8") for (unsigned k = 0; k < PACKED_LANES; k++) {
-                                __m512i v = _mm512_load_si512(rec + 64 * (8 * s + k));
+                                __m512i v = unpacked ? unpacked[64 * b + 8 * s + k] : packed_q6_K_lane_512(rec, s, k);
                                 _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
                                         __m512i a4 = packed_broadcast4(act[(t0 + t) * act_stride + b].qs + 32 * s + 4 * k);
                                         if (k < 4)
@@ -438,24 +513,11 @@ PACKED_ATTRS void packed_q6_K_pass_512(const struct packed_weights *w, uint64_t 
                                 isum[t] = _mm512_add_epi32(isum[t], _mm512_sub_epi32(scaled, bias));
                         }
                 }
-                if (single) {
-                        const struct block_q8_K *a = &act[t0 * act_stride + b];
-                        __m512 d = _mm512_mul_ps(_mm512_set1_ps(a->d), dw);
-                        _Pragma("GCC unroll 8") for (unsigned k = 0; k < PACKED_LANES; k++) {
-                                __m512i pair = _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *) (rec + PACKED_Q6_K_SCALES + 32 * k)));
-                                uint32_t sums = (uint16_t) a->bsums[2 * k] | (uint32_t) (uint16_t) a->bsums[2 * k + 1] << 16;
-                                __m512i bias = _mm512_slli_epi32(_mm512_madd_epi16(pair, _mm512_set1_epi32((int32_t) sums)), 5);
-                                lane_acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ilane[k], bias)), d, lane_acc[k]);
-                        }
-                } else
-                        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
-                                __m512 r = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[t]), dw);
-                                acc[t] = _mm512_fmadd_ps(r, _mm512_set1_ps(act[(t0 + t) * act_stride + b].d), acc[t]);
-                        }
+                _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                        __m512 r = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[t]), dw);
+                        acc[t] = _mm512_fmadd_ps(r, _mm512_set1_ps(act[(t0 + t) * act_stride + b].d), acc[t]);
+                }
         }
-        if (single) /* lanes_sum8()'s tree */
-                acc[0] = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(lane_acc[0], lane_acc[4]), _mm512_add_ps(lane_acc[2], lane_acc[6])),
-                                       _mm512_add_ps(_mm512_add_ps(lane_acc[1], lane_acc[5]), _mm512_add_ps(lane_acc[3], lane_acc[7])));
 
         uint64_t row0 = g * PACKED_ROWS;
         uint64_t n_valid = w->n_rows - row0 < PACKED_ROWS ? w->n_rows - row0 : PACKED_ROWS;
@@ -478,14 +540,25 @@ static inline unsigned packed_k_pass_tokens(const bool *batched, unsigned t0, un
 PACKED_ATTRS void packed_k_groups_512(const struct packed_weights *w, uint64_t group_begin, uint64_t group_end,
                                       const struct block_q8_K *act, size_t act_stride, const bool *batched,
                                       unsigned n_tokens, float *out, size_t out_stride, bool accumulate,
-                                      const enum tensor_type type) {
+                                      const enum tensor_type type, __m512i *group_lanes) {
         unsigned n_passes = 0;
         for (unsigned t0 = 0; t0 < n_tokens; t0 += packed_k_pass_tokens(batched, t0, n_tokens, type))
                 n_passes++;
+        /* Q6_K's quants unpacked once into group_lanes for all of a group's passes when there are several */
+        const __m512i *unpacked = group_lanes && n_passes > 1 && w->n_blocks <= PACKED_Q6_K_UNPACK_MAX ? group_lanes : NULL;
         for (uint64_t g = group_begin; g < group_end; g++) {
                 /* the first pass streams the group in; the later ones, from L1 and L2, fetch the next */
                 const uint8_t *next = g + 1 < w->n_groups ? w->data + (g + 1) * w->group_bytes : NULL;
                 unsigned pass = 0;
+                if (unpacked) {
+                        const uint8_t *quants = w->data + g * w->group_bytes;
+                        for (uint64_t b = 0; b < w->n_blocks; b++) {
+                                const uint8_t *rec = quants + b * PACKED_Q6_K_QUANT_BYTES;
+                                packed_prefetch_block(w, quants, b, PACKED_Q6_K_QUANT_BYTES + w->scale_bytes);
+                                for (unsigned v = 0; v < 64; v++)
+                                        group_lanes[64 * b + v] = packed_q6_K_lane_512(rec, v / 8, v % 8);
+                        }
+                }
                 for (unsigned t0 = 0, n; t0 < n_tokens; t0 += n, pass++) {
                         n = packed_k_pass_tokens(batched, t0, n_tokens, type);
                         bool prefetch = t0 == 0, single = !batched[t0];
@@ -494,8 +567,10 @@ PACKED_ATTRS void packed_k_groups_512(const struct packed_weights *w, uint64_t g
 #define PACKED_K_PASS(T, SINGLE)                                                                                      \
         (type == TENSOR_Q4_K ? packed_q4_K_pass_512(w, g, act, act_stride, t0, T, SINGLE, out, out_stride, accumulate, \
                                                     prefetch, fetch)                                                   \
-                             : packed_q6_K_pass_512(w, g, act, act_stride, t0, T, SINGLE, out, out_stride, accumulate, \
-                                                    prefetch, fetch))
+                     : SINGLE ? packed_q6_K_single_512(w, g, act, act_stride, t0, out, out_stride, accumulate, prefetch,  \
+                                                       fetch, unpacked)                                                \
+                             : packed_q6_K_pass_512(w, g, act, act_stride, t0, T, out, out_stride, accumulate, prefetch, \
+                                                    fetch, unpacked))
                         switch (n * 2 + single) {
                         case 2: PACKED_K_PASS(1, false); break;
                         case 3: PACKED_K_PASS(1, true); break;
@@ -516,15 +591,16 @@ __attribute__((target(DOT_TARGET))) static void packed_q4_K_512(const struct pac
                                                                size_t act_stride, const bool *batched, unsigned n_tokens,
                                                                float *out, size_t out_stride, bool accumulate) {
         packed_k_groups_512(w, group_begin, group_end, act, act_stride, batched, n_tokens, out, out_stride, accumulate,
-                            TENSOR_Q4_K);
+                            TENSOR_Q4_K, NULL);
 }
 
 __attribute__((target(DOT_TARGET))) static void packed_q6_K_512(const struct packed_weights *w, uint64_t group_begin,
                                                                uint64_t group_end, const struct block_q8_K *act,
                                                                size_t act_stride, const bool *batched, unsigned n_tokens,
                                                                float *out, size_t out_stride, bool accumulate) {
+        __m512i group_lanes[64 * PACKED_Q6_K_UNPACK_MAX];
         packed_k_groups_512(w, group_begin, group_end, act, act_stride, batched, n_tokens, out, out_stride, accumulate,
-                            TENSOR_Q6_K);
+                            TENSOR_Q6_K, group_lanes);
 }
 
 #define DOT_PACKED_Q6_K packed_q6_K_512

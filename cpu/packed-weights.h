@@ -38,10 +38,14 @@
  *           (sub-block 2c + 1); then the sub-blocks' 6-bit scales, 8 x 16 bytes
  *           ([sub-block][row]); then their mins, 4 x 32 bytes (chunk c: [row][min 2c, min 2c + 1]);
  *   scales: the rows' d as f16, then their dmin.
- * Q6_K (packed-q6-k.c) likewise, its quants unpacked, since they need no work then:
- *   quants (PACKED_Q6_K_QUANT_BYTES): 64 vectors, vector 8s + k lane r = row r's 6-bit
- *           quants (0..63) of elements 32s + 4k .. + 3 as bytes; then its sixteen 8-bit scales
- *           by pairs, 8 x 32 bytes ([pair p][row][scale 2p, scale 2p + 1]);
+ * Q6_K (packed-q6-k.c) likewise, in the file's own bits (a decode step reads them once):
+ *   quants (PACKED_Q6_K_QUANT_BYTES): 32 vectors of low bits, vector 8(2n + h) + k lane r =
+ *           bytes 64n + 32h + 4k .. + 3 of row r's ql, whose low nibbles are the low bits of run
+ *           4n + h's elements 4k .. 4k + 3 and high nibbles those of run 4n + h + 2 (a run is
+ *           32 elements); 16 vectors of high bits, vector 8n + k lane r = bytes
+ *           32n + 4k .. + 3 of row r's qh, bits 2j, 2j + 1 of each the top bits of run
+ *           4n + j's; then the sixteen 8-bit scales by pairs, 8 x 32 bytes
+ *           ([pair p][row][scale 2p, scale 2p + 1]);
  *   scales: the rows' d as f16. */
 
 #include <stdbool.h>
@@ -71,7 +75,8 @@
 #define PACKED_Q4_K_SCALES PACKED_Q4_K_QUANTS
 #define PACKED_Q4_K_MINS (PACKED_Q4_K_SCALES + 8 * PACKED_ROWS)
 #define PACKED_Q4_K_QUANT_BYTES (PACKED_Q4_K_MINS + 8 * PACKED_ROWS)
-#define PACKED_Q6_K_SCALES (PACKED_ROWS * QK_K)
+#define PACKED_Q6_K_HIGH (PACKED_ROWS * QK_K / 2)
+#define PACKED_Q6_K_SCALES (PACKED_Q6_K_HIGH + PACKED_ROWS * QK_K / 4)
 #define PACKED_Q6_K_QUANT_BYTES (PACKED_Q6_K_SCALES + QK_K / 16 * PACKED_ROWS)
 
 /* Per activation block: the lanes' corrections for Q4_0, then those for Q8_0 and Q5_0. */
