@@ -299,6 +299,22 @@ __attribute__((target(DOT_TARGET))) static void packed_single_accumulator_512(co
  * elements and its float accumulators, four fill the registers beside the weights. */
 #define PACKED_K_PASS_TOKENS 4
 
+/* Super-block b's record of a packed K-quant group (quants at quants, quant_bytes each),
+ * fetching the stream ahead on the group's first pass and a share of a later group's on the
+ * others. */
+PACKED_ATTRS const uint8_t *packed_k_record_512(const struct packed_weights *w, const uint8_t *quants, uint64_t b,
+                                                size_t quant_bytes, bool prefetch, struct packed_fetch *fetch) {
+        if (prefetch)
+                packed_prefetch_block(w, quants, b, quant_bytes + w->scale_bytes);
+        packed_fetch_step(fetch);
+        return quants + b * quant_bytes;
+}
+
+/* Super-block b's d (which 0) or dmin (which 1) of the group's sixteen rows. */
+PACKED_ATTRS __m512 packed_k_d_512(const struct packed_weights *w, const uint8_t *scales, uint64_t b, unsigned which) {
+        return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * w->scale_bytes + 32 * which)));
+}
+
 /* The packed Q4_K product (dot.h) of group g's rows against tokens t0..t0+T-1, all in one
  * order (single: each super-block's integers summed whole, one fma pair per super-block; else
  * one fma pair per chunk of 64 elements): per chunk and token, two chains of eight vpdpbusd
@@ -315,12 +331,9 @@ PACKED_ATTRS void packed_q4_K_pass_512(const struct packed_weights *w, uint64_t 
         _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
                 acc[t] = accm[t] = _mm512_setzero_ps();
         for (uint64_t b = 0; b < n_super; b++) {
-                const uint8_t *rec = quants + b * PACKED_Q4_K_QUANT_BYTES;
-                if (prefetch)
-                        packed_prefetch_block(w, quants, b, PACKED_Q4_K_QUANT_BYTES + w->scale_bytes);
-                packed_fetch_step(&fetch);
-                __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * w->scale_bytes)));
-                __m512 dmw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * w->scale_bytes + 32)));
+                const uint8_t *rec = packed_k_record_512(w, quants, b, PACKED_Q4_K_QUANT_BYTES, prefetch, &fetch);
+                __m512 dw = packed_k_d_512(w, scales, b, 0);
+                __m512 dmw = packed_k_d_512(w, scales, b, 1);
                 __m512i isum[PACKED_K_PASS_TOKENS], imin[PACKED_K_PASS_TOKENS];
                 _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
                         isum[t] = imin[t] = _mm512_setzero_si512();
@@ -375,6 +388,148 @@ PACKED_ATTRS void packed_q4_K_pass_512(const struct packed_weights *w, uint64_t 
         }
 }
 
+/* Tokens t0..t0+T-1's results of group g's rows into out, the padding rows left out. */
+PACKED_ATTRS void packed_k_store_512(const struct packed_weights *w, uint64_t g, float *out, unsigned t0, unsigned T,
+                                     size_t out_stride, bool accumulate, const __m512 *result) {
+        uint64_t row0 = g * PACKED_ROWS;
+        uint64_t n_valid = w->n_rows - row0 < PACKED_ROWS ? w->n_rows - row0 : PACKED_ROWS;
+        __mmask16 mask = (__mmask16) ((1u << n_valid) - 1);
+        for (unsigned t = 0; t < T; t++) {
+                float *o = out + (t0 + t) * out_stride + row0;
+                _mm512_mask_storeu_ps(o, mask, accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(mask, o), result[t]) : result[t]);
+        }
+}
+
+/* lanes_sum8()'s tree on sixteen rows' eight lane accumulators. */
+PACKED_ATTRS __m512 packed_lanes_sum8_512(const __m512 lanes[PACKED_LANES]) {
+        return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(lanes[0], lanes[4]), _mm512_add_ps(lanes[2], lanes[6])),
+                             _mm512_add_ps(_mm512_add_ps(lanes[1], lanes[5]), _mm512_add_ps(lanes[3], lanes[7])));
+}
+
+/* Sub-blocks 2c and 2c + 1's elements 4k .. 4k + 3 of a packed Q5_K record's sixteen rows as
+ * 5-bit bytes: the nibbles of quant vector 8c + k, the fifth bits from bit 2c (2c + 1) of fifth-bit
+ * vector k brought to bit 4. */
+PACKED_ATTRS void packed_q5_K_lanes2_512(const uint8_t *rec, unsigned c, unsigned k, __m512i *lo, __m512i *hi) {
+        const __m512i low4 = _mm512_set1_epi8(15), bit4 = _mm512_set1_epi8(0x10);
+        __m512i v = _mm512_load_si512(rec + 64 * (8 * c + k)), h = _mm512_load_si512(rec + PACKED_Q5_K_HIGH + 64 * k);
+        unsigned s = 2 * c; /* bit s to bit 4, then bit s + 1 */
+        __m512i h_lo = s < 4 ? _mm512_slli_epi16(h, 4 - s) : s == 4 ? h : _mm512_srli_epi16(h, s - 4);
+        __m512i h_hi = s + 1 < 4 ? _mm512_slli_epi16(h, 3 - s) : s + 1 == 4 ? h : _mm512_srli_epi16(h, s - 3);
+        *lo = _mm512_ternarylogic_epi32(_mm512_and_si512(v, low4), h_lo, bit4, 0xf8);
+        *hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(v, 4), low4), h_hi, bit4, 0xf8);
+}
+
+/* A packed Q4_K or Q5_K record's mins of chunk c (sub-blocks 2c, 2c + 1) against a token's
+ * activation sums: one vpmaddwd of (min, min) pairs. */
+PACKED_ATTRS __m512i packed_k_mins_512(const uint8_t *rec, unsigned c, const struct block_q8_K *a) {
+        __m512i mins = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *) (rec + PACKED_Q4_K_MINS + 2 * c * PACKED_ROWS)));
+        uint32_t pair = (uint16_t) (a->bsums[4 * c] + a->bsums[4 * c + 1]) |
+                        (uint32_t) (uint16_t) (a->bsums[4 * c + 2] + a->bsums[4 * c + 3]) << 16;
+        return _mm512_madd_epi16(mins, _mm512_set1_epi32((int32_t) pair));
+}
+
+/* Sub-block s's scales of a packed Q4_K or Q5_K record as int32. */
+PACKED_ATTRS __m512i packed_k_scales_512(const uint8_t *rec, unsigned s) {
+        return _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *) (rec + PACKED_Q4_K_SCALES + s * PACKED_ROWS)));
+}
+
+/* The packed Q5_K product's batched order (the tiled one) for group g's rows against tokens
+ * t0..t0+T-1: per chunk and token, two chains of eight vpdpbusd give sub-blocks 2c and 2c + 1's
+ * exact sums, times their scales; the mins by vpmaddwd; per super-block r = isum * d_w, then
+ * r = fma(-dmin_w, imin, r) and acc = fma(r, d_a, acc). */
+PACKED_ATTRS void packed_q5_K_pass_512(const struct packed_weights *w, uint64_t g, const struct block_q8_K *act,
+                                       size_t act_stride, unsigned t0, const unsigned T, float *out, size_t out_stride,
+                                       bool accumulate, bool prefetch, struct packed_fetch fetch) {
+        const uint64_t n_super = w->n_blocks;
+        const uint8_t *quants = w->data + g * w->group_bytes, *scales = quants + n_super * PACKED_Q5_K_QUANT_BYTES;
+        __m512 acc[PACKED_K_PASS_TOKENS];
+
+        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
+                acc[t] = _mm512_setzero_ps();
+        for (uint64_t b = 0; b < n_super; b++) {
+                const uint8_t *rec = packed_k_record_512(w, quants, b, PACKED_Q5_K_QUANT_BYTES, prefetch, &fetch);
+                __m512 dw = packed_k_d_512(w, scales, b, 0);
+                __m512 neg_dmw = _mm512_sub_ps(_mm512_setzero_ps(), packed_k_d_512(w, scales, b, 1));
+                __m512i isum[PACKED_K_PASS_TOKENS], imin[PACKED_K_PASS_TOKENS];
+                _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
+                        isum[t] = imin[t] = _mm512_setzero_si512();
+                _Pragma("GCC unroll 4") for (unsigned c = 0; c < 4; c++) {
+                        __m512i s_lo[PACKED_K_PASS_TOKENS], s_hi[PACKED_K_PASS_TOKENS];
+                        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
+                                s_lo[t] = s_hi[t] = _mm512_setzero_si512();
+                        _Pragma("GCC unroll 8") for (unsigned k = 0; k < 8; k++) {
+                                __m512i lo, hi;
+                                packed_q5_K_lanes2_512(rec, c, k, &lo, &hi);
+                                _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                                        const int8_t *q = act[(t0 + t) * act_stride + b].qs + 64 * c + 4 * k;
+                                        s_lo[t] = _mm512_dpbusd_epi32(s_lo[t], lo, packed_broadcast4(q));
+                                        s_hi[t] = _mm512_dpbusd_epi32(s_hi[t], hi, packed_broadcast4(q + 32));
+                                }
+                        }
+                        __m512i sc_lo = packed_k_scales_512(rec, 2 * c), sc_hi = packed_k_scales_512(rec, 2 * c + 1);
+                        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                                isum[t] = _mm512_add_epi32(isum[t], _mm512_add_epi32(_mm512_mullo_epi32(s_lo[t], sc_lo),
+                                                                                     _mm512_mullo_epi32(s_hi[t], sc_hi)));
+                                imin[t] = _mm512_add_epi32(imin[t], packed_k_mins_512(rec, c, &act[(t0 + t) * act_stride + b]));
+                        }
+                }
+                _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                        __m512 r = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[t]), dw);
+                        r = _mm512_fmadd_ps(neg_dmw, _mm512_cvtepi32_ps(imin[t]), r);
+                        acc[t] = _mm512_fmadd_ps(r, _mm512_set1_ps(act[(t0 + t) * act_stride + b].d), acc[t]);
+                }
+        }
+        packed_k_store_512(w, g, out, t0, T, out_stride, accumulate, acc);
+}
+
+/* The packed Q5_K product's single order (the vector product) for group g's rows and token t:
+ * per half of the eight lanes, each sub-block's scale as int32 held in registers, lane k's four
+ * elements of sub-block s by one vpdpbusd times s's scale; one fma per lane and super-block,
+ * the mins apart (summs = fma(-d_a * dmin_w, imin, summs)); lanes_sum8()'s tree plus summs. */
+PACKED_ATTRS void packed_q5_K_single_512(const struct packed_weights *w, uint64_t g, const struct block_q8_K *act,
+                                         size_t act_stride, unsigned t, float *out, size_t out_stride, bool accumulate,
+                                         bool prefetch, struct packed_fetch fetch) {
+        const uint64_t n_super = w->n_blocks;
+        const uint8_t *quants = w->data + g * w->group_bytes, *scales = quants + n_super * PACKED_Q5_K_QUANT_BYTES;
+        __m512 lane_acc[PACKED_LANES], summs = _mm512_setzero_ps();
+
+        _Pragma("GCC unroll 8") for (unsigned k = 0; k < PACKED_LANES; k++)
+                lane_acc[k] = _mm512_setzero_ps();
+        for (uint64_t b = 0; b < n_super; b++) {
+                const uint8_t *rec = packed_k_record_512(w, quants, b, PACKED_Q5_K_QUANT_BYTES, prefetch, &fetch);
+                const struct block_q8_K *a = &act[t * act_stride + b];
+                __m512 dw = packed_k_d_512(w, scales, b, 0);
+                __m512 dmw = packed_k_d_512(w, scales, b, 1);
+                __m512 d = _mm512_mul_ps(_mm512_set1_ps(a->d), dw);
+                __m512i sc[8], imin = _mm512_setzero_si512();
+                _Pragma("GCC unroll 8") for (unsigned s = 0; s < 8; s++)
+                        sc[s] = packed_k_scales_512(rec, s);
+                _Pragma("GCC unroll 2") for (unsigned h = 0; h < 2; h++) {
+                        __m512i ilane[4];
+                        _Pragma("GCC unroll 4") for (unsigned kk = 0; kk < 4; kk++)
+                                ilane[kk] = _mm512_setzero_si512();
+                        _Pragma("GCC unroll 4") for (unsigned c = 0; c < 4; c++)
+                                _Pragma("GCC unroll 4") for (unsigned kk = 0; kk < 4; kk++) {
+                                        unsigned k = 4 * h + kk;
+                                        __m512i lo, hi;
+                                        packed_q5_K_lanes2_512(rec, c, k, &lo, &hi);
+                                        const int8_t *q = a->qs + 64 * c + 4 * k;
+                                        __m512i d_lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, packed_broadcast4(q));
+                                        __m512i d_hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi, packed_broadcast4(q + 32));
+                                        ilane[kk] = _mm512_add_epi32(ilane[kk], _mm512_add_epi32(_mm512_mullo_epi32(d_lo, sc[2 * c]),
+                                                                                                 _mm512_mullo_epi32(d_hi, sc[2 * c + 1])));
+                                }
+                        _Pragma("GCC unroll 4") for (unsigned kk = 0; kk < 4; kk++)
+                                lane_acc[4 * h + kk] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ilane[kk]), d, lane_acc[4 * h + kk]);
+                }
+                _Pragma("GCC unroll 4") for (unsigned c = 0; c < 4; c++)
+                        imin = _mm512_add_epi32(imin, packed_k_mins_512(rec, c, a));
+                summs = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(-a->d), dmw), _mm512_cvtepi32_ps(imin), summs);
+        }
+        __m512 sum = _mm512_add_ps(packed_lanes_sum8_512(lane_acc), summs);
+        packed_k_store_512(w, g, out, t, 1, out_stride, accumulate, &sum);
+}
+
 /* Run s's elements 4k .. 4k + 3 of a packed Q6_K record's sixteen rows as 6-bit bytes: the low
  * nibbles from the ql vector, the top two bits from the qh vector brought to bits 4 and 5. */
 PACKED_ATTRS __m512i packed_q6_K_lane_512(const uint8_t *rec, unsigned s, unsigned k) {
@@ -416,13 +571,10 @@ PACKED_ATTRS void packed_q6_K_single_512(const struct packed_weights *w, uint64_
         _Pragma("GCC unroll 8") for (unsigned k = 0; k < PACKED_LANES; k++)
                 lane_acc[k] = _mm512_setzero_ps();
         for (uint64_t b = 0; b < n_super; b++) {
-                const uint8_t *rec = quants + b * PACKED_Q6_K_QUANT_BYTES;
+                const uint8_t *rec = packed_k_record_512(w, quants, b, PACKED_Q6_K_QUANT_BYTES, prefetch, &fetch);
                 const struct block_q8_K *a = &act[t * act_stride + b];
-                if (prefetch)
-                        packed_prefetch_block(w, quants, b, PACKED_Q6_K_QUANT_BYTES + w->scale_bytes);
-                packed_fetch_step(&fetch);
                 __m512 d = _mm512_mul_ps(_mm512_set1_ps(a->d),
-                                         _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * w->scale_bytes))));
+                                         packed_k_d_512(w, scales, b, 0));
                 _Pragma("GCC unroll 2") for (unsigned h = 0; h < 2; h++) {
                         __m512i sc[QK_K / 32], ilane[4];
                         _Pragma("GCC unroll 8") for (unsigned s = 0; s < QK_K / 32; s++) {
@@ -455,14 +607,8 @@ PACKED_ATTRS void packed_q6_K_single_512(const struct packed_weights *w, uint64_
                         }
                 }
         }
-        /* lanes_sum8()'s tree */
-        __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(lane_acc[0], lane_acc[4]), _mm512_add_ps(lane_acc[2], lane_acc[6])),
-                                   _mm512_add_ps(_mm512_add_ps(lane_acc[1], lane_acc[5]), _mm512_add_ps(lane_acc[3], lane_acc[7])));
-        uint64_t row0 = g * PACKED_ROWS;
-        uint64_t n_valid = w->n_rows - row0 < PACKED_ROWS ? w->n_rows - row0 : PACKED_ROWS;
-        __mmask16 mask = (__mmask16) ((1u << n_valid) - 1);
-        float *o = out + t * out_stride + row0;
-        _mm512_mask_storeu_ps(o, mask, accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(mask, o), sum) : sum);
+        __m512 sum = packed_lanes_sum8_512(lane_acc);
+        packed_k_store_512(w, g, out, t, 1, out_stride, accumulate, &sum);
 }
 
 /* The packed Q6_K product's batched order (the tiled one) for group g's rows against tokens
@@ -480,11 +626,8 @@ PACKED_ATTRS void packed_q6_K_pass_512(const struct packed_weights *w, uint64_t 
         _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
                 acc[t] = _mm512_setzero_ps();
         for (uint64_t b = 0; b < n_super; b++) {
-                const uint8_t *rec = quants + b * PACKED_Q6_K_QUANT_BYTES;
-                if (prefetch)
-                        packed_prefetch_block(w, quants, b, PACKED_Q6_K_QUANT_BYTES + w->scale_bytes);
-                packed_fetch_step(&fetch);
-                __m512 dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *) (scales + b * w->scale_bytes)));
+                const uint8_t *rec = packed_k_record_512(w, quants, b, PACKED_Q6_K_QUANT_BYTES, prefetch, &fetch);
+                __m512 dw = packed_k_d_512(w, scales, b, 0);
                 __m512i isum[PACKED_K_PASS_TOKENS];
                 _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
                         isum[t] = _mm512_setzero_si512();
@@ -519,19 +662,13 @@ PACKED_ATTRS void packed_q6_K_pass_512(const struct packed_weights *w, uint64_t 
                 }
         }
 
-        uint64_t row0 = g * PACKED_ROWS;
-        uint64_t n_valid = w->n_rows - row0 < PACKED_ROWS ? w->n_rows - row0 : PACKED_ROWS;
-        __mmask16 mask = (__mmask16) ((1u << n_valid) - 1);
-        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
-                float *o = out + (t0 + t) * out_stride + row0;
-                _mm512_mask_storeu_ps(o, mask, accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(mask, o), acc[t]) : acc[t]);
-        }
+        packed_k_store_512(w, g, out, t0, T, out_stride, accumulate, acc);
 }
 
 /* The tokens from t0 that a pass takes: up to PACKED_K_PASS_TOKENS of the same order, one for
- * Q6_K's single order (its eight lanes per token fill the registers). */
+ * Q5_K's and Q6_K's single order (its eight lanes per token fill the registers). */
 static inline unsigned packed_k_pass_tokens(const bool *batched, unsigned t0, unsigned n_tokens, enum tensor_type type) {
-        unsigned max = type == TENSOR_Q6_K && !batched[t0] ? 1 : PACKED_K_PASS_TOKENS, n = 1;
+        unsigned max = type != TENSOR_Q4_K && !batched[t0] ? 1 : PACKED_K_PASS_TOKENS, n = 1;
         while (n < max && t0 + n < n_tokens && batched[t0 + n] == batched[t0])
                 n++;
         return n;
@@ -565,8 +702,12 @@ PACKED_ATTRS void packed_k_groups_512(const struct packed_weights *w, uint64_t g
                         struct packed_fetch fetch = pass > 0 ? packed_fetch_share(next, w->group_bytes, pass - 1, n_passes - 1, w->n_blocks)
                                                              : (struct packed_fetch) { NULL, NULL, 0 };
 #define PACKED_K_PASS(T, SINGLE)                                                                                      \
-        (type == TENSOR_Q4_K ? packed_q4_K_pass_512(w, g, act, act_stride, t0, T, SINGLE, out, out_stride, accumulate, \
-                                                    prefetch, fetch)                                                   \
+        (type == TENSOR_Q4_K   ? packed_q4_K_pass_512(w, g, act, act_stride, t0, T, SINGLE, out, out_stride, accumulate, \
+                                                      prefetch, fetch)                                                 \
+         : type == TENSOR_Q5_K ? (SINGLE ? packed_q5_K_single_512(w, g, act, act_stride, t0, out, out_stride, accumulate, \
+                                                                  prefetch, fetch)                                     \
+                                         : packed_q5_K_pass_512(w, g, act, act_stride, t0, T, out, out_stride, accumulate, \
+                                                                prefetch, fetch))                                      \
                      : SINGLE ? packed_q6_K_single_512(w, g, act, act_stride, t0, out, out_stride, accumulate, prefetch,  \
                                                        fetch, unpacked)                                                \
                              : packed_q6_K_pass_512(w, g, act, act_stride, t0, T, out, out_stride, accumulate, prefetch, \
@@ -594,6 +735,14 @@ __attribute__((target(DOT_TARGET))) static void packed_q4_K_512(const struct pac
                             TENSOR_Q4_K, NULL);
 }
 
+__attribute__((target(DOT_TARGET))) static void packed_q5_K_512(const struct packed_weights *w, uint64_t group_begin,
+                                                               uint64_t group_end, const struct block_q8_K *act,
+                                                               size_t act_stride, const bool *batched, unsigned n_tokens,
+                                                               float *out, size_t out_stride, bool accumulate) {
+        packed_k_groups_512(w, group_begin, group_end, act, act_stride, batched, n_tokens, out, out_stride, accumulate,
+                            TENSOR_Q5_K, NULL);
+}
+
 __attribute__((target(DOT_TARGET))) static void packed_q6_K_512(const struct packed_weights *w, uint64_t group_begin,
                                                                uint64_t group_end, const struct block_q8_K *act,
                                                                size_t act_stride, const bool *batched, unsigned n_tokens,
@@ -603,6 +752,7 @@ __attribute__((target(DOT_TARGET))) static void packed_q6_K_512(const struct pac
                             TENSOR_Q6_K, group_lanes);
 }
 
+#define DOT_PACKED_Q5_K packed_q5_K_512
 #define DOT_PACKED_Q6_K packed_q6_K_512
 #define DOT_PACKED_Q4_K packed_q4_K_512
 
