@@ -95,14 +95,16 @@ static int collect_piece(const char *piece, size_t len, void *userdata) {
 }
 
 /* The pieces joined by '|', a '|' after each. */
-static void check_split(enum pretokenizer kind, const char *text, const char *want) {
+static void check_split(const char *name, const char *text, const char *want) {
+        const struct pretokenizer *pre = pretokenizer_find(name, strlen(name));
         struct pieces p = {};
-        ck_assert_int_eq(pretokenize(kind, text, strlen(text), collect_piece, &p), 0);
+        ck_assert_ptr_nonnull(pre);
+        ck_assert_int_eq(pretokenize(pre, text, strlen(text), collect_piece, &p), 0);
         ck_assert_msg(strcmp(p.text, want) == 0, "split(\"%s\") = \"%s\", expected \"%s\"", text, p.text, want);
 }
 
 START_TEST(test_split_gpt2) {
-        enum pretokenizer g = PRETOKENIZER_GPT2;
+        const char *g = "gpt-2";
         check_split(g, "", "");
         check_split(g, "Hello world", "Hello| world|");
         check_split(g, "Hello world! 123", "Hello| world|!| 123|");
@@ -139,7 +141,7 @@ START_TEST(test_split_gpt2) {
 END_TEST
 
 START_TEST(test_split_smollm) {
-        enum pretokenizer s = PRETOKENIZER_SMOLLM;
+        const char *s = "smollm";
         check_split(s, "Hello world! 123", "Hello| world|!| |1|2|3|");
         check_split(s, "abc123def", "abc|1|2|3|def|");
         check_split(s, "a 1", "a| |1|");
@@ -153,7 +155,7 @@ START_TEST(test_split_smollm) {
 END_TEST
 
 START_TEST(test_split_invalid_utf8) {
-        enum pretokenizer s = PRETOKENIZER_SMOLLM;
+        const char *s = "smollm";
         /* Each byte that starts no well-formed sequence stands alone. */
         check_split(s, "a\xff" "b", "a|\xff|b|");
         check_split(s, "!\x80!", "!|\x80|!|");
@@ -168,13 +170,18 @@ START_TEST(test_split_invalid_utf8) {
 END_TEST
 
 START_TEST(test_pretokenizer_names) {
-        enum pretokenizer k;
-        ck_assert_int_eq(pretokenizer_from_name("smollm", 6, &k), 0);
-        ck_assert_int_eq(k, PRETOKENIZER_SMOLLM);
-        ck_assert_int_eq(pretokenizer_from_name("gpt2", 4, &k), 0);
-        ck_assert_int_eq(k, PRETOKENIZER_GPT2);
-        ck_assert_int_eq(pretokenizer_from_name("llama-bpe", 9, &k), -EOPNOTSUPP);
-        ck_assert_int_eq(pretokenizer_from_name("smollm2", 7, &k), -EOPNOTSUPP);
+        char names[256];
+        ck_assert_ptr_nonnull(pretokenizer_find("smollm", 6));
+        ck_assert_ptr_nonnull(pretokenizer_find("llama-bpe", 9));
+        ck_assert(pretokenizer_find("llama-bpe", 9)->ignore_merges);
+        ck_assert_ptr_null(pretokenizer_find("gpt2", 4)); /* llama.cpp says "gpt-2" */
+        ck_assert_ptr_null(pretokenizer_find("smollm2", 7));
+        ck_assert_ptr_null(pretokenizer_find("smoll", 5));
+        pretokenizer_names(names, sizeof(names));
+        ck_assert_ptr_nonnull(strstr(names, "default, gpt-2, "));
+        ck_assert_ptr_nonnull(strstr(names, ", deepseek-coder"));
+        pretokenizer_names(names, 12);
+        ck_assert_str_eq(names, "default");
 }
 END_TEST
 
@@ -186,12 +193,15 @@ START_TEST(test_unicode_classes) {
         ck_assert_int_eq(unicode_classify(' '), UNICODE_SPACE);
         ck_assert_int_eq(unicode_classify('\n'), UNICODE_SPACE);
         ck_assert_int_eq(unicode_classify(0x1C), UNICODE_OTHER);
-        ck_assert_int_eq(unicode_classify('_'), UNICODE_OTHER);
+        ck_assert_int_eq(unicode_classify('_'), UNICODE_PUNCT);  /* Pc */
+        ck_assert_int_eq(unicode_classify('$'), UNICODE_SYMBOL); /* Sc */
+        ck_assert_int_eq(unicode_classify('`'), UNICODE_SYMBOL); /* Sk */
         ck_assert_int_eq(unicode_classify(0x85), UNICODE_SPACE);
         ck_assert_int_eq(unicode_classify(0xA0), UNICODE_SPACE);
         ck_assert_int_eq(unicode_classify(0xAA), UNICODE_LETTER);  /* ª Lo */
         ck_assert_int_eq(unicode_classify(0xB2), UNICODE_NUMBER);  /* ² No */
-        ck_assert_int_eq(unicode_classify(0x301), UNICODE_OTHER);  /* combining acute, Mn */
+        ck_assert_int_eq(unicode_classify(0x301), UNICODE_MARK);   /* combining acute, Mn */
+        ck_assert_int_eq(unicode_classify(0x3001), UNICODE_PUNCT); /* ideographic comma, Po */
         ck_assert_int_eq(unicode_classify(0x1680), UNICODE_SPACE);
         ck_assert_int_eq(unicode_classify(0x180E), UNICODE_OTHER); /* no longer a space */
         ck_assert_int_eq(unicode_classify(0x2028), UNICODE_SPACE);
@@ -200,7 +210,9 @@ START_TEST(test_unicode_classes) {
         ck_assert_int_eq(unicode_classify(0x3000), UNICODE_SPACE);
         ck_assert_int_eq(unicode_classify(0x4E00), UNICODE_LETTER);
         ck_assert_int_eq(unicode_classify(0xAC00), UNICODE_LETTER);
-        ck_assert_int_eq(unicode_classify(0x1F600), UNICODE_OTHER);
+        ck_assert_int_eq(unicode_classify(0x1F600), UNICODE_SYMBOL); /* So */
+        ck_assert_int_eq(unicode_classify(0xE000), UNICODE_OTHER);   /* private use, Co */
+        ck_assert_int_eq(unicode_classify(0x0378), UNICODE_OTHER);   /* unassigned */
         ck_assert_int_eq(unicode_classify(0x1D7CE), UNICODE_NUMBER); /* mathematical bold digit zero */
         ck_assert_int_eq(unicode_classify(0x20000), UNICODE_LETTER);
         ck_assert_int_eq(unicode_classify(0x10FFFF), UNICODE_OTHER);
@@ -688,7 +700,7 @@ START_TEST(test_bpe_rules) {
         /* ids: 256 "aa", 257 "aaa", 258 "ab", 259 "aab" */
         static const char *const extra[] = { "aa", "aaa", "ab", "aab" };
         static const char *const merges[] = { "a a", "a b", "aa a", "a ab" };
-        struct synthetic s = { .model = "gpt2", .pre = "gpt2", .extra = extra, .n_extra = 4, .merges = merges,
+        struct synthetic s = { .model = "gpt2", .pre = "gpt-2", .extra = extra, .n_extra = 4, .merges = merges,
                                .n_merges = 4, .bos = -1 };
         struct tokenizer *tk;
         struct error err = {};
@@ -713,7 +725,7 @@ END_TEST
 START_TEST(test_load_errors) {
         static const char *const merges[] = { "a b" };
         static const char *const extra[] = { "ab" };
-        struct synthetic s = { .model = "bert", .pre = "gpt2", .extra = extra, .n_extra = 1, .merges = merges,
+        struct synthetic s = { .model = "bert", .pre = "gpt-2", .extra = extra, .n_extra = 1, .merges = merges,
                                .n_merges = 1, .bos = -1 };
         struct tokenizer *tk = NULL;
         struct error err = {};
@@ -728,10 +740,11 @@ START_TEST(test_load_errors) {
         ck_assert_ptr_nonnull(strstr(err.message, "tokenizer.ggml.model"));
 
         s.model = "gpt2";
-        s.pre = "qwen2";
+        s.pre = "qwen9";
         ck_assert_int_eq(load_synthetic(&s, &tk, &err), -EOPNOTSUPP);
         ck_assert_ptr_nonnull(strstr(err.message, "tokenizer.ggml.pre"));
-        ck_assert_ptr_nonnull(strstr(err.message, "\"qwen2\""));
+        ck_assert_ptr_nonnull(strstr(err.message, "\"qwen9\""));
+        ck_assert_ptr_nonnull(strstr(err.message, "supported: default, gpt-2, "));
 
         s.pre = "smollm";
         s.bos = 257;

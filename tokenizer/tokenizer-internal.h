@@ -33,7 +33,7 @@ struct merge_slot {
 
 struct tokenizer {
         enum tokenizer_kind kind;
-        enum pretokenizer pre; /* BPE only */
+        const struct pretokenizer *pre; /* BPE only */
         int32_t n_vocab;
         struct token *tokens; /* (n_vocab) */
         char *text_arena;
@@ -48,6 +48,7 @@ struct tokenizer {
         bool add_space_prefix; /* SPM only */
 
         int32_t byte_token[256]; /* the token of each single byte, or -1 */
+        uint32_t byte_cp[256];    /* BPE: the code point that spells each byte (GPT-2's byte map) */
         struct special_matcher *specials;
 
         int32_t bos, eos, unk, pad;

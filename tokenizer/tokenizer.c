@@ -98,7 +98,6 @@ static size_t spelling_to_bytes(const char *text, size_t len, const int16_t cp_t
 static int load_tokens(struct tokenizer *tk, const struct gguf_file *f, struct error *err) {
         const struct gguf_value *tokens, *types = NULL;
         int16_t cp_to_byte[BYTE_CP_LIMIT];
-        uint32_t byte_to_cp[256];
         size_t text_size = 0;
         int r;
 
@@ -134,7 +133,7 @@ static int load_tokens(struct tokenizer *tk, const struct gguf_file *f, struct e
         if (!tk->tokens || !tk->text_arena || !tk->bytes_arena)
                 return error_set(err, ENOMEM, "out of memory loading %d tokens", tk->n_vocab);
 
-        byte_map(byte_to_cp, cp_to_byte);
+        byte_map(tk->byte_cp, cp_to_byte);
         uint32_t off = 0, bytes_off = 0;
         for (int32_t id = 0; id < tk->n_vocab; id++) {
                 struct gguf_string s = tokens->array.strings[id];
@@ -186,7 +185,7 @@ static int load_tokens(struct tokenizer *tk, const struct gguf_file *f, struct e
          * in training): those stay -1 and encode to nothing, as in llama.cpp and HF. */
         for (uint32_t b = 0; b < 256; b++) {
                 char spelling[UTF8_MAX_LEN];
-                size_t n = utf8_encode(byte_to_cp[b], spelling);
+                size_t n = utf8_encode(tk->byte_cp[b], spelling);
                 tk->byte_token[b] = tokenizer_find(tk, spelling, n);
         }
         return 0;
@@ -352,17 +351,21 @@ int tokenizer_load(const struct gguf_file *f, struct tokenizer **ret, struct err
                 return error_set(err, ENOMEM, "out of memory loading the tokenizer");
         tk->kind = gguf_string_equals(s, "llama") ? TOKENIZER_SPM : TOKENIZER_BPE;
 
-        /* Files from converters older than the key were plain GPT-2. SentencePiece has no
-         * pre-tokenizer: llama.cpp ignores the key there, and so does this. */
-        tk->pre = PRETOKENIZER_GPT2;
-        if (tk->kind == TOKENIZER_BPE && gguf_find_kv(f, "tokenizer.ggml.pre")) {
-                r = gguf_get_string(f, "tokenizer.ggml.pre", &s, err);
-                if (r < 0)
-                        goto fail;
-                if (pretokenizer_from_name(s.data, s.len, &tk->pre) < 0) {
-                        r = error_set(err, EOPNOTSUPP,
-                                      "%s: tokenizer.ggml.pre is \"%.*s\"; supported: smollm, starcoder, gpt2, default",
-                                      f->path, (int) s.len, s.data);
+        /* SentencePiece has no pre-tokenizer: llama.cpp ignores the key there, and so does
+         * this. A BPE file without the key predates it: llama.cpp's "default" then. */
+        if (tk->kind == TOKENIZER_BPE) {
+                s = (struct gguf_string) { .data = "default", .len = strlen("default") };
+                if (gguf_find_kv(f, "tokenizer.ggml.pre")) {
+                        r = gguf_get_string(f, "tokenizer.ggml.pre", &s, err);
+                        if (r < 0)
+                                goto fail;
+                }
+                tk->pre = pretokenizer_find(s.data, s.len);
+                if (!tk->pre) {
+                        char names[256];
+                        pretokenizer_names(names, sizeof(names));
+                        r = error_set(err, EOPNOTSUPP, "%s: tokenizer.ggml.pre is \"%.*s\", a pre-tokenizer this tokenizer lacks; supported: %s",
+                                      f->path, (int) s.len, s.data, names);
                         goto fail;
                 }
         }
@@ -392,8 +395,9 @@ int tokenizer_load(const struct gguf_file *f, struct tokenizer **ret, struct err
                         goto fail;
         }
 
-        /* llama.cpp's default: SentencePiece vocabularies add BOS unless the key says not. */
-        tk->add_bos = tk->kind == TOKENIZER_SPM;
+        /* llama.cpp's default: SentencePiece vocabularies add BOS unless the key says not;
+         * BPE ones as their pre-tokenizer says. */
+        tk->add_bos = tk->kind == TOKENIZER_SPM || tk->pre->add_bos;
         if (gguf_find_kv(f, "tokenizer.ggml.add_bos_token")) {
                 r = gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &tk->add_bos, err);
                 if (r < 0)
@@ -456,6 +460,10 @@ int32_t tokenizer_pad(const struct tokenizer *tk) {
 
 bool tokenizer_add_bos(const struct tokenizer *tk) {
         return tk->add_bos;
+}
+
+bool tokenizer_add_space_prefix(const struct tokenizer *tk) {
+        return tk->add_space_prefix;
 }
 
 const char *tokenizer_chat_template(const struct tokenizer *tk) {
@@ -535,6 +543,8 @@ struct encoder {
         struct bpe_symbol *symbols;    /* (work_cap) */
         struct merge_candidate *heap; /* (3 * work_cap): n - 1 pairs at first, at most 2 more per merge */
         size_t work_cap;
+        char *spelling; /* (spelling_cap) a piece in the vocabulary's byte-level spelling */
+        size_t spelling_cap;
         struct spm_scratch spm;
         struct error *err;
 };
@@ -552,6 +562,27 @@ static void push_candidate(const struct tokenizer *tk, const struct bpe_symbol *
                         .order = merge_order(m->rank, left), .left = left, .a = symbols[left].id, .b = symbols[right].id });
 }
 
+/* The token spelled as the whole piece is, or -1, in *ret_id (the pre-tokenizer's ignore_merges). */
+static int whole_piece_token(struct encoder *e, const uint8_t *s, size_t len, int32_t *ret_id) {
+        const struct tokenizer *tk = e->tk;
+        size_t n = 0;
+
+        *ret_id = -1;
+        if (len > tk->max_text_len) /* every byte is spelled by one or two */
+                return 0;
+        if (2 * len > e->spelling_cap) {
+                char *p = realloc(e->spelling, 2 * len);
+                if (!p)
+                        return error_set(e->err, ENOMEM, "out of memory encoding text");
+                e->spelling = p;
+                e->spelling_cap = 2 * len;
+        }
+        for (size_t i = 0; i < len; i++)
+                n += utf8_encode(tk->byte_cp[s[i]], e->spelling + n);
+        *ret_id = tokenizer_find(tk, e->spelling, n);
+        return 0;
+}
+
 static int encode_piece(const char *piece, size_t len, void *userdata) {
         struct encoder *e = userdata;
         const struct tokenizer *tk = e->tk;
@@ -560,6 +591,14 @@ static int encode_piece(const char *piece, size_t len, void *userdata) {
 
         if (len == 1)
                 return tk->byte_token[s[0]] >= 0 ? id_list_push(&e->out, tk->byte_token[s[0]], e->err) : 0;
+        if (tk->pre->ignore_merges) {
+                int32_t id;
+                int r = whole_piece_token(e, s, len, &id);
+                if (r < 0)
+                        return r;
+                if (id >= 0)
+                        return id_list_push(&e->out, id, e->err);
+        }
 
         if (len > e->work_cap) {
                 struct bpe_symbol *symbols = realloc(e->symbols, len * sizeof(*symbols));
@@ -645,6 +684,7 @@ finish:
         free(frags);
         free(e.symbols);
         free(e.heap);
+        free(e.spelling);
         spm_scratch_free(&e.spm);
         return r;
 }

@@ -72,6 +72,11 @@ int32_t tokenizer_pad(const struct tokenizer *tk);
 /* tokenizer.ggml.add_bos_token; when absent, true for SentencePiece and false for BPE, as
  * in llama.cpp. tokenizer_encode() never adds it; tokenizer_encode_prompt() does. */
 bool tokenizer_add_bos(const struct tokenizer *tk);
+/* SentencePiece's tokenizer.ggml.add_space_prefix (default true): tokenizer_encode() puts a
+ * space before text that opens the input or follows a special token. tokenizer_decode()
+ * keeps it, as a stream of generated pieces must; a caller that wants the encoded text back
+ * takes one leading space off, as llama.cpp's detokenize does. False for BPE. */
+bool tokenizer_add_space_prefix(const struct tokenizer *tk);
 /* tokenizer.chat_template, NUL-terminated, or NULL when absent; the replacement after
  * tokenizer_replace_chat_template(). */
 const char *tokenizer_chat_template(const struct tokenizer *tk);
