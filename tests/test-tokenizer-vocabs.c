@@ -198,6 +198,69 @@ START_TEST(test_round_trip) {
 }
 END_TEST
 
+static void encode(const struct tokenizer *tk, const char *text, bool parse_special, int32_t **ret_ids, size_t *ret_n) {
+        struct error err = {};
+        ck_assert_msg(tokenizer_encode(tk, text, strlen(text), parse_special, ret_ids, ret_n, &err) == 0, "%s",
+                      err.message);
+}
+
+static bool same_encoding(const struct tokenizer *tk, const char *a, const char *b, bool parse_special) {
+        int32_t *ia, *ib;
+        size_t na, nb;
+        encode(tk, a, parse_special, &ia, &na);
+        encode(tk, b, parse_special, &ib, &nb);
+        bool same = na == nb && (na == 0 || memcmp(ia, ib, na * sizeof(*ia)) == 0);
+        free(ia);
+        free(ib);
+        return same;
+}
+
+/* The single token text encodes to, or -1 when it is not one token. */
+static int32_t single_token(const struct tokenizer *tk, const char *text, bool parse_special) {
+        int32_t *ids, id;
+        size_t n;
+        encode(tk, text, parse_special, &ids, &n);
+        id = n == 1 ? ids[0] : -1;
+        free(ids);
+        return id;
+}
+
+/* Phi-3 (general.name "Phi3"): its special tokens swallow the white space after them, but
+ * for <s>, <unk> and <|endoftext|>; "</s>", user-defined in the file, is control by its text. */
+START_TEST(test_phi3_specials) {
+        struct tokenizer *tk = load_vocab("phi-3");
+        ck_assert(same_encoding(tk, "<|user|>\n Hi there<|end|>\n<|assistant|>\n",
+                                "<|user|>Hi there<|end|><|assistant|>", true));
+        ck_assert(!same_encoding(tk, "<s>\nHi", "<s>Hi", true));
+        ck_assert(!same_encoding(tk, "<|endoftext|> Hi", "<|endoftext|>Hi", true));
+        /* Without parse_special the text stays text, its white space with it. */
+        ck_assert(!same_encoding(tk, "<|end|>\nHi", "<|end|>Hi", false));
+        ck_assert_int_eq(tokenizer_token_type(tk, 2), TOKEN_TYPE_CONTROL);
+        ck_assert_int_eq(single_token(tk, "</s>", true), 2);
+        ck_assert_int_eq(single_token(tk, "</s>", false), -1);
+        tokenizer_free(tk);
+}
+END_TEST
+
+/* Tokens spelled like an end of turn or a fill-in-the-middle marker are control tokens,
+ * whatever type the file gives them (Qwen's "</s>" is normal there, DeepSeek Coder's FIM
+ * markers user-defined). */
+START_TEST(test_control_lookalikes) {
+        struct tokenizer *qwen = load_vocab("qwen2"), *coder = load_vocab("deepseek-coder");
+        int32_t begin = tokenizer_find(coder, "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>", 19);
+
+        ck_assert_int_eq(single_token(qwen, "</s>", true), 128247);
+        ck_assert_int_eq(single_token(qwen, "</s>", false), -1);
+        ck_assert(tokenizer_is_control(qwen, 128247));
+        ck_assert_int_ge(begin, 0);
+        ck_assert(tokenizer_is_control(coder, begin));
+        ck_assert_int_eq(single_token(coder, "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>", true), begin);
+        ck_assert_int_eq(single_token(coder, "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>", false), -1);
+        tokenizer_free(qwen);
+        tokenizer_free(coder);
+}
+END_TEST
+
 static Suite *vocabs_suite(void) {
         Suite *s = suite_create("tokenizer-vocabs");
         TCase *tc = tcase_create("cases");
@@ -207,6 +270,11 @@ static Suite *vocabs_suite(void) {
         tc = tcase_create("round-trip");
         tcase_add_loop_test(tc, test_round_trip, 0, (int) (sizeof(round_trip_vocabs) / sizeof(round_trip_vocabs[0])));
         tcase_set_timeout(tc, 120);
+        suite_add_tcase(s, tc);
+        tc = tcase_create("special-tokens");
+        tcase_add_test(tc, test_phi3_specials);
+        tcase_add_test(tc, test_control_lookalikes);
+        tcase_set_timeout(tc, 60);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -154,6 +154,36 @@ START_TEST(test_split_smollm) {
 }
 END_TEST
 
+/* The other families' pre-tokenizers, a few telling cases each. */
+START_TEST(test_split_families) {
+        static const struct {
+                const char *pre, *text, *want;
+        } cases[] = {
+                /* Contractions in any case; a letter run takes one non-letter, non-digit before it. */
+                { "llama-bpe", "DON'T we'Re", "DON|'T| we|'Re|" },
+                { "llama-bpe", "(hello) $x", "(hello|)| $|x|" },
+                /* Digits three at a time (Qwen2: one). */
+                { "llama-bpe", "1234567", "123|456|7|" },
+                { "qwen2", "1234567", "1|2|3|4|5|6|7|" },
+                /* Punctuation takes the newlines after it; white space ends at its last newline. */
+                { "llama-bpe", "x.\n\ny", "x|.\n\n|y|" },
+                { "llama-bpe", "x  \n  y", "x|  \n| | y|" },
+                { "llama-bpe", "a   b", "a|  | b|" },
+                /* Each rule cuts what the one before made: newlines, letters with one space
+                 * before, ASCII and CJK punctuation (ASCII letters too), trailing space, CJK,
+                 * numbers. */
+                { "deepseek-llm", "Hi, \xe4\xbd\xa0\xe5\xa5\xbd 42  ", "Hi|,| |\xe4\xbd\xa0\xe5\xa5\xbd| |42|  |" },
+                { "deepseek-llm", "a\nb", "a|\n|b|" },
+                { "deepseek-coder", "x = 12;", "x| = |1|2|;|" }, /* '=' is a symbol (Sm), not punctuation */
+                /* Punctuation and ASCII symbol runs alone, then GPT-2, then three digits. */
+                { "falcon", "a+=b 12345", "a|+=|b| |123|45|" },
+                { "default", "a+=b 12345`", "a|+=|b| |123|45|`|" },
+        };
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+                check_split(cases[i].pre, cases[i].text, cases[i].want);
+}
+END_TEST
+
 START_TEST(test_split_invalid_utf8) {
         const char *s = "smollm";
         /* Each byte that starts no well-formed sequence stands alone. */
@@ -787,6 +817,7 @@ static Suite *tokenizer_suite(void) {
         tc = tcase_create("pretokenizer");
         tcase_add_test(tc, test_split_gpt2);
         tcase_add_test(tc, test_split_smollm);
+        tcase_add_test(tc, test_split_families);
         tcase_add_test(tc, test_split_invalid_utf8);
         tcase_add_test(tc, test_pretokenizer_names);
         suite_add_tcase(s, tc);

@@ -104,6 +104,21 @@ void spm_scratch_free(struct spm_scratch *s);
 int spm_encode(const struct tokenizer *tk, const char *text, size_t len, bool prefix_space, struct spm_scratch *s,
                struct id_list *out, struct error *err);
 
+/* token-attributes.c: what llama.cpp decides from a token's text. */
+
+/* Which fill-in-the-middle roles the file leaves to be found by spelling. */
+struct control_lookalikes {
+        bool fim_role_open[8];
+};
+
+void control_lookalikes_init(struct control_lookalikes *c, const struct gguf_file *f);
+/* Whether a token spelled text[0..len) is a control token whatever its type. */
+bool control_lookalike(const struct control_lookalikes *c, const char *text, size_t len);
+/* Whether f's special tokens swallow the white space after them (Phi-3), and the ones that
+ * do not even there. */
+bool phi3_strips_after_specials(const struct gguf_file *f);
+bool phi3_keeps_space_after(const char *text, size_t len);
+
 /* Token id's spelling in the text arena (tokens[id].text_len bytes). */
 static inline const char *token_text(const struct tokenizer *tk, int32_t id) {
         return tk->text_arena + tk->tokens[id].text_off;

@@ -98,8 +98,11 @@ static size_t spelling_to_bytes(const char *text, size_t len, const int16_t cp_t
 static int load_tokens(struct tokenizer *tk, const struct gguf_file *f, struct error *err) {
         const struct gguf_value *tokens, *types = NULL;
         int16_t cp_to_byte[BYTE_CP_LIMIT];
+        struct control_lookalikes lookalikes;
         size_t text_size = 0;
         int r;
+
+        control_lookalikes_init(&lookalikes, f);
 
         r = gguf_get_array(f, "tokenizer.ggml.tokens", GGUF_VALUE_STRING, &tokens, err);
         if (r < 0)
@@ -146,6 +149,8 @@ static int load_tokens(struct tokenizer *tk, const struct gguf_file *f, struct e
                                 return error_set(err, EINVAL, "%s: tokenizer.ggml.token_type[%d] is %lld, not a token type (0-6)",
                                                  f->path, id, (long long) type);
                 }
+                if (control_lookalike(&lookalikes, s.data, s.len))
+                        type = TOKEN_TYPE_CONTROL;
                 t->type = (uint8_t) type;
 
                 t->text_off = off;
@@ -282,7 +287,7 @@ static int special_order(const void *a, const void *b) {
         return x->id < y->id ? -1 : x->id > y->id;
 }
 
-static int load_specials(struct tokenizer *tk, struct error *err) {
+static int load_specials(struct tokenizer *tk, bool phi3, struct error *err) {
         struct special_token *list;
         size_t n = 0;
         int r;
@@ -304,6 +309,7 @@ static int load_specials(struct tokenizer *tk, struct error *err) {
                                 .len = t->text_len,
                                 .id = id,
                                 .always = t->type == TOKEN_TYPE_USER_DEFINED,
+                                .rstrip = phi3 && !phi3_keeps_space_after(token_text(tk, id), t->text_len),
                         };
         }
         qsort(list, n, sizeof(*list), special_order);
@@ -376,7 +382,7 @@ int tokenizer_load(const struct gguf_file *f, struct tokenizer **ret, struct err
         r = tk->kind == TOKENIZER_SPM ? spm_load(tk, f, err) : load_merges(tk, f, err);
         if (r < 0)
                 goto fail;
-        r = load_specials(tk, err);
+        r = load_specials(tk, phi3_strips_after_specials(f), err);
         if (r < 0)
                 goto fail;
 
