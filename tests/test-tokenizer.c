@@ -11,6 +11,7 @@
 #include "gguf.h"
 #include "pretokenizer.h"
 #include "test-fixtures.h"
+#include "test-random.h"
 #include "tokenizer-test-util.h"
 #include "tokenizer.h"
 #include "unicode.h"
@@ -181,6 +182,53 @@ START_TEST(test_split_families) {
         };
         for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
                 check_split(cases[i].pre, cases[i].text, cases[i].want);
+}
+END_TEST
+
+/* Checks that pieces tile the text and that an invalid byte is always a piece alone. */
+struct tiling {
+        const char *text;
+        size_t len, at;
+};
+
+static int check_piece(const char *piece, size_t len, void *userdata) {
+        struct tiling *t = userdata;
+        ck_assert_ptr_eq(piece, t->text + t->at);
+        ck_assert_uint_gt(len, 0);
+        for (size_t i = 0; i < len;) {
+                size_t n;
+                if (utf8_next((const uint8_t *) piece + i, len - i, NULL, &n) != UTF8_VALID)
+                        ck_assert_msg(len == 1, "an invalid byte shares a piece of %zu bytes", len);
+                i += n;
+        }
+        t->at += len;
+        return 0;
+}
+
+/* Every pre-tokenizer, on random bytes and on random well-formed text. */
+START_TEST(test_split_tiles) {
+        static const uint32_t alphabet[] = { 'a', 'Z', '7', ' ', '\n', '\r', '\t', '\'', '.', '$', '`', 0xA0, 0xE9,
+                                             0x3000, 0x4F60, 0xAC00, 0xFF01, 0x2018, 0x0301, 0x0663, 0x1F600 };
+        char names[512], text[512];
+
+        pretokenizer_names(names, sizeof(names));
+        for (char *name = strtok(names, ", "); name; name = strtok(NULL, ", ")) {
+                const struct pretokenizer *pre = pretokenizer_find(name, strlen(name));
+                ck_assert_msg(pre, "\"%s\" is listed but not found", name);
+                for (int round = 0; round < 400; round++) {
+                        size_t len = 0, want = (size_t) (round % 97);
+                        while (len + 4 <= want) {
+                                uint32_t r = next_u32();
+                                if (round % 2)
+                                        text[len++] = (char) r;
+                                else
+                                        len += utf8_encode(alphabet[r % (sizeof(alphabet) / sizeof(alphabet[0]))], text + len);
+                        }
+                        struct tiling t = { .text = text, .len = len };
+                        ck_assert_int_eq(pretokenize(pre, text, len, check_piece, &t), 0);
+                        ck_assert_uint_eq(t.at, len);
+                }
+        }
 }
 END_TEST
 
@@ -818,6 +866,7 @@ static Suite *tokenizer_suite(void) {
         tcase_add_test(tc, test_split_gpt2);
         tcase_add_test(tc, test_split_smollm);
         tcase_add_test(tc, test_split_families);
+        tcase_add_test(tc, test_split_tiles);
         tcase_add_test(tc, test_split_invalid_utf8);
         tcase_add_test(tc, test_pretokenizer_names);
         suite_add_tcase(s, tc);

@@ -14,7 +14,10 @@ static const struct pretokenizer pretokenizers[] = {
         { .name = "gpt-2", .rules = { split_gpt2 } },
         { .name = "mpt", .rules = { split_gpt2 } },
         { .name = "llama-bpe", .rules = { split_llama3 }, .ignore_merges = true, .add_bos = true },
+        { .name = "llama3", .rules = { split_llama3 }, .ignore_merges = true, .add_bos = true },
+        { .name = "llama-v3", .rules = { split_llama3 }, .ignore_merges = true, .add_bos = true },
         { .name = "qwen2", .rules = { split_qwen2 } },
+        { .name = "deepseek-r1-qwen", .rules = { split_qwen2 } }, /* DeepSeek-R1's Qwen distillations */
         { .name = "starcoder", .rules = { split_number, split_gpt2 } },
         { .name = "refact", .rules = { split_number, split_gpt2 } },
         { .name = "command-r", .rules = { split_number, split_gpt2 } },

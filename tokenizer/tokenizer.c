@@ -368,7 +368,7 @@ int tokenizer_load(const struct gguf_file *f, struct tokenizer **ret, struct err
                 }
                 tk->pre = pretokenizer_find(s.data, s.len);
                 if (!tk->pre) {
-                        char names[256];
+                        char names[320];
                         pretokenizer_names(names, sizeof(names));
                         r = error_set(err, EOPNOTSUPP, "%s: tokenizer.ggml.pre is \"%.*s\", a pre-tokenizer this tokenizer lacks; supported: %s",
                                       f->path, (int) s.len, s.data, names);
