@@ -18,9 +18,15 @@
 #include "tokenizer.h"
 #include "unicode.h"
 
-static const char *const vocabs[] = {
-        "llama-bpe", "qwen2", "deepseek-llm", "deepseek-coder", "gpt-2", "starcoder",
-        "falcon", "command-r", "refact", "mpt", "llama-spm", "phi-3",
+/* bos: whether llama.cpp starts a prompt with BOS (llama-tokenize without --no-bos): by the
+ * file's tokenizer.ggml.add_bos_token, else by default (SentencePiece, llama-bpe). */
+static const struct {
+        const char *name;
+        bool bos;
+} vocabs[] = {
+        { "llama-bpe", true },  { "qwen2", false },  { "deepseek-llm", true }, { "deepseek-coder", true },
+        { "gpt-2", false },     { "starcoder", false }, { "falcon", false },    { "command-r", true },
+        { "refact", false },    { "mpt", false },    { "llama-spm", true },    { "phi-3", true },
 };
 
 /* llama.cpp runs its detokenizer round trip (test-tokenizer-1-spm) on these. */
@@ -102,7 +108,7 @@ static char *detokenize(const struct tokenizer *tk, const int32_t *ids, size_t n
 }
 
 START_TEST(test_vocab_cases) {
-        const char *name = vocabs[_i];
+        const char *name = vocabs[_i].name;
         struct tokenizer *tk = load_vocab(name);
         char *inp_path = vocab_path(name, ".inp"), *out_path = vocab_path(name, ".out");
         size_t inp_len, out_len, n_cases = 0, n_fail = 0, n_round_trip_fail = 0;
@@ -261,10 +267,32 @@ START_TEST(test_control_lookalikes) {
 }
 END_TEST
 
+/* A prompt: BOS first where llama.cpp puts it, then the text's ids; never EOS. */
+START_TEST(test_vocab_prompt) {
+        struct tokenizer *tk = load_vocab(vocabs[_i].name);
+        struct error err = {};
+        int32_t *ids, *prompt;
+        size_t n, n_prompt;
+
+        encode(tk, "Hi", false, &ids, &n);
+        ck_assert_msg(tokenizer_encode_prompt(tk, "Hi", 2, false, &prompt, &n_prompt, &err) == 0, "%s", err.message);
+        ck_assert_int_eq(tokenizer_add_bos(tk), vocabs[_i].bos);
+        size_t skip = vocabs[_i].bos ? 1 : 0;
+        ck_assert_uint_eq(n_prompt, n + skip);
+        if (vocabs[_i].bos)
+                ck_assert_int_eq(prompt[0], tokenizer_bos(tk));
+        ck_assert_mem_eq(prompt + skip, ids, n * sizeof(*ids));
+        free(ids);
+        free(prompt);
+        tokenizer_free(tk);
+}
+END_TEST
+
 static Suite *vocabs_suite(void) {
         Suite *s = suite_create("tokenizer-vocabs");
         TCase *tc = tcase_create("cases");
         tcase_add_loop_test(tc, test_vocab_cases, 0, (int) (sizeof(vocabs) / sizeof(vocabs[0])));
+        tcase_add_loop_test(tc, test_vocab_prompt, 0, (int) (sizeof(vocabs) / sizeof(vocabs[0])));
         tcase_set_timeout(tc, 60);
         suite_add_tcase(s, tc);
         tc = tcase_create("round-trip");

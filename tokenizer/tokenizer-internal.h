@@ -52,7 +52,7 @@ struct tokenizer {
         struct special_matcher *specials;
 
         int32_t bos, eos, unk, pad;
-        bool add_bos;
+        bool add_bos, add_eos;
         char *chat_template;
         bool chat_template_replaced; /* chat_template is not the file's */
         char *architecture; /* general.architecture */

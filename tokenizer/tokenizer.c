@@ -338,6 +338,20 @@ static int load_optional_string(const struct gguf_file *f, const char *key, char
         return 0;
 }
 
+/* Whether prompts get the token id (key, else fallback); the token must exist then. */
+static int load_add_special(const struct gguf_file *f, const char *key, bool fallback, int32_t id, const char *id_key,
+                            bool *ret, struct error *err) {
+        *ret = fallback;
+        if (gguf_find_kv(f, key)) {
+                int r = gguf_get_bool(f, key, ret, err);
+                if (r < 0)
+                        return r;
+        }
+        if (*ret && id < 0)
+                return error_set(err, EINVAL, "%s: %s is true but no %s", f->path, key, id_key);
+        return 0;
+}
+
 int tokenizer_load(const struct gguf_file *f, struct tokenizer **ret, struct error *err) {
         struct tokenizer *tk;
         struct gguf_string s;
@@ -401,19 +415,16 @@ int tokenizer_load(const struct gguf_file *f, struct tokenizer **ret, struct err
                         goto fail;
         }
 
-        /* llama.cpp's default: SentencePiece vocabularies add BOS unless the key says not;
-         * BPE ones as their pre-tokenizer says. */
-        tk->add_bos = tk->kind == TOKENIZER_SPM || tk->pre->add_bos;
-        if (gguf_find_kv(f, "tokenizer.ggml.add_bos_token")) {
-                r = gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &tk->add_bos, err);
-                if (r < 0)
-                        goto fail;
-        }
-        if (tk->add_bos && tk->bos < 0) {
-                r = error_set(err, EINVAL, "%s: tokenizer.ggml.add_bos_token is true but no tokenizer.ggml.bos_token_id",
-                              f->path);
+        /* llama.cpp's defaults: SentencePiece vocabularies add BOS, BPE ones as their
+         * pre-tokenizer says; neither adds EOS. The keys override them. */
+        r = load_add_special(f, "tokenizer.ggml.add_bos_token", tk->kind == TOKENIZER_SPM || tk->pre->add_bos,
+                             tk->bos, "tokenizer.ggml.bos_token_id", &tk->add_bos, err);
+        if (r < 0)
                 goto fail;
-        }
+        r = load_add_special(f, "tokenizer.ggml.add_eos_token", false, tk->eos, "tokenizer.ggml.eos_token_id",
+                             &tk->add_eos, err);
+        if (r < 0)
+                goto fail;
 
         r = load_optional_string(f, "tokenizer.chat_template", &tk->chat_template, err);
         if (r < 0)
@@ -717,6 +728,8 @@ int tokenizer_encode_prompt(const struct tokenizer *tk, const char *text, size_t
                 r = id_list_push(&out, tk->bos, err);
         if (r == 0)
                 r = encode(tk, text, len, parse_special, &out, err);
+        if (r == 0 && tk->add_eos)
+                r = id_list_push(&out, tk->eos, err);
         if (r < 0) {
                 free(out.ids);
                 return r;

@@ -116,7 +116,8 @@ int tokenizer_encode(const struct tokenizer *tk, const char *text, size_t len, b
                      int32_t **ret_ids, size_t *ret_n, struct error *err);
 
 /* A prompt as llama.cpp's add_special tokenizes it: tokenizer_encode() after the BOS
- * token when tokenizer_add_bos(). */
+ * token when tokenizer_add_bos(), and before the EOS token when
+ * tokenizer.ggml.add_eos_token (default false) says so. */
 int tokenizer_encode_prompt(const struct tokenizer *tk, const char *text, size_t len, bool parse_special,
                             int32_t **ret_ids, size_t *ret_n, struct error *err);
 
