@@ -6,7 +6,7 @@
  * loaded through the GGUF reader and tokenizer_load(), as a model's would be.
  *
  * The files come from the pinned llama-cpp-python sdist: $ASYNCLLM_VOCABS names the folder
- * tests/extract-vocab-fixtures filled (make check runs it first). */
+ * tests/extract-vocab-fixtures filled (tests/test-tokenizer-vocabs.sh runs it first). */
 #include <check.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,7 +29,8 @@ static const struct {
         { "refact", false },    { "mpt", false },    { "llama-spm", true },    { "phi-3", true },
 };
 
-/* llama.cpp runs its detokenizer round trip (test-tokenizer-1-spm) on these. */
+/* The detokenizer round trip of llama.cpp's test-tokenizer-1-spm, which it runs on
+ * llama-spm; phi-3 is SentencePiece too. */
 static const char *const round_trip_vocabs[] = { "llama-spm", "phi-3" };
 
 #define CASE_SEPARATOR "\n__ggml_vocab_test__\n"
