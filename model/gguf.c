@@ -376,6 +376,10 @@ static int parse(struct gguf_file *f, struct error *err) {
                         return r;
 
         uint64_t data_start = (c.pos + f->alignment - 1) / f->alignment * f->alignment;
+        /* A file of metadata alone (llama.cpp's vocabulary-only files) may end unpadded: its
+         * data section is empty. */
+        if (f->n_tensors == 0 && data_start > f->size)
+                data_start = f->size;
         if (data_start > f->size)
                 return error_set(err, EINVAL, "%s: file truncated: the data section would start at byte %llu, past the end (%llu bytes)",
                                  f->path, (unsigned long long) data_start, (unsigned long long) f->size);

@@ -344,6 +344,8 @@ static size_t metadata_length(const struct gguf_writer *w) {
 }
 
 size_t gguf_writer_min_valid_length(struct gguf_writer *w) {
+        if (w->n_tensors == 0)
+                return metadata_length(w);
         return align_up(metadata_length(w), w->alignment) + layout(w);
 }
 

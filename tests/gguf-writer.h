@@ -80,7 +80,8 @@ void gguf_writer_add_data_padding(struct gguf_writer *w, size_t n_bytes);
 int gguf_writer_to_buffer(struct gguf_writer *w, uint8_t **ret_buf, size_t *ret_len);
 
 /* Size of the shortest prefix of the image that is still a valid file: everything up to the
- * end of the last tensor's data (the padding after it is optional). */
+ * end of the last tensor's data (the padding after it is optional), or up to the end of the
+ * metadata in a file without tensors (its padding is optional too). */
 size_t gguf_writer_min_valid_length(struct gguf_writer *w);
 
 /* Writes the image to path (created or truncated). Negative errno on failure. */

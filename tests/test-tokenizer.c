@@ -11,6 +11,7 @@
 #include "gguf.h"
 #include "pretokenizer.h"
 #include "test-fixtures.h"
+#include "test-random.h"
 #include "tokenizer-test-util.h"
 #include "tokenizer.h"
 #include "unicode.h"
@@ -95,14 +96,16 @@ static int collect_piece(const char *piece, size_t len, void *userdata) {
 }
 
 /* The pieces joined by '|', a '|' after each. */
-static void check_split(enum pretokenizer kind, const char *text, const char *want) {
+static void check_split(const char *name, const char *text, const char *want) {
+        const struct pretokenizer *pre = pretokenizer_find(name, strlen(name));
         struct pieces p = {};
-        ck_assert_int_eq(pretokenize(kind, text, strlen(text), collect_piece, &p), 0);
+        ck_assert_ptr_nonnull(pre);
+        ck_assert_int_eq(pretokenize(pre, text, strlen(text), collect_piece, &p), 0);
         ck_assert_msg(strcmp(p.text, want) == 0, "split(\"%s\") = \"%s\", expected \"%s\"", text, p.text, want);
 }
 
 START_TEST(test_split_gpt2) {
-        enum pretokenizer g = PRETOKENIZER_GPT2;
+        const char *g = "gpt-2";
         check_split(g, "", "");
         check_split(g, "Hello world", "Hello| world|");
         check_split(g, "Hello world! 123", "Hello| world|!| 123|");
@@ -139,7 +142,7 @@ START_TEST(test_split_gpt2) {
 END_TEST
 
 START_TEST(test_split_smollm) {
-        enum pretokenizer s = PRETOKENIZER_SMOLLM;
+        const char *s = "smollm";
         check_split(s, "Hello world! 123", "Hello| world|!| |1|2|3|");
         check_split(s, "abc123def", "abc|1|2|3|def|");
         check_split(s, "a 1", "a| |1|");
@@ -152,8 +155,85 @@ START_TEST(test_split_smollm) {
 }
 END_TEST
 
+/* The other families' pre-tokenizers, a few telling cases each. */
+START_TEST(test_split_families) {
+        static const struct {
+                const char *pre, *text, *want;
+        } cases[] = {
+                /* Contractions in any case; a letter run takes one non-letter, non-digit before it. */
+                { "llama-bpe", "DON'T we'Re", "DON|'T| we|'Re|" },
+                { "llama-bpe", "(hello) $x", "(hello|)| $|x|" },
+                /* Digits three at a time (Qwen2: one). */
+                { "llama-bpe", "1234567", "123|456|7|" },
+                { "qwen2", "1234567", "1|2|3|4|5|6|7|" },
+                /* Punctuation takes the newlines after it; white space ends at its last newline. */
+                { "llama-bpe", "x.\n\ny", "x|.\n\n|y|" },
+                { "llama-bpe", "x  \n  y", "x|  \n| | y|" },
+                { "llama-bpe", "a   b", "a|  | b|" },
+                /* Each rule cuts what the one before made: newlines, letters with one space
+                 * before, ASCII and CJK punctuation (ASCII letters too), trailing space, CJK,
+                 * numbers. */
+                { "deepseek-llm", "Hi, \xe4\xbd\xa0\xe5\xa5\xbd 42  ", "Hi|,| |\xe4\xbd\xa0\xe5\xa5\xbd| |42|  |" },
+                { "deepseek-llm", "a\nb", "a|\n|b|" },
+                { "deepseek-coder", "x = 12;", "x| = |1|2|;|" }, /* '=' is a symbol (Sm), not punctuation */
+                /* Punctuation and ASCII symbol runs alone, then GPT-2, then three digits. */
+                { "falcon", "a+=b 12345", "a|+=|b| |123|45|" },
+                { "default", "a+=b 12345`", "a|+=|b| |123|45|`|" },
+        };
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+                check_split(cases[i].pre, cases[i].text, cases[i].want);
+}
+END_TEST
+
+/* Checks that pieces tile the text and that an invalid byte is always a piece alone. */
+struct tiling {
+        const char *text;
+        size_t len, at;
+};
+
+static int check_piece(const char *piece, size_t len, void *userdata) {
+        struct tiling *t = userdata;
+        ck_assert_ptr_eq(piece, t->text + t->at);
+        ck_assert_uint_gt(len, 0);
+        for (size_t i = 0; i < len;) {
+                size_t n;
+                if (utf8_next((const uint8_t *) piece + i, len - i, NULL, &n) != UTF8_VALID)
+                        ck_assert_msg(len == 1, "an invalid byte shares a piece of %zu bytes", len);
+                i += n;
+        }
+        t->at += len;
+        return 0;
+}
+
+/* Every pre-tokenizer, on random bytes and on random well-formed text. */
+START_TEST(test_split_tiles) {
+        static const uint32_t alphabet[] = { 'a', 'Z', '7', ' ', '\n', '\r', '\t', '\'', '.', '$', '`', 0xA0, 0xE9,
+                                             0x3000, 0x4F60, 0xAC00, 0xFF01, 0x2018, 0x0301, 0x0663, 0x1F600 };
+        char names[512], text[512];
+
+        pretokenizer_names(names, sizeof(names));
+        for (char *name = strtok(names, ", "); name; name = strtok(NULL, ", ")) {
+                const struct pretokenizer *pre = pretokenizer_find(name, strlen(name));
+                ck_assert_msg(pre, "\"%s\" is listed but not found", name);
+                for (int round = 0; round < 400; round++) {
+                        size_t len = 0, want = (size_t) (round % 97);
+                        while (len + 4 <= want) {
+                                uint32_t r = next_u32();
+                                if (round % 2)
+                                        text[len++] = (char) r;
+                                else
+                                        len += utf8_encode(alphabet[r % (sizeof(alphabet) / sizeof(alphabet[0]))], text + len);
+                        }
+                        struct tiling t = { .text = text, .len = len };
+                        ck_assert_int_eq(pretokenize(pre, text, len, check_piece, &t), 0);
+                        ck_assert_uint_eq(t.at, len);
+                }
+        }
+}
+END_TEST
+
 START_TEST(test_split_invalid_utf8) {
-        enum pretokenizer s = PRETOKENIZER_SMOLLM;
+        const char *s = "smollm";
         /* Each byte that starts no well-formed sequence stands alone. */
         check_split(s, "a\xff" "b", "a|\xff|b|");
         check_split(s, "!\x80!", "!|\x80|!|");
@@ -168,13 +248,18 @@ START_TEST(test_split_invalid_utf8) {
 END_TEST
 
 START_TEST(test_pretokenizer_names) {
-        enum pretokenizer k;
-        ck_assert_int_eq(pretokenizer_from_name("smollm", 6, &k), 0);
-        ck_assert_int_eq(k, PRETOKENIZER_SMOLLM);
-        ck_assert_int_eq(pretokenizer_from_name("gpt2", 4, &k), 0);
-        ck_assert_int_eq(k, PRETOKENIZER_GPT2);
-        ck_assert_int_eq(pretokenizer_from_name("llama-bpe", 9, &k), -EOPNOTSUPP);
-        ck_assert_int_eq(pretokenizer_from_name("smollm2", 7, &k), -EOPNOTSUPP);
+        char names[256];
+        ck_assert_ptr_nonnull(pretokenizer_find("smollm", 6));
+        ck_assert_ptr_nonnull(pretokenizer_find("llama-bpe", 9));
+        ck_assert(pretokenizer_find("llama-bpe", 9)->ignore_merges);
+        ck_assert_ptr_null(pretokenizer_find("gpt2", 4)); /* llama.cpp says "gpt-2" */
+        ck_assert_ptr_null(pretokenizer_find("smollm2", 7));
+        ck_assert_ptr_null(pretokenizer_find("smoll", 5));
+        pretokenizer_names(names, sizeof(names));
+        ck_assert_ptr_nonnull(strstr(names, "default, gpt-2, "));
+        ck_assert_ptr_nonnull(strstr(names, ", deepseek-coder"));
+        pretokenizer_names(names, 12);
+        ck_assert_str_eq(names, "default");
 }
 END_TEST
 
@@ -186,12 +271,15 @@ START_TEST(test_unicode_classes) {
         ck_assert_int_eq(unicode_classify(' '), UNICODE_SPACE);
         ck_assert_int_eq(unicode_classify('\n'), UNICODE_SPACE);
         ck_assert_int_eq(unicode_classify(0x1C), UNICODE_OTHER);
-        ck_assert_int_eq(unicode_classify('_'), UNICODE_OTHER);
+        ck_assert_int_eq(unicode_classify('_'), UNICODE_PUNCT);  /* Pc */
+        ck_assert_int_eq(unicode_classify('$'), UNICODE_SYMBOL); /* Sc */
+        ck_assert_int_eq(unicode_classify('`'), UNICODE_SYMBOL); /* Sk */
         ck_assert_int_eq(unicode_classify(0x85), UNICODE_SPACE);
         ck_assert_int_eq(unicode_classify(0xA0), UNICODE_SPACE);
         ck_assert_int_eq(unicode_classify(0xAA), UNICODE_LETTER);  /* ª Lo */
         ck_assert_int_eq(unicode_classify(0xB2), UNICODE_NUMBER);  /* ² No */
-        ck_assert_int_eq(unicode_classify(0x301), UNICODE_OTHER);  /* combining acute, Mn */
+        ck_assert_int_eq(unicode_classify(0x301), UNICODE_MARK);   /* combining acute, Mn */
+        ck_assert_int_eq(unicode_classify(0x3001), UNICODE_PUNCT); /* ideographic comma, Po */
         ck_assert_int_eq(unicode_classify(0x1680), UNICODE_SPACE);
         ck_assert_int_eq(unicode_classify(0x180E), UNICODE_OTHER); /* no longer a space */
         ck_assert_int_eq(unicode_classify(0x2028), UNICODE_SPACE);
@@ -200,7 +288,9 @@ START_TEST(test_unicode_classes) {
         ck_assert_int_eq(unicode_classify(0x3000), UNICODE_SPACE);
         ck_assert_int_eq(unicode_classify(0x4E00), UNICODE_LETTER);
         ck_assert_int_eq(unicode_classify(0xAC00), UNICODE_LETTER);
-        ck_assert_int_eq(unicode_classify(0x1F600), UNICODE_OTHER);
+        ck_assert_int_eq(unicode_classify(0x1F600), UNICODE_SYMBOL); /* So */
+        ck_assert_int_eq(unicode_classify(0xE000), UNICODE_OTHER);   /* private use, Co */
+        ck_assert_int_eq(unicode_classify(0x0378), UNICODE_OTHER);   /* unassigned */
         ck_assert_int_eq(unicode_classify(0x1D7CE), UNICODE_NUMBER); /* mathematical bold digit zero */
         ck_assert_int_eq(unicode_classify(0x20000), UNICODE_LETTER);
         ck_assert_int_eq(unicode_classify(0x10FFFF), UNICODE_OTHER);
@@ -688,7 +778,7 @@ START_TEST(test_bpe_rules) {
         /* ids: 256 "aa", 257 "aaa", 258 "ab", 259 "aab" */
         static const char *const extra[] = { "aa", "aaa", "ab", "aab" };
         static const char *const merges[] = { "a a", "a b", "aa a", "a ab" };
-        struct synthetic s = { .model = "gpt2", .pre = "gpt2", .extra = extra, .n_extra = 4, .merges = merges,
+        struct synthetic s = { .model = "gpt2", .pre = "gpt-2", .extra = extra, .n_extra = 4, .merges = merges,
                                .n_merges = 4, .bos = -1 };
         struct tokenizer *tk;
         struct error err = {};
@@ -713,7 +803,7 @@ END_TEST
 START_TEST(test_load_errors) {
         static const char *const merges[] = { "a b" };
         static const char *const extra[] = { "ab" };
-        struct synthetic s = { .model = "bert", .pre = "gpt2", .extra = extra, .n_extra = 1, .merges = merges,
+        struct synthetic s = { .model = "bert", .pre = "gpt-2", .extra = extra, .n_extra = 1, .merges = merges,
                                .n_merges = 1, .bos = -1 };
         struct tokenizer *tk = NULL;
         struct error err = {};
@@ -728,10 +818,11 @@ START_TEST(test_load_errors) {
         ck_assert_ptr_nonnull(strstr(err.message, "tokenizer.ggml.model"));
 
         s.model = "gpt2";
-        s.pre = "qwen2";
+        s.pre = "qwen9";
         ck_assert_int_eq(load_synthetic(&s, &tk, &err), -EOPNOTSUPP);
         ck_assert_ptr_nonnull(strstr(err.message, "tokenizer.ggml.pre"));
-        ck_assert_ptr_nonnull(strstr(err.message, "\"qwen2\""));
+        ck_assert_ptr_nonnull(strstr(err.message, "\"qwen9\""));
+        ck_assert_ptr_nonnull(strstr(err.message, "supported: default, gpt-2, "));
 
         s.pre = "smollm";
         s.bos = 257;
@@ -774,6 +865,8 @@ static Suite *tokenizer_suite(void) {
         tc = tcase_create("pretokenizer");
         tcase_add_test(tc, test_split_gpt2);
         tcase_add_test(tc, test_split_smollm);
+        tcase_add_test(tc, test_split_families);
+        tcase_add_test(tc, test_split_tiles);
         tcase_add_test(tc, test_split_invalid_utf8);
         tcase_add_test(tc, test_pretokenizer_names);
         suite_add_tcase(s, tc);

@@ -138,7 +138,15 @@ static bool find_occurring(const struct special_matcher *m, const char *text, si
         return any;
 }
 
-/* Places token k at each free occurrence; owner[i] is the token that took byte i, or -1. */
+/* owner[i]: the token that took byte i, or one of these. */
+#define OWNER_FREE (-1)
+#define OWNER_STRIPPED (-2) /* white space an rstrip token dropped */
+
+static bool is_c_space(char c) {
+        return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+/* Places token k at each free occurrence. */
 static void place_token(const struct special_matcher *m, size_t k, const char *text, size_t len, int32_t *owner) {
         const struct special_token *t = &m->tokens[k];
         size_t pos = 0;
@@ -146,8 +154,8 @@ static void place_token(const struct special_matcher *m, size_t k, const char *t
 
         while (pos < len && (hit = find_bytes(text + pos, len - pos, t->text, t->len))) {
                 size_t at = (size_t) (hit - text), taken = at + t->len;
-                /* The last byte some earlier token took: no occurrence free of it starts before. */
-                while (taken > at && owner[taken - 1] < 0)
+                /* The last byte already taken: no occurrence free of it starts before. */
+                while (taken > at && owner[taken - 1] == OWNER_FREE)
                         taken--;
                 if (taken > at) {
                         pos = taken;
@@ -156,6 +164,9 @@ static void place_token(const struct special_matcher *m, size_t k, const char *t
                 for (size_t i = at; i < at + t->len; i++)
                         owner[i] = (int32_t) k;
                 pos = at + t->len;
+                if (t->rstrip)
+                        for (; pos < len && owner[pos] == OWNER_FREE && is_c_space(text[pos]); pos++)
+                                owner[pos] = OWNER_STRIPPED;
         }
 }
 
@@ -199,15 +210,18 @@ int special_partition(const struct special_matcher *m, const char *text, size_t 
                 r = -ENOMEM;
                 goto finish;
         }
-        memset(owner, 0xff, len * sizeof(*owner));
+        for (size_t i = 0; i < len; i++)
+                owner[i] = OWNER_FREE;
         for (size_t k = 0; k < m->n_tokens; k++)
                 if (seen[k])
                         place_token(m, k, text, len, owner);
 
         for (size_t i = 0; i < len && r == 0;) {
                 size_t start = i;
-                if (owner[i] < 0) {
-                        while (i < len && owner[i] < 0)
+                if (owner[i] == OWNER_STRIPPED)
+                        i++;
+                else if (owner[i] == OWNER_FREE) {
+                        while (i < len && owner[i] == OWNER_FREE)
                                 i++;
                         r = fragments_add(&items, &n, &cap, start, i - start, -1);
                 } else {

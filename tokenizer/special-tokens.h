@@ -6,7 +6,9 @@
  *
  * The rule: tokens are taken in priority order (longest text first, lower id among equals);
  * each takes every occurrence, left to right and without overlap, that lies wholly within
- * text no earlier token took. What remains between taken stretches is raw text.
+ * text no earlier token took. A token marked rstrip also takes, and drops, the white space
+ * (C's isspace()) that follows an occurrence, up to text some token took. What remains
+ * between taken stretches is raw text.
  *
  * A vocabulary may have thousands of such tokens (Gemma's 6,249 control tokens, mostly
  * "<unusedN>"), so the text is walked once through a trie of their spellings to learn which
@@ -21,6 +23,7 @@ struct special_token {
         uint32_t len;     /* > 0 */
         int32_t id;
         bool always; /* recognised even without parse_special (user-defined tokens) */
+        bool rstrip; /* swallows the white space after it */
 };
 
 struct special_matcher;

@@ -33,7 +33,7 @@ struct merge_slot {
 
 struct tokenizer {
         enum tokenizer_kind kind;
-        enum pretokenizer pre; /* BPE only */
+        const struct pretokenizer *pre; /* BPE only */
         int32_t n_vocab;
         struct token *tokens; /* (n_vocab) */
         char *text_arena;
@@ -48,10 +48,11 @@ struct tokenizer {
         bool add_space_prefix; /* SPM only */
 
         int32_t byte_token[256]; /* the token of each single byte, or -1 */
+        uint32_t byte_cp[256];    /* BPE: the code point that spells each byte (GPT-2's byte map) */
         struct special_matcher *specials;
 
         int32_t bos, eos, unk, pad;
-        bool add_bos;
+        bool add_bos, add_eos;
         char *chat_template;
         bool chat_template_replaced; /* chat_template is not the file's */
         char *architecture; /* general.architecture */
@@ -102,6 +103,21 @@ void spm_scratch_free(struct spm_scratch *s);
  * add_space_prefix for a stretch at the start or after a special token. */
 int spm_encode(const struct tokenizer *tk, const char *text, size_t len, bool prefix_space, struct spm_scratch *s,
                struct id_list *out, struct error *err);
+
+/* token-attributes.c: what llama.cpp decides from a token's text. */
+
+/* Which fill-in-the-middle roles the file leaves to be found by spelling. */
+struct control_lookalikes {
+        bool fim_role_open[8];
+};
+
+void control_lookalikes_init(struct control_lookalikes *c, const struct gguf_file *f);
+/* Whether a token spelled text[0..len) is a control token whatever its type. */
+bool control_lookalike(const struct control_lookalikes *c, const char *text, size_t len);
+/* Whether f's special tokens swallow the white space after them (Phi-3), and the ones that
+ * do not even there. */
+bool phi3_strips_after_specials(const struct gguf_file *f);
+bool phi3_keeps_space_after(const char *text, size_t len);
 
 /* Token id's spelling in the text arena (tokens[id].text_len bytes). */
 static inline const char *token_text(const struct tokenizer *tk, int32_t id) {

@@ -98,9 +98,11 @@ static size_t spelling_to_bytes(const char *text, size_t len, const int16_t cp_t
 static int load_tokens(struct tokenizer *tk, const struct gguf_file *f, struct error *err) {
         const struct gguf_value *tokens, *types = NULL;
         int16_t cp_to_byte[BYTE_CP_LIMIT];
-        uint32_t byte_to_cp[256];
+        struct control_lookalikes lookalikes;
         size_t text_size = 0;
         int r;
+
+        control_lookalikes_init(&lookalikes, f);
 
         r = gguf_get_array(f, "tokenizer.ggml.tokens", GGUF_VALUE_STRING, &tokens, err);
         if (r < 0)
@@ -134,7 +136,7 @@ static int load_tokens(struct tokenizer *tk, const struct gguf_file *f, struct e
         if (!tk->tokens || !tk->text_arena || !tk->bytes_arena)
                 return error_set(err, ENOMEM, "out of memory loading %d tokens", tk->n_vocab);
 
-        byte_map(byte_to_cp, cp_to_byte);
+        byte_map(tk->byte_cp, cp_to_byte);
         uint32_t off = 0, bytes_off = 0;
         for (int32_t id = 0; id < tk->n_vocab; id++) {
                 struct gguf_string s = tokens->array.strings[id];
@@ -147,6 +149,8 @@ static int load_tokens(struct tokenizer *tk, const struct gguf_file *f, struct e
                                 return error_set(err, EINVAL, "%s: tokenizer.ggml.token_type[%d] is %lld, not a token type (0-6)",
                                                  f->path, id, (long long) type);
                 }
+                if (control_lookalike(&lookalikes, s.data, s.len))
+                        type = TOKEN_TYPE_CONTROL;
                 t->type = (uint8_t) type;
 
                 t->text_off = off;
@@ -186,7 +190,7 @@ static int load_tokens(struct tokenizer *tk, const struct gguf_file *f, struct e
          * in training): those stay -1 and encode to nothing, as in llama.cpp and HF. */
         for (uint32_t b = 0; b < 256; b++) {
                 char spelling[UTF8_MAX_LEN];
-                size_t n = utf8_encode(byte_to_cp[b], spelling);
+                size_t n = utf8_encode(tk->byte_cp[b], spelling);
                 tk->byte_token[b] = tokenizer_find(tk, spelling, n);
         }
         return 0;
@@ -283,7 +287,7 @@ static int special_order(const void *a, const void *b) {
         return x->id < y->id ? -1 : x->id > y->id;
 }
 
-static int load_specials(struct tokenizer *tk, struct error *err) {
+static int load_specials(struct tokenizer *tk, bool phi3, struct error *err) {
         struct special_token *list;
         size_t n = 0;
         int r;
@@ -305,6 +309,7 @@ static int load_specials(struct tokenizer *tk, struct error *err) {
                                 .len = t->text_len,
                                 .id = id,
                                 .always = t->type == TOKEN_TYPE_USER_DEFINED,
+                                .rstrip = phi3 && !phi3_keeps_space_after(token_text(tk, id), t->text_len),
                         };
         }
         qsort(list, n, sizeof(*list), special_order);
@@ -333,6 +338,20 @@ static int load_optional_string(const struct gguf_file *f, const char *key, char
         return 0;
 }
 
+/* Whether prompts get the token id (key, else fallback); the token must exist then. */
+static int load_add_special(const struct gguf_file *f, const char *key, bool fallback, int32_t id, const char *id_key,
+                            bool *ret, struct error *err) {
+        *ret = fallback;
+        if (gguf_find_kv(f, key)) {
+                int r = gguf_get_bool(f, key, ret, err);
+                if (r < 0)
+                        return r;
+        }
+        if (*ret && id < 0)
+                return error_set(err, EINVAL, "%s: %s is true but no %s", f->path, key, id_key);
+        return 0;
+}
+
 int tokenizer_load(const struct gguf_file *f, struct tokenizer **ret, struct error *err) {
         struct tokenizer *tk;
         struct gguf_string s;
@@ -352,17 +371,21 @@ int tokenizer_load(const struct gguf_file *f, struct tokenizer **ret, struct err
                 return error_set(err, ENOMEM, "out of memory loading the tokenizer");
         tk->kind = gguf_string_equals(s, "llama") ? TOKENIZER_SPM : TOKENIZER_BPE;
 
-        /* Files from converters older than the key were plain GPT-2. SentencePiece has no
-         * pre-tokenizer: llama.cpp ignores the key there, and so does this. */
-        tk->pre = PRETOKENIZER_GPT2;
-        if (tk->kind == TOKENIZER_BPE && gguf_find_kv(f, "tokenizer.ggml.pre")) {
-                r = gguf_get_string(f, "tokenizer.ggml.pre", &s, err);
-                if (r < 0)
-                        goto fail;
-                if (pretokenizer_from_name(s.data, s.len, &tk->pre) < 0) {
-                        r = error_set(err, EOPNOTSUPP,
-                                      "%s: tokenizer.ggml.pre is \"%.*s\"; supported: smollm, starcoder, gpt2, default",
-                                      f->path, (int) s.len, s.data);
+        /* SentencePiece has no pre-tokenizer: llama.cpp ignores the key there, and so does
+         * this. A BPE file without the key predates it: llama.cpp's "default" then. */
+        if (tk->kind == TOKENIZER_BPE) {
+                s = (struct gguf_string) { .data = "default", .len = strlen("default") };
+                if (gguf_find_kv(f, "tokenizer.ggml.pre")) {
+                        r = gguf_get_string(f, "tokenizer.ggml.pre", &s, err);
+                        if (r < 0)
+                                goto fail;
+                }
+                tk->pre = pretokenizer_find(s.data, s.len);
+                if (!tk->pre) {
+                        char names[320];
+                        pretokenizer_names(names, sizeof(names));
+                        r = error_set(err, EOPNOTSUPP, "%s: tokenizer.ggml.pre is \"%.*s\", a pre-tokenizer this tokenizer lacks; supported: %s",
+                                      f->path, (int) s.len, s.data, names);
                         goto fail;
                 }
         }
@@ -373,7 +396,7 @@ int tokenizer_load(const struct gguf_file *f, struct tokenizer **ret, struct err
         r = tk->kind == TOKENIZER_SPM ? spm_load(tk, f, err) : load_merges(tk, f, err);
         if (r < 0)
                 goto fail;
-        r = load_specials(tk, err);
+        r = load_specials(tk, phi3_strips_after_specials(f), err);
         if (r < 0)
                 goto fail;
 
@@ -392,18 +415,16 @@ int tokenizer_load(const struct gguf_file *f, struct tokenizer **ret, struct err
                         goto fail;
         }
 
-        /* llama.cpp's default: SentencePiece vocabularies add BOS unless the key says not. */
-        tk->add_bos = tk->kind == TOKENIZER_SPM;
-        if (gguf_find_kv(f, "tokenizer.ggml.add_bos_token")) {
-                r = gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &tk->add_bos, err);
-                if (r < 0)
-                        goto fail;
-        }
-        if (tk->add_bos && tk->bos < 0) {
-                r = error_set(err, EINVAL, "%s: tokenizer.ggml.add_bos_token is true but no tokenizer.ggml.bos_token_id",
-                              f->path);
+        /* llama.cpp's defaults: SentencePiece vocabularies add BOS, BPE ones as their
+         * pre-tokenizer says; neither adds EOS. The keys override them. */
+        r = load_add_special(f, "tokenizer.ggml.add_bos_token", tk->kind == TOKENIZER_SPM || tk->pre->add_bos,
+                             tk->bos, "tokenizer.ggml.bos_token_id", &tk->add_bos, err);
+        if (r < 0)
                 goto fail;
-        }
+        r = load_add_special(f, "tokenizer.ggml.add_eos_token", false, tk->eos, "tokenizer.ggml.eos_token_id",
+                             &tk->add_eos, err);
+        if (r < 0)
+                goto fail;
 
         r = load_optional_string(f, "tokenizer.chat_template", &tk->chat_template, err);
         if (r < 0)
@@ -456,6 +477,10 @@ int32_t tokenizer_pad(const struct tokenizer *tk) {
 
 bool tokenizer_add_bos(const struct tokenizer *tk) {
         return tk->add_bos;
+}
+
+bool tokenizer_add_space_prefix(const struct tokenizer *tk) {
+        return tk->add_space_prefix;
 }
 
 const char *tokenizer_chat_template(const struct tokenizer *tk) {
@@ -535,6 +560,8 @@ struct encoder {
         struct bpe_symbol *symbols;    /* (work_cap) */
         struct merge_candidate *heap; /* (3 * work_cap): n - 1 pairs at first, at most 2 more per merge */
         size_t work_cap;
+        char *spelling; /* (spelling_cap) a piece in the vocabulary's byte-level spelling */
+        size_t spelling_cap;
         struct spm_scratch spm;
         struct error *err;
 };
@@ -552,6 +579,27 @@ static void push_candidate(const struct tokenizer *tk, const struct bpe_symbol *
                         .order = merge_order(m->rank, left), .left = left, .a = symbols[left].id, .b = symbols[right].id });
 }
 
+/* The token spelled as the whole piece is, or -1, in *ret_id (the pre-tokenizer's ignore_merges). */
+static int whole_piece_token(struct encoder *e, const uint8_t *s, size_t len, int32_t *ret_id) {
+        const struct tokenizer *tk = e->tk;
+        size_t n = 0;
+
+        *ret_id = -1;
+        if (len > tk->max_text_len) /* every byte is spelled by one or two */
+                return 0;
+        if (2 * len > e->spelling_cap) {
+                char *p = realloc(e->spelling, 2 * len);
+                if (!p)
+                        return error_set(e->err, ENOMEM, "out of memory encoding text");
+                e->spelling = p;
+                e->spelling_cap = 2 * len;
+        }
+        for (size_t i = 0; i < len; i++)
+                n += utf8_encode(tk->byte_cp[s[i]], e->spelling + n);
+        *ret_id = tokenizer_find(tk, e->spelling, n);
+        return 0;
+}
+
 static int encode_piece(const char *piece, size_t len, void *userdata) {
         struct encoder *e = userdata;
         const struct tokenizer *tk = e->tk;
@@ -560,6 +608,14 @@ static int encode_piece(const char *piece, size_t len, void *userdata) {
 
         if (len == 1)
                 return tk->byte_token[s[0]] >= 0 ? id_list_push(&e->out, tk->byte_token[s[0]], e->err) : 0;
+        if (tk->pre->ignore_merges) {
+                int32_t id;
+                int r = whole_piece_token(e, s, len, &id);
+                if (r < 0)
+                        return r;
+                if (id >= 0)
+                        return id_list_push(&e->out, id, e->err);
+        }
 
         if (len > e->work_cap) {
                 struct bpe_symbol *symbols = realloc(e->symbols, len * sizeof(*symbols));
@@ -645,6 +701,7 @@ finish:
         free(frags);
         free(e.symbols);
         free(e.heap);
+        free(e.spelling);
         spm_scratch_free(&e.spm);
         return r;
 }
@@ -671,6 +728,8 @@ int tokenizer_encode_prompt(const struct tokenizer *tk, const char *text, size_t
                 r = id_list_push(&out, tk->bos, err);
         if (r == 0)
                 r = encode(tk, text, len, parse_special, &out, err);
+        if (r == 0 && tk->add_eos)
+                r = id_list_push(&out, tk->eos, err);
         if (r < 0) {
                 free(out.ids);
                 return r;

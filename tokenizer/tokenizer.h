@@ -6,13 +6,17 @@
  *
  * Special tokens come first, in both: types control (3) and unknown (2) are recognised in
  * the text only when parse_special is true; user-defined tokens (4) always are, as
- * llama.cpp and HF tokenizers do. Longer tokens take precedence: they are cut out first, in
- * order of decreasing length (special-tokens.h). What remains is raw text:
+ * llama.cpp and HF tokenizers do. A token spelled like an end of turn or a fill-in-the-middle
+ * marker counts as control whatever its type, and Phi-3's special tokens swallow the white
+ * space after them, as llama.cpp decides from the text (token-attributes.c). Longer tokens
+ * take precedence: they are cut out first, in order of decreasing length (special-tokens.h).
+ * What remains is raw text:
  *
  * BPE: each stretch of raw text is split into pieces by the model's pre-tokenizer
- * (tokenizer.ggml.pre: "smollm"/"starcoder", "gpt2"/"default"; see pretokenizer.h); each
- * piece's bytes start as single-byte tokens, and the merge with the lowest rank (leftmost
- * on a tie) is applied until none applies.
+ * (tokenizer.ggml.pre, "default" when absent; pretokenizer.h lists them); each piece's
+ * bytes start as single-byte tokens, and the merge with the lowest rank (leftmost on a tie)
+ * is applied until none applies. With the pre-tokenizer's ignore_merges (llama-bpe), a
+ * piece that is itself a token is that token.
  *
  * SentencePiece: spaces become U+2581 (after a leading space when
  * tokenizer.ggml.add_space_prefix, default true, holds and the stretch opens the text or
@@ -56,10 +60,11 @@ enum token_type {
 
 struct tokenizer;
 
-/* Reads the tokenizer.* keys of f. Errors name the key and what is wrong with it:
- * -EOPNOTSUPP for a tokenizer.ggml.model other than "gpt2" or "llama", or an unknown
- * tokenizer.ggml.pre of a "gpt2" one, -ENOENT for a missing required key, -EINVAL for a malformed one,
- * -ENOMEM. */
+/* Reads the tokenizer.* keys of f: metadata only, so a vocabulary-only file (no tensors)
+ * will do. Errors name the key and what is wrong with it: -EOPNOTSUPP for a
+ * tokenizer.ggml.model other than "gpt2" or "llama", or a tokenizer.ggml.pre of a "gpt2"
+ * one that pretokenizer.h lacks (the message lists those it has), -ENOENT for a missing
+ * required key, -EINVAL for a malformed one, -ENOMEM. */
 int tokenizer_load(const struct gguf_file *f, struct tokenizer **ret, struct error *err);
 void tokenizer_free(struct tokenizer *tk);
 
@@ -69,9 +74,15 @@ int32_t tokenizer_bos(const struct tokenizer *tk);
 int32_t tokenizer_eos(const struct tokenizer *tk);
 int32_t tokenizer_unk(const struct tokenizer *tk);
 int32_t tokenizer_pad(const struct tokenizer *tk);
-/* tokenizer.ggml.add_bos_token; when absent, true for SentencePiece and false for BPE, as
- * in llama.cpp. tokenizer_encode() never adds it; tokenizer_encode_prompt() does. */
+/* tokenizer.ggml.add_bos_token; when absent, true for SentencePiece and as the
+ * pre-tokenizer says for BPE (llama-bpe: true), as in llama.cpp. tokenizer_encode() never
+ * adds it; tokenizer_encode_prompt() does. */
 bool tokenizer_add_bos(const struct tokenizer *tk);
+/* SentencePiece's tokenizer.ggml.add_space_prefix (default true): tokenizer_encode() puts a
+ * space before text that opens the input or follows a special token. tokenizer_decode()
+ * keeps it, as a stream of generated pieces must; a caller that wants the encoded text back
+ * takes one leading space off, as llama.cpp's detokenize does. False for BPE. */
+bool tokenizer_add_space_prefix(const struct tokenizer *tk);
 /* tokenizer.chat_template, NUL-terminated, or NULL when absent; the replacement after
  * tokenizer_replace_chat_template(). */
 const char *tokenizer_chat_template(const struct tokenizer *tk);
@@ -105,7 +116,8 @@ int tokenizer_encode(const struct tokenizer *tk, const char *text, size_t len, b
                      int32_t **ret_ids, size_t *ret_n, struct error *err);
 
 /* A prompt as llama.cpp's add_special tokenizes it: tokenizer_encode() after the BOS
- * token when tokenizer_add_bos(). */
+ * token when tokenizer_add_bos(), and before the EOS token when
+ * tokenizer.ggml.add_eos_token (default false) says so. */
 int tokenizer_encode_prompt(const struct tokenizer *tk, const char *text, size_t len, bool parse_special,
                             int32_t **ret_ids, size_t *ret_n, struct error *err);
 

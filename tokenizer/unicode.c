@@ -1,21 +1,26 @@
 /* SPDX-License-Identifier: MIT */
 #include "unicode.h"
 
+const struct unicode_range *unicode_find_range(const struct unicode_range *ranges, size_t n, uint32_t cp) {
+        size_t lo = 0, hi = n;
+        while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (cp < ranges[mid].first)
+                        hi = mid;
+                else if (cp > ranges[mid].last)
+                        lo = mid + 1;
+                else
+                        return &ranges[mid];
+        }
+        return NULL;
+}
+
 enum unicode_class unicode_classify(uint32_t cp) {
         if (cp < 256)
                 return (enum unicode_class) unicode_latin1_class[cp];
 
-        size_t lo = 0, hi = unicode_ranges_count;
-        while (lo < hi) {
-                size_t mid = lo + (hi - lo) / 2;
-                if (cp < unicode_ranges[mid].first)
-                        hi = mid;
-                else if (cp > unicode_ranges[mid].last)
-                        lo = mid + 1;
-                else
-                        return (enum unicode_class) unicode_ranges[mid].cls;
-        }
-        return UNICODE_OTHER;
+        const struct unicode_range *r = unicode_find_range(unicode_ranges, unicode_ranges_count, cp);
+        return r ? (enum unicode_class) r->cls : UNICODE_OTHER;
 }
 
 enum utf8_status utf8_next(const uint8_t *s, size_t len, uint32_t *ret_cp, size_t *ret_n) {
