@@ -143,23 +143,8 @@ check "no bus" 3 "cannot connect to the user bus" env DBUS_SESSION_BUS_ADDRESS="
 
 # The daemon under test: on its socket and, when dbus-daemon is there, on a private user bus.
 # Engine steps stall while $tmp/stall exists, for health's "stalled".
-bus_address=""
-if command -v dbus-daemon >/dev/null; then
-    mkdir "$tmp/bus"
-    cat >"$tmp/bus/bus.conf" <<EOF
-<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig><type>session</type><listen>unix:path=$tmp/bus/bus</listen><auth>EXTERNAL</auth>
-<policy context="default"><allow user="*"/><allow own="*"/><allow send_destination="*"/>
-<allow receive_sender="*"/></policy></busconfig>
-EOF
-    dbus-daemon --nofork --config-file "$tmp/bus/bus.conf" >"$tmp/bus/log" 2>&1 &
-    pids+=("$!")
-    for _ in $(seq 100); do [[ -S $tmp/bus/bus ]] && break; sleep 0.05; done
-    bus_address="unix:path=$tmp/bus/bus"
-else
-    echo "SKIP: no dbus-daemon, the --bus checks are not run"
-fi
+. "$(dirname "$0")/private-bus.sh"
+start_private_bus "$tmp/bus" || echo "SKIP: no dbus-daemon, the --bus checks are not run"
 sock=$tmp/asyncllmd.sock
 export DBUS_SESSION_BUS_ADDRESS=${bus_address:-unix:path=$tmp/nobus}
 ASYNCLLMD_FAULT_STALL_MS=$((3000 * slowdown)) ASYNCLLMD_FAULT_STALL_FILE=$tmp/stall \

@@ -80,23 +80,8 @@ p1="The lighthouse keeper wrote down the weather twice a day, the state of the t
 p2="Here is a short recipe for bread that needs only flour, water, salt and yeast, and an oven that gets hot enough:"
 p3="In computer science, a hash table is a data structure that maps keys to values. It works by"
 
-bus_address=""
-if command -v dbus-daemon >/dev/null; then
-    mkdir "$tmp/bus"
-    cat >"$tmp/bus/bus.conf" <<EOF
-<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig><type>session</type><listen>unix:path=$tmp/bus/bus</listen><auth>EXTERNAL</auth>
-<policy context="default"><allow user="*"/><allow own="*"/><allow send_destination="*"/>
-<allow receive_sender="*"/></policy></busconfig>
-EOF
-    dbus-daemon --nofork --config-file "$tmp/bus/bus.conf" >"$tmp/bus/log" 2>&1 &
-    pids+=("$!")
-    for _ in $(seq 100); do [[ -S $tmp/bus/bus ]] && break; sleep 0.05; done
-    bus_address="unix:path=$tmp/bus/bus"
-else
-    echo "SKIP: no dbus-daemon, the D-Bus check is not run"
-fi
+. "$(dirname "$0")/private-bus.sh"
+start_private_bus "$tmp/bus" || echo "SKIP: no dbus-daemon, the D-Bus check is not run"
 export DBUS_SESSION_BUS_ADDRESS=${bus_address:-unix:path=$tmp/nobus}
 
 # A: the defaults (whole prompts in one step, prefix caching on), on the bus too.
