@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: MIT
+# shellcheck shell=bash
 # Sourced by the tests that load units/org.asyncllm.Engine1.conf into a private dbus-daemon.
 
 # Prints a bus configuration with the system bus's default policy (deny owning and calling,

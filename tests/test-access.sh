@@ -120,6 +120,13 @@ echo "== the socket"
 S=(--socket "$sock")
 check "outsider cannot connect" "$outsider" 3 "permission denied" "${S[@]}" health
 check "admin group alone cannot connect" "$admin_only" 3 "permission denied" "${S[@]}" health
+# The daemon checks again behind the socket's mode: with the socket opened to everyone, an
+# outsider connects and is refused every op but hello.
+chmod 0666 "$sock"
+check "outsider on an open socket: generate refused" "$outsider" 1 "only root and members of the service group may use this daemon" \
+    "${S[@]}" generate --max-tokens 4 "Hi"
+check "outsider on an open socket: list refused" "$outsider" 1 "only root and members of the service group" "${S[@]}" list
+chmod "$socket_mode" "$sock"
 check "service user generates" "$alice" 0 "" "${S[@]}" generate --temperature 0 --max-tokens 4 "The capital of France is"
 [[ -s $tmp/out ]] && pass "the generated text came back" || fail "no generated text"
 check "service user reads stats" "$alice" 0 "" "${S[@]}" status --json
