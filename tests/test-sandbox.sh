@@ -3,8 +3,8 @@
 # What the daemon does fits the sandbox of units/asyncllmd.service.in, so that hardening cannot
 # silently break it (a call outside SystemCallFilter= fails with EPERM, a hidden /proc file is
 # missing). The real daemon runs under strace as the unit starts it: both sockets passed by
-# name (systemd-socket-activate standing in for asyncllmd.socket and asyncllmd-http.socket) and
-# a D-Bus bus; it serves every kind of work over the socket, HTTP and D-Bus, sleeps, wakes,
+# name (systemd-socket-activate standing in for asyncllmd.socket and asyncllmd-http.socket), a
+# D-Bus bus and a notify socket with the watchdog on; it serves every kind of work over the socket, HTTP and D-Bus, sleeps, wakes,
 # pauses, reloads on SIGHUP and stops on SIGTERM. Then, from the trace:
 #  - every system call is inside the unit's SystemCallFilter= lines, as systemd-analyze
 #    expands their groups;
@@ -66,9 +66,19 @@ EOF
 else
     echo "SKIP: no dbus-daemon: the D-Bus path is not traced"
 fi
+# sd_notify and the watchdog, into a stand-in for systemd's notify socket
+notify_env=()
+if command -v socat >/dev/null; then
+    socat -u "UNIX-RECV:$tmp/notify" "OPEN:$tmp/notify.log,creat,append" &
+    pids+=($!)
+    for _ in $(seq 100); do [[ -S $tmp/notify ]] && break; sleep 0.05; done
+    notify_env=(-E "NOTIFY_SOCKET=$tmp/notify" -E "WATCHDOG_USEC=$(($(scaled 2) * 1000000))")
+else
+    echo "SKIP: no socat: sd_notify is not traced"
+fi
 sock=$tmp/asyncllmd.sock port=$(free_port)
 # strace -D keeps the daemon the process systemd-socket-activate made, so LISTEN_PID matches.
-systemd-socket-activate -l "$sock" -l "127.0.0.1:$port" --fdname=asyncllmd:asyncllmd-http "${bus_env[@]}" \
+systemd-socket-activate -l "$sock" -l "127.0.0.1:$port" --fdname=asyncllmd:asyncllmd-http "${bus_env[@]}" "${notify_env[@]}" \
     "$(command -v strace)" -D -f -qq -o "$tmp/trace" \
     "$(realpath "$daemon")" --model "$(realpath "$model")" --max-model-len 512 --config /dev/null \
     --socket "$sock" ${DBUS_SESSION_BUS_ADDRESS:+--bus user} >"$tmp/daemon.log" 2>&1 &
@@ -120,6 +130,10 @@ kill -TERM "$activator"
 wait "$activator"
 rc=$?
 [[ $rc -eq 0 ]] && pass "SIGTERM: exit 0" || fail "SIGTERM: exit $rc: $(tail -n 20 "$tmp/daemon.log")"
+if ((${#notify_env[@]})); then
+    grep -q READY=1 "$tmp/notify.log" && grep -q WATCHDOG=1 "$tmp/notify.log" && pass "sd_notify: READY=1 and watchdog pings" ||
+        fail "sd_notify: $(cat "$tmp/notify.log" 2>/dev/null)"
+fi
 for _ in $(seq 50); do [[ -s $tmp/trace ]] && ! pgrep -f "strace -D -f -qq -o $tmp/trace" >/dev/null && break; sleep 0.1; done
 
 # --- the trace against the sandbox ----------------------------------------------------------------
