@@ -4,8 +4,9 @@
 # silently break it (a call outside SystemCallFilter= fails with EPERM, a hidden /proc file is
 # missing). The real daemon runs under strace as the unit starts it: both sockets passed by
 # name (systemd-socket-activate standing in for asyncllmd.socket and asyncllmd-http.socket), a
-# D-Bus bus and a notify socket with the watchdog on; it serves every kind of work over the socket, HTTP and D-Bus, sleeps, wakes,
-# pauses, reloads on SIGHUP and stops on SIGTERM. Then, from the trace:
+# D-Bus bus and a notify socket with the watchdog on; it serves every kind of work over the
+# socket, HTTP and D-Bus, sleeps, wakes, pauses, reloads on SIGHUP and stops on SIGTERM. Then,
+# from the trace:
 #  - every system call is inside the unit's SystemCallFilter= lines, as systemd-analyze
 #    expands their groups;
 #  - socket() is only ever AF_UNIX (RestrictAddressFamilies=AF_UNIX: the TCP socket is passed);
