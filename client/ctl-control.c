@@ -52,9 +52,9 @@ static void abort_help(void) {
         printf("Usage: asyncllmctl [--socket PATH | --bus system|user] abort [OPTIONS] ID\n"
                "\n"
                "Aborts the request ID; it ends with finish reason \"abort\". Ids are as `asyncllmctl list`\n"
-               "shows them: requests of other connections as SERIAL/ID (root and the admin group may\n"
-               "abort those), D-Bus requests by the id Generate returned. Exit status 1 when no such\n"
-               "request is in flight.\n"
+               "shows them: requests of other connections as SERIAL/ID (your own uid's; root and the\n"
+               "admin group may abort anyone's), D-Bus requests by the id Generate returned. Exit\n"
+               "status 1 when no such request is in flight.\n"
                "\n"
                "Options:\n"
                "  -h, --help                        show this help\n");

@@ -259,8 +259,12 @@ static bool abort_one(struct connection *c, const char *id) {
         struct daemon_request *r = id_map_get(&c->requests, id);
         if (r)
                 return async_llm_abort(s->model.llm, r->daemon_id);
-        /* admins may name any request as list shows it: the engine's id, whichever front */
-        return c->is_admin && async_llm_abort(s->model.llm, id);
+        /* admins may name any request as list shows it: the engine's id, whichever front;
+         * others their own uid's requests of other connections (and D-Bus) */
+        if (c->is_admin)
+                return async_llm_abort(s->model.llm, id);
+        r = id_map_get(&s->requests, id);
+        return r && r->conn->uid == c->uid && async_llm_abort(s->model.llm, id);
 }
 
 /* {"aborted": bool} for one id; {"aborted": [bool, ...]} in the list's order for a list. */
@@ -460,20 +464,25 @@ struct listing {
         struct json_object *ids;
 };
 
-/* An admin's own requests under its ids, the others under the engine's. */
+/* This connection's requests under its ids, the others under the engine's. */
 static void list_one(const char *request_id, void *userdata) {
         struct listing *l = userdata;
         struct daemon_request *r = id_map_get(&l->conn->server->requests, request_id);
         json_object_array_add(l->ids, json_object_new_string(r && r->conn == l->conn ? r->client_id : request_id));
 }
 
+/* Admins see every request, whichever front sent it; others only their own uid's, so that
+ * nothing of another user's work shows. */
 static struct json_object *list_json(struct connection *c) {
         struct json_object *a = json_object_new_array();
+        struct listing l = { c, a };
         if (c->is_admin)
-                async_llm_for_each_request(c->server->model.llm, list_one, &(struct listing) { c, a });
+                async_llm_for_each_request(c->server->model.llm, list_one, &l);
         else
-                for (struct daemon_request *r = c->first_request; r; r = r->next)
-                        json_object_array_add(a, json_object_new_string(r->client_id));
+                for (struct connection *other = c->server->connections; other; other = other->next)
+                        for (struct daemon_request *r = other->first_request; r; r = r->next)
+                                if (other->uid == c->uid)
+                                        list_one(r->daemon_id, &l);
         struct json_object *o = json_object_new_object();
         json_object_object_add(o, "requests", a);
         return o;

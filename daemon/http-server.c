@@ -708,6 +708,13 @@ static int open_listener(const char *host, uint32_t port, bool any_address, int 
                                  "--host %s is not a loopback address: without an API key the HTTP front serves "
                                  "loopback only; set --api-key-file (or --api-key), or use 127.0.0.1 or ::1",
                                  host);
+        /* what RestrictAddressFamilies=AF_UNIX answers: the unit passes the socket instead */
+        if (fd < 0 && e == EAFNOSUPPORT)
+                return error_set(err, e,
+                                 "cannot listen on %s port %u: this sandbox allows no network socket of the "
+                                 "daemon's own (asyncllmd.service: RestrictAddressFamilies=AF_UNIX); leave host and "
+                                 "port unset and enable asyncllmd-http.socket (its ListenStream= sets the address)",
+                                 host, port);
         if (fd < 0)
                 return error_set(err, e, "cannot listen on %s port %u: %s", host, port, strerror(e));
         *ret = fd;

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-# Shared by the HTTP front's shell tests (sourced): the daemon and model they run (a skip
+# Shared by the daemon's shell tests (sourced): the daemon and model they run (a skip
 # when the model or curl is missing), a scratch folder and the processes to stop at exit,
 # the pass/fail tally, scaled timeouts and free loopback ports.
 daemon=${ASYNCLLMD:?ASYNCLLMD must name the asyncllmd binary}
