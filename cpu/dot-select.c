@@ -91,7 +91,13 @@ dot_k_tile_fn dot_k_tile_kernel_for(const struct dot_kernels *k, enum tensor_typ
 }
 
 dot_packed_k_fn dot_packed_k_kernel_for(const struct dot_kernels *k, enum tensor_type type) {
-        return type == TENSOR_Q4_K ? k->packed_q4_K : type == TENSOR_Q5_K ? k->packed_q5_K : type == TENSOR_Q6_K ? k->packed_q6_K : NULL;
+        switch (type) {
+        case TENSOR_Q3_K: return k->packed_q3_K;
+        case TENSOR_Q4_K: return k->packed_q4_K;
+        case TENSOR_Q5_K: return k->packed_q5_K;
+        case TENSOR_Q6_K: return k->packed_q6_K;
+        default: return NULL;
+        }
 }
 
 dot_packed_fn dot_packed_kernel_for(const struct dot_kernels *k, enum tensor_type type) {

@@ -530,55 +530,81 @@ PACKED_ATTRS void packed_q5_K_single_512(const struct packed_weights *w, uint64_
         packed_k_store_512(w, g, out, t, 1, out_stride, accumulate, &sum);
 }
 
-/* Run s's elements 4k .. 4k + 3 of a packed Q6_K record's sixteen rows as 6-bit bytes: the low
- * nibbles from the ql vector, the top two bits from the qh vector brought to bits 4 and 5. */
-PACKED_ATTRS __m512i packed_q6_K_lane_512(const uint8_t *rec, unsigned s, unsigned k) {
-        unsigned n = s / 4, j = s % 4;
-        __m512i low = _mm512_load_si512(rec + 64 * (8 * (2 * n + j % 2) + k));
-        __m512i high = _mm512_load_si512(rec + PACKED_Q6_K_HIGH + 64 * (8 * n + k));
-        low = j < 2 ? low : _mm512_srli_epi16(low, 4);
-        high = j == 0 ? _mm512_slli_epi16(high, 4) : j == 1 ? _mm512_slli_epi16(high, 2) : j == 2 ? high : _mm512_srli_epi16(high, 2);
-        /* (low & 0x0f) | (high & 0x30) */
-        return _mm512_ternarylogic_epi32(_mm512_and_si512(low, _mm512_set1_epi8(0x0f)), high, _mm512_set1_epi8(0x30), 0xf8);
+/* Q3_K and Q6_K, whose scales are per sub-block of 16 and whose quants carry a bias (4 and
+ * 32: stored unsigned as q + bias), share their kernels: */
+PACKED_ATTRS size_t packed_k16_quant_bytes(const enum tensor_type type) {
+        return type == TENSOR_Q3_K ? PACKED_Q3_K_QUANT_BYTES : PACKED_Q6_K_QUANT_BYTES;
 }
 
-/* Rows of more super-blocks than this unpack their Q6_K quants in every pass. */
-#define PACKED_Q6_K_UNPACK_MAX 16
+PACKED_ATTRS const uint8_t *packed_k16_scale_pair(const uint8_t *rec, unsigned p, const enum tensor_type type) {
+        return rec + (type == TENSOR_Q3_K ? PACKED_Q3_K_SCALES : PACKED_Q6_K_SCALES) + 32 * p;
+}
 
-/* Runs 4n .. 4n + 3's elements 4k .. 4k + 3 of a packed Q6_K record's sixteen rows as 6-bit
- * bytes (packed_q6_K_lane_512() for the four runs that share their bits' vectors). */
-PACKED_ATTRS void packed_q6_K_lanes4_512(const uint8_t *rec, unsigned n, unsigned k, __m512i v[4]) {
+/* log2 of the bias */
+PACKED_ATTRS int packed_k16_bias_shift(const enum tensor_type type) {
+        return type == TENSOR_Q3_K ? 2 : 5;
+}
+
+/* Runs 4n .. 4n + 3's elements 4k .. 4k + 3 of a packed record's sixteen rows as unsigned bytes
+ * (q + bias). Q6_K: the low nibbles from the ql vectors, the top two bits from the qh vector
+ * brought to bits 4 and 5. Q3_K: two bits of the qs vector, the third from the hmask vector
+ * brought to bit 2. */
+PACKED_ATTRS void packed_k16_lanes4_512(const uint8_t *rec, unsigned n, unsigned k, __m512i v[4], const enum tensor_type type) {
+        if (type == TENSOR_Q3_K) {
+                const __m512i low2 = _mm512_set1_epi8(0x03), bit2 = _mm512_set1_epi8(0x04);
+                __m512i q = _mm512_load_si512(rec + 64 * (8 * n + k)), h = _mm512_load_si512(rec + PACKED_Q3_K_HIGH + 64 * k);
+                _Pragma("GCC unroll 4") for (unsigned j = 0; j < 4; j++) {
+                        unsigned s = 4 * n + j; /* hmask bit s to bit 2 */
+                        __m512i hb = s < 2 ? _mm512_slli_epi16(h, 2 - s) : s == 2 ? h : _mm512_srli_epi16(h, s - 2);
+                        v[j] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(q, 2 * j), low2), hb, bit2, 0xf8);
+                }
+                return;
+        }
         const __m512i low4 = _mm512_set1_epi8(0x0f), top2 = _mm512_set1_epi8(0x30);
         __m512i l0 = _mm512_load_si512(rec + 64 * (8 * (2 * n) + k)), l1 = _mm512_load_si512(rec + 64 * (8 * (2 * n + 1) + k));
         __m512i h = _mm512_load_si512(rec + PACKED_Q6_K_HIGH + 64 * (8 * n + k));
+        /* (low & 0x0f) | (high & 0x30) */
         v[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(l0, low4), _mm512_slli_epi16(h, 4), top2, 0xf8);
         v[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(l1, low4), _mm512_slli_epi16(h, 2), top2, 0xf8);
         v[2] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l0, 4), low4), h, top2, 0xf8);
         v[3] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l1, 4), low4), _mm512_srli_epi16(h, 2), top2, 0xf8);
 }
 
-/* The packed Q6_K product's single order (the vector product) for group g's rows and token t:
- * per half h of the eight lanes, the eight runs' scales for that half as int32; lane k's four
- * elements of each run by one vpdpbusd, times the run's scale; pair k's bias taken off; then
- * one fma per lane and super-block, the lanes summed in lanes_sum8()'s tree. */
-PACKED_ATTRS void packed_q6_K_single_512(const struct packed_weights *w, uint64_t g, const struct block_q8_K *act,
-                                         size_t act_stride, unsigned t, float *out, size_t out_stride, bool accumulate,
-                                         bool prefetch, struct packed_fetch fetch, const __m512i *unpacked) {
+/* Run s's elements 4k .. 4k + 3 alone. */
+PACKED_ATTRS __m512i packed_k16_lane_512(const uint8_t *rec, unsigned s, unsigned k, const enum tensor_type type) {
+        __m512i v[4];
+        packed_k16_lanes4_512(rec, s / 4, k, v, type);
+        return v[s % 4];
+}
+
+/* Rows of more super-blocks than this unpack their quants in every pass. */
+#define PACKED_K16_UNPACK_MAX 16
+
+/* The single order (the vector product) of the packed Q3_K or Q6_K product for group g's rows
+ * and token t: per half h of the eight lanes, the eight runs' scales for that half as int32;
+ * lane k's four elements of each run by one vpdpbusd, times the run's scale; the bias taken
+ * off (Q3_K: each lane's own, -4 x its four activations, inside the product; Q6_K: llama.cpp's
+ * vector product takes 32 x the scaled activation sums of sub-blocks 2k and 2k + 1 off lane k);
+ * then one fma per lane and super-block, the lanes summed in lanes_sum8()'s tree. */
+PACKED_ATTRS void packed_k16_single_512(const struct packed_weights *w, uint64_t g, const struct block_q8_K *act,
+                                        size_t act_stride, unsigned t, float *out, size_t out_stride, bool accumulate,
+                                        bool prefetch, struct packed_fetch fetch, const __m512i *unpacked,
+                                        const enum tensor_type type) {
         const uint64_t n_super = w->n_blocks;
-        const uint8_t *quants = w->data + g * w->group_bytes, *scales = quants + n_super * PACKED_Q6_K_QUANT_BYTES;
+        const size_t quant_bytes = packed_k16_quant_bytes(type);
+        const uint8_t *quants = w->data + g * w->group_bytes, *scales = quants + n_super * quant_bytes;
         __m512 lane_acc[PACKED_LANES];
 
         _Pragma("GCC unroll 8") for (unsigned k = 0; k < PACKED_LANES; k++)
                 lane_acc[k] = _mm512_setzero_ps();
         for (uint64_t b = 0; b < n_super; b++) {
-                const uint8_t *rec = packed_k_record_512(w, quants, b, PACKED_Q6_K_QUANT_BYTES, prefetch, &fetch);
+                const uint8_t *rec = packed_k_record_512(w, quants, b, quant_bytes, prefetch, &fetch);
                 const struct block_q8_K *a = &act[t * act_stride + b];
-                __m512 d = _mm512_mul_ps(_mm512_set1_ps(a->d),
-                                         packed_k_d_512(w, scales, b, 0));
+                __m512 d = _mm512_mul_ps(_mm512_set1_ps(a->d), packed_k_d_512(w, scales, b, 0));
                 _Pragma("GCC unroll 2") for (unsigned h = 0; h < 2; h++) {
                         __m512i sc[QK_K / 32], ilane[4];
                         _Pragma("GCC unroll 8") for (unsigned s = 0; s < QK_K / 32; s++) {
-                                __m512i pair = _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *) (rec + PACKED_Q6_K_SCALES + 32 * s)));
+                                __m512i pair = _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *) packed_k16_scale_pair(rec, s, type)));
                                 sc[s] = _mm512_srai_epi32(h ? pair : _mm512_slli_epi32(pair, 16), 16);
                         }
                         _Pragma("GCC unroll 4") for (unsigned kk = 0; kk < 4; kk++)
@@ -591,19 +617,26 @@ PACKED_ATTRS void packed_q6_K_single_512(const struct packed_weights *w, uint64_
                                                 _Pragma("GCC unroll 4") for (unsigned j = 0; j < 4; j++)
                                                         v[j] = unpacked[64 * b + 8 * (4 * n + j) + k];
                                         else
-                                                packed_q6_K_lanes4_512(rec, n, k, v);
+                                                packed_k16_lanes4_512(rec, n, k, v, type);
                                         _Pragma("GCC unroll 4") for (unsigned j = 0; j < 4; j++) {
                                                 unsigned s = 4 * n + j;
-                                                __m512i d4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v[j], packed_broadcast4(a->qs + 32 * s + 4 * k));
+                                                const int8_t *q = a->qs + 32 * s + 4 * k;
+                                                __m512i start = _mm512_setzero_si512();
+                                                if (type == TENSOR_Q3_K)
+                                                        start = _mm512_set1_epi32(-4 * (q[0] + q[1] + q[2] + q[3]));
+                                                __m512i d4 = _mm512_dpbusd_epi32(start, v[j], packed_broadcast4(q));
                                                 ilane[kk] = _mm512_add_epi32(ilane[kk], _mm512_mullo_epi32(d4, sc[s]));
                                         }
                                 }
                         _Pragma("GCC unroll 4") for (unsigned kk = 0; kk < 4; kk++) {
                                 unsigned k = 4 * h + kk;
-                                __m512i pair = _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *) (rec + PACKED_Q6_K_SCALES + 32 * k)));
-                                uint32_t sums = (uint16_t) a->bsums[2 * k] | (uint32_t) (uint16_t) a->bsums[2 * k + 1] << 16;
-                                __m512i bias = _mm512_slli_epi32(_mm512_madd_epi16(pair, _mm512_set1_epi32((int32_t) sums)), 5);
-                                lane_acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ilane[kk], bias)), d, lane_acc[k]);
+                                if (type == TENSOR_Q6_K) {
+                                        __m512i pair = _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *) packed_k16_scale_pair(rec, k, type)));
+                                        uint32_t sums = (uint16_t) a->bsums[2 * k] | (uint32_t) (uint16_t) a->bsums[2 * k + 1] << 16;
+                                        __m512i bias = _mm512_slli_epi32(_mm512_madd_epi16(pair, _mm512_set1_epi32((int32_t) sums)), 5);
+                                        ilane[kk] = _mm512_sub_epi32(ilane[kk], bias);
+                                }
+                                lane_acc[k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ilane[kk]), d, lane_acc[k]);
                         }
                 }
         }
@@ -611,35 +644,37 @@ PACKED_ATTRS void packed_q6_K_single_512(const struct packed_weights *w, uint64_
         packed_k_store_512(w, g, out, t, 1, out_stride, accumulate, &sum);
 }
 
-/* The packed Q6_K product's batched order (the tiled one) for group g's rows against tokens
- * t0..t0+T-1: per sub-block pair s and token, two chains of four vpdpbusd give the rows'
- * exact sums of sub-blocks 2s and 2s + 1, times their scales, less 32 x the scaled activation
- * sums (one vpmaddwd of the pair's scales), one sum per super-block, then r = isum * d_w and
- * acc = fma(r, d_a, acc). */
-PACKED_ATTRS void packed_q6_K_pass_512(const struct packed_weights *w, uint64_t g, const struct block_q8_K *act,
-                                       size_t act_stride, unsigned t0, const unsigned T, float *out, size_t out_stride,
-                                       bool accumulate, bool prefetch, struct packed_fetch fetch, const __m512i *unpacked) {
+/* The batched order (the tiled one) of the packed Q3_K or Q6_K product for group g's rows
+ * against tokens t0..t0+T-1: per sub-block pair s and token, two chains of four vpdpbusd give
+ * the rows' exact sums of sub-blocks 2s and 2s + 1, times their scales, less bias x the scaled
+ * activation sums (one vpmaddwd of the pair's scales), one sum per super-block, then
+ * r = isum * d_w and acc = fma(r, d_a, acc). */
+PACKED_ATTRS void packed_k16_pass_512(const struct packed_weights *w, uint64_t g, const struct block_q8_K *act,
+                                      size_t act_stride, unsigned t0, const unsigned T, float *out, size_t out_stride,
+                                      bool accumulate, bool prefetch, struct packed_fetch fetch, const __m512i *unpacked,
+                                      const enum tensor_type type) {
         const uint64_t n_super = w->n_blocks;
-        const uint8_t *quants = w->data + g * w->group_bytes, *scales = quants + n_super * PACKED_Q6_K_QUANT_BYTES;
+        const size_t quant_bytes = packed_k16_quant_bytes(type);
+        const uint8_t *quants = w->data + g * w->group_bytes, *scales = quants + n_super * quant_bytes;
         __m512 acc[PACKED_K_PASS_TOKENS];
 
         _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
                 acc[t] = _mm512_setzero_ps();
         for (uint64_t b = 0; b < n_super; b++) {
-                const uint8_t *rec = packed_k_record_512(w, quants, b, PACKED_Q6_K_QUANT_BYTES, prefetch, &fetch);
+                const uint8_t *rec = packed_k_record_512(w, quants, b, quant_bytes, prefetch, &fetch);
                 __m512 dw = packed_k_d_512(w, scales, b, 0);
                 __m512i isum[PACKED_K_PASS_TOKENS];
                 _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
                         isum[t] = _mm512_setzero_si512();
                 _Pragma("GCC unroll 8") for (unsigned s = 0; s < QK_K / 32; s++) {
                         /* pair s's scales as int16 pairs, and each of the two as int32 */
-                        __m512i pair = _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *) (rec + PACKED_Q6_K_SCALES + 32 * s)));
+                        __m512i pair = _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *) packed_k16_scale_pair(rec, s, type)));
                         __m512i sc_lo = _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16), sc_hi = _mm512_srai_epi32(pair, 16);
                         __m512i c_lo[PACKED_K_PASS_TOKENS], c_hi[PACKED_K_PASS_TOKENS];
                         _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
                                 c_lo[t] = c_hi[t] = _mm512_setzero_si512();
                         _Pragma("GCC unroll 8") for (unsigned k = 0; k < PACKED_LANES; k++) {
-                                __m512i v = unpacked ? unpacked[64 * b + 8 * s + k] : packed_q6_K_lane_512(rec, s, k);
+                                __m512i v = unpacked ? unpacked[64 * b + 8 * s + k] : packed_k16_lane_512(rec, s, k, type);
                                 _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
                                         __m512i a4 = packed_broadcast4(act[(t0 + t) * act_stride + b].qs + 32 * s + 4 * k);
                                         if (k < 4)
@@ -651,7 +686,8 @@ PACKED_ATTRS void packed_q6_K_pass_512(const struct packed_weights *w, uint64_t 
                         _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
                                 const int16_t *bs = act[(t0 + t) * act_stride + b].bsums + 2 * s;
                                 uint32_t sums = (uint16_t) bs[0] | (uint32_t) (uint16_t) bs[1] << 16;
-                                __m512i bias = _mm512_slli_epi32(_mm512_madd_epi16(pair, _mm512_set1_epi32((int32_t) sums)), 5);
+                                __m512i bias = _mm512_slli_epi32(_mm512_madd_epi16(pair, _mm512_set1_epi32((int32_t) sums)),
+                                                                 packed_k16_bias_shift(type));
                                 __m512i scaled = _mm512_add_epi32(_mm512_mullo_epi32(c_lo[t], sc_lo), _mm512_mullo_epi32(c_hi[t], sc_hi));
                                 isum[t] = _mm512_add_epi32(isum[t], _mm512_sub_epi32(scaled, bias));
                         }
@@ -666,7 +702,7 @@ PACKED_ATTRS void packed_q6_K_pass_512(const struct packed_weights *w, uint64_t 
 }
 
 /* The tokens from t0 that a pass takes: up to PACKED_K_PASS_TOKENS of the same order, one for
- * Q5_K's and Q6_K's single order (its eight lanes per token fill the registers). */
+ * the single order but Q4_K's (its eight lanes per token fill the registers). */
 static inline unsigned packed_k_pass_tokens(const bool *batched, unsigned t0, unsigned n_tokens, enum tensor_type type) {
         unsigned max = type != TENSOR_Q4_K && !batched[t0] ? 1 : PACKED_K_PASS_TOKENS, n = 1;
         while (n < max && t0 + n < n_tokens && batched[t0 + n] == batched[t0])
@@ -681,8 +717,8 @@ PACKED_ATTRS void packed_k_groups_512(const struct packed_weights *w, uint64_t g
         unsigned n_passes = 0;
         for (unsigned t0 = 0; t0 < n_tokens; t0 += packed_k_pass_tokens(batched, t0, n_tokens, type))
                 n_passes++;
-        /* Q6_K's quants unpacked once into group_lanes for all of a group's passes when there are several */
-        const __m512i *unpacked = group_lanes && n_passes > 1 && w->n_blocks <= PACKED_Q6_K_UNPACK_MAX ? group_lanes : NULL;
+        /* Q3_K's and Q6_K's quants unpacked once into group_lanes for all of a group's passes when there are several */
+        const __m512i *unpacked = group_lanes && n_passes > 1 && w->n_blocks <= PACKED_K16_UNPACK_MAX ? group_lanes : NULL;
         for (uint64_t g = group_begin; g < group_end; g++) {
                 /* the first pass streams the group in; the later ones, from L1 and L2, fetch the next */
                 const uint8_t *next = g + 1 < w->n_groups ? w->data + (g + 1) * w->group_bytes : NULL;
@@ -690,10 +726,15 @@ PACKED_ATTRS void packed_k_groups_512(const struct packed_weights *w, uint64_t g
                 if (unpacked) {
                         const uint8_t *quants = w->data + g * w->group_bytes;
                         for (uint64_t b = 0; b < w->n_blocks; b++) {
-                                const uint8_t *rec = quants + b * PACKED_Q6_K_QUANT_BYTES;
-                                packed_prefetch_block(w, quants, b, PACKED_Q6_K_QUANT_BYTES + w->scale_bytes);
-                                for (unsigned v = 0; v < 64; v++)
-                                        group_lanes[64 * b + v] = packed_q6_K_lane_512(rec, v / 8, v % 8);
+                                const uint8_t *rec = quants + b * w->quant_bytes;
+                                packed_prefetch_block(w, quants, b, w->quant_bytes + w->scale_bytes);
+                                for (unsigned n = 0; n < 2; n++)
+                                        for (unsigned k = 0; k < PACKED_LANES; k++) {
+                                                __m512i v[4];
+                                                packed_k16_lanes4_512(rec, n, k, v, type);
+                                                for (unsigned j = 0; j < 4; j++)
+                                                        group_lanes[64 * b + 8 * (4 * n + j) + k] = v[j];
+                                        }
                         }
                 }
                 for (unsigned t0 = 0, n; t0 < n_tokens; t0 += n, pass++) {
@@ -708,10 +749,10 @@ PACKED_ATTRS void packed_k_groups_512(const struct packed_weights *w, uint64_t g
                                                                   prefetch, fetch)                                     \
                                          : packed_q5_K_pass_512(w, g, act, act_stride, t0, T, out, out_stride, accumulate, \
                                                                 prefetch, fetch))                                      \
-                     : SINGLE ? packed_q6_K_single_512(w, g, act, act_stride, t0, out, out_stride, accumulate, prefetch,  \
-                                                       fetch, unpacked)                                                \
-                             : packed_q6_K_pass_512(w, g, act, act_stride, t0, T, out, out_stride, accumulate, prefetch, \
-                                                    fetch, unpacked))
+                     : SINGLE ? packed_k16_single_512(w, g, act, act_stride, t0, out, out_stride, accumulate, prefetch,   \
+                                                      fetch, unpacked, type)                                           \
+                             : packed_k16_pass_512(w, g, act, act_stride, t0, T, out, out_stride, accumulate, prefetch,  \
+                                                   fetch, unpacked, type))
                         switch (n * 2 + single) {
                         case 2: PACKED_K_PASS(1, false); break;
                         case 3: PACKED_K_PASS(1, true); break;
@@ -747,11 +788,21 @@ __attribute__((target(DOT_TARGET))) static void packed_q6_K_512(const struct pac
                                                                uint64_t group_end, const struct block_q8_K *act,
                                                                size_t act_stride, const bool *batched, unsigned n_tokens,
                                                                float *out, size_t out_stride, bool accumulate) {
-        __m512i group_lanes[64 * PACKED_Q6_K_UNPACK_MAX];
+        __m512i group_lanes[64 * PACKED_K16_UNPACK_MAX];
         packed_k_groups_512(w, group_begin, group_end, act, act_stride, batched, n_tokens, out, out_stride, accumulate,
                             TENSOR_Q6_K, group_lanes);
 }
 
+__attribute__((target(DOT_TARGET))) static void packed_q3_K_512(const struct packed_weights *w, uint64_t group_begin,
+                                                               uint64_t group_end, const struct block_q8_K *act,
+                                                               size_t act_stride, const bool *batched, unsigned n_tokens,
+                                                               float *out, size_t out_stride, bool accumulate) {
+        __m512i group_lanes[64 * PACKED_K16_UNPACK_MAX];
+        packed_k_groups_512(w, group_begin, group_end, act, act_stride, batched, n_tokens, out, out_stride, accumulate,
+                            TENSOR_Q3_K, group_lanes);
+}
+
+#define DOT_PACKED_Q3_K packed_q3_K_512
 #define DOT_PACKED_Q5_K packed_q5_K_512
 #define DOT_PACKED_Q6_K packed_q6_K_512
 #define DOT_PACKED_Q4_K packed_q4_K_512
