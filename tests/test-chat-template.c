@@ -268,6 +268,38 @@ START_TEST(test_truncated_templates) {
 }
 END_TEST
 
+/* chat_render() takes bos_token and eos_token from the vocabulary as spelled, and today's
+ * date from the clock. */
+START_TEST(test_model_variables) {
+        require_tokenizer();
+        struct tokenizer *tk = model_tokenizer;
+        struct error err = {};
+        char *original = strdup(tokenizer_chat_template(tk)), *out, before[32], after[32];
+        time_t now = time(NULL);
+
+        ck_assert_ptr_nonnull(original);
+        ck_assert_int_eq(tokenizer_replace_chat_template(tk, "{{ bos_token }}|{{ eos_token }}|{{ date_string }}", &err), 0);
+        strftime(before, sizeof(before), "%d %b %Y", localtime(&now));
+        ck_assert_int_eq(chat_render(tk, (const struct chat_message[]) { { "user", "Hi" } }, 1, true, &out, &err), 0);
+        now = time(NULL);
+        strftime(after, sizeof(after), "%d %b %Y", localtime(&now));
+        ck_assert_msg(strncmp(out, "<|im_start|>|<|im_end|>|", 24) == 0, "%s", out);
+        ck_assert_msg(strcmp(out + 24, before) == 0 || strcmp(out + 24, after) == 0, "%s", out);
+        ck_assert_str_eq(chat_template_describe(tk), "Jinja, from the template given in place of the file's");
+        free(out);
+
+        ck_assert_int_eq(tokenizer_replace_chat_template(tk, "{% if %}", &err), 0);
+        ck_assert_ptr_null(chat_template_describe(tk));
+        ck_assert_int_eq(chat_template_check(tk, &err), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err.message, "line 1 column 7: expected a value"));
+        ck_assert_int_eq(chat_render(tk, (const struct chat_message[]) { { "user", "Hi" } }, 1, true, &out, &err),
+                         -EINVAL);
+
+        ck_assert_int_eq(tokenizer_replace_chat_template(tk, original, &err), 0);
+        free(original);
+}
+END_TEST
+
 START_TEST(test_rendered_tokens) {
         const struct tokenizer *tk = require_tokenizer();
         struct error err = {};
@@ -302,12 +334,16 @@ static Suite *chat_template_suite(void) {
         Suite *s = suite_create("chat-template");
         TCase *tc = tcase_create("chat-template");
 
+        /* the limit checks run a million steps and fill hundreds of MiB on purpose */
+        tcase_set_timeout(tc, 60);
+
         tcase_add_test(tc, test_render_default_system);
         tcase_add_test(tc, test_render_own_system);
         tcase_add_test(tc, test_render_multi_turn);
         tcase_add_test(tc, test_render_errors);
         tcase_add_test(tc, test_rendered_tokens);
         tcase_add_test(tc, test_fixture_renderings);
+        tcase_add_test(tc, test_model_variables);
         tcase_add_test(tc, test_language);
         tcase_add_test(tc, test_refusals);
         tcase_add_test(tc, test_truncated_templates);
