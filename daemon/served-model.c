@@ -14,8 +14,8 @@
 #define CHAT_TEMPLATE_MAX_BYTES (1024 * 1024)
 
 /* Puts the text of the file path in place of the model's chat template, and checks that
- * it parses, so that a wrong file stops the daemon at startup rather than failing every
- * chat request. */
+ * it parses and renders a one-message chat, so that a wrong file stops the daemon at
+ * startup rather than failing every chat request. */
 static int replace_chat_template(struct tokenizer *tk, const char *path, struct error *err) {
         FILE *f = fopen(path, "re");
         if (!f)

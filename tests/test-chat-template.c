@@ -294,6 +294,10 @@ START_TEST(test_model_variables) {
         ck_assert_ptr_nonnull(strstr(err.message, "line 1 column 7: expected a value"));
         ck_assert_int_eq(chat_render(tk, (const struct chat_message[]) { { "user", "Hi" } }, 1, true, &out, &err),
                          -EINVAL);
+        /* parses, but fails every chat: reported before any request comes */
+        ck_assert_int_eq(tokenizer_replace_chat_template(tk, "{{ messages | shuffle }}", &err), 0);
+        ck_assert_int_eq(chat_template_check(tk, &err), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err.message, "line 1 column 13: unknown filter 'shuffle'"));
 
         ck_assert_int_eq(tokenizer_replace_chat_template(tk, original, &err), 0);
         free(original);

@@ -34,17 +34,6 @@ static int no_format(const struct tokenizer *tk, struct error *err) {
                          tokenizer_architecture(tk) ? tokenizer_architecture(tk) : "not named");
 }
 
-int chat_template_check(const struct tokenizer *tk, struct error *err) {
-        if (builtin_gemma(tk))
-                return 0;
-        if (!tokenizer_chat_template(tk))
-                return no_format(tk, err);
-        struct jinja_template *t;
-        int r = jinja_parse(tokenizer_chat_template(tk), &t, err);
-        if (r == 0)
-                jinja_free(t);
-        return r;
-}
 
 static bool valid_role(const char *role) {
         return strcmp(role, "system") == 0 || strcmp(role, "user") == 0 || strcmp(role, "assistant") == 0;
@@ -198,6 +187,30 @@ static const char *special_text(const struct tokenizer *tk, int32_t id) {
         return text && memchr(text, '\0', len) == NULL ? text : "";
 }
 
+static struct chat_vocabulary model_vocabulary(const struct tokenizer *tk) {
+        return (struct chat_vocabulary) {
+                .bos_token = special_text(tk, tokenizer_bos(tk)),
+                .eos_token = special_text(tk, tokenizer_eos(tk)),
+                .add_bos = tokenizer_add_bos(tk),
+        };
+}
+
+/* A template that parses but cannot run a one-message chat (an unsupported filter, say)
+ * would fail every request: it is reported here, at startup. */
+int chat_template_check(const struct tokenizer *tk, struct error *err) {
+        if (builtin_gemma(tk))
+                return 0;
+        if (!tokenizer_chat_template(tk))
+                return no_format(tk, err);
+        const struct chat_message hello = { "user", "Hello" };
+        const struct chat_vocabulary vocabulary = model_vocabulary(tk);
+        char *out;
+        int r = chat_render_template(tokenizer_chat_template(tk), &vocabulary, &hello, 1, true, time(NULL), &out, err);
+        if (r == 0)
+                free(out);
+        return r;
+}
+
 int chat_render(const struct tokenizer *tk, const struct chat_message *msgs, size_t n, bool add_generation_prompt,
                 char **ret, struct error *err) {
         for (size_t i = 0; i < n; i++) {
@@ -212,11 +225,7 @@ int chat_render(const struct tokenizer *tk, const struct chat_message *msgs, siz
                 return render_gemma(msgs, n, add_generation_prompt, ret, err);
         if (!tokenizer_chat_template(tk))
                 return no_format(tk, err);
-        const struct chat_vocabulary vocabulary = {
-                .bos_token = special_text(tk, tokenizer_bos(tk)),
-                .eos_token = special_text(tk, tokenizer_eos(tk)),
-                .add_bos = tokenizer_add_bos(tk),
-        };
+        const struct chat_vocabulary vocabulary = model_vocabulary(tk);
         return chat_render_template(tokenizer_chat_template(tk), &vocabulary, msgs, n, add_generation_prompt, time(NULL),
                                     ret, err);
 }

@@ -45,8 +45,9 @@ struct chat_vocabulary {
  * has no tokenizer.chat_template)"; NULL when the model cannot be chatted with. */
 const char *chat_template_describe(const struct tokenizer *tk);
 
-/* Whether the model's template parses: 0, -EINVAL naming the line, column and problem,
- * -EOPNOTSUPP when the model has neither a template nor a built-in format. */
+/* Whether the model's template parses and renders a one-message chat: 0, -EINVAL naming
+ * the line, column and problem, -EOPNOTSUPP when the model has neither a template nor a
+ * built-in format. */
 int chat_template_check(const struct tokenizer *tk, struct error *err);
 
 /* Renders msgs[0..n) into a malloc'ed NUL-terminated string, at the current time.
