@@ -14,8 +14,8 @@
 #define CHAT_TEMPLATE_MAX_BYTES (1024 * 1024)
 
 /* Puts the text of the file path in place of the model's chat template, and checks that
- * it is a format chat_render() knows, so that a wrong file stops the daemon at startup
- * rather than failing every chat request. */
+ * it parses and renders a one-message chat, so that a wrong file stops the daemon at
+ * startup rather than failing every chat request. */
 static int replace_chat_template(struct tokenizer *tk, const char *path, struct error *err) {
         FILE *f = fopen(path, "re");
         if (!f)
@@ -40,11 +40,8 @@ static int replace_chat_template(struct tokenizer *tk, const char *path, struct 
         }
         fclose(f);
         free(text);
-        if (r == 0 && !chat_template_describe(tk))
-                r = error_set(err, EINVAL,
-                              "--chat-template %s: an unknown chat template: asyncllmd renders ChatML (a template "
-                              "holding \"<|im_start|>\") and Gemma's turns (one holding \"<start_of_turn>\")",
-                              path);
+        if (r == 0 && (r = chat_template_check(tk, err)) < 0)
+                error_prefix(err, r, "--chat-template %s", path);
         return r;
 }
 

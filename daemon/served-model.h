@@ -26,8 +26,8 @@ struct served_model {
 /* Loads path and starts the engine with config (finalized here: max_model_len resolves
  * against the model's context). device: a name backend_open() knows ("cpu" is the only one that
  * serves today). chat_template: NULL, or a file whose text replaces the model's chat template;
- * a template chat_render() cannot render (neither ChatML nor Gemma's turns) is refused, -EINVAL
- * with a message naming the file. */
+ * a template that does not parse or render a one-message chat (chat_template_check()) is
+ * refused, -EINVAL with a message naming the file, the line and the problem. */
 int served_model_load(const char *path, const char *device, unsigned threads, const struct engine_config *config,
                       const char *chat_template, struct served_model *ret, struct error *err);
 void served_model_unload(struct served_model *m);

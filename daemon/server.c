@@ -219,7 +219,13 @@ int server_start(struct server *s, struct daemon_settings *settings, int argc, c
                  s->model.name, settings->model, s->model.model->hp.n_layer, s->model.model->hp.n_ctx_train,
                  s->model.config.max_model_len, s->model.backend.kv.n_blocks, s->model.config.block_size, settings->threads);
         const char *chat = chat_template_describe(s->model.tk);
-        log_info("chat template: %s", chat ? chat : "none; chat requests are refused");
+        if (chat)
+                log_info("chat template: %s", chat);
+        else {
+                struct error chat_err = {};
+                chat_template_check(s->model.tk, &chat_err);
+                log_warning("chat template: none; chat requests are refused (%s)", chat_err.message);
+        }
         log_decode_calibration(&s->model);
         s->realtime_offset = realtime_seconds() - monotonic_seconds();
 

@@ -149,7 +149,7 @@ static const struct setting table[N_KEYS] = {
         },
         [KEY_CHAT_TEMPLATE] = {
                 "chat-template", SETTING_PATH, FIELD(chat_template), .max = 4096, .arg = "PATH",
-                .help = "a file whose chat template (ChatML or Gemma turns) replaces the model's",
+                .help = "a file whose Jinja chat template replaces the model's",
                 .default_text = "the model's own",
         },
         [KEY_DEVICE] = {

@@ -5,7 +5,7 @@
 # other requests, from the prefix cache, prefilled in chunks of 7 tokens, over D-Bus, and after
 # sleep and wake-up; abort; `asyncllmctl chat` equal to the Gemma turns rendered by hand and
 # generated greedily; --chat-template replacing the built-in format with ChatML, and refusing a
-# template it cannot render or a missing file at startup, naming the file.
+# template that does not parse or a missing file at startup, naming the file.
 set -u
 ctl=${ASYNCLLMCTL:?ASYNCLLMCTL must name the asyncllmctl binary}
 daemon=${ASYNCLLMD:?ASYNCLLMD must name the asyncllmd binary}
@@ -102,7 +102,7 @@ for d in a b; do
     fi
 done
 expect "A chats in the Gemma turns built in for gemma3" grep -qF "chat template: Gemma turns, built in" "$tmp/a.log"
-expect "B chats in ChatML, from --chat-template" grep -qF "chat template: ChatML, from the template given in place of the file's" "$tmp/b.log"
+expect "B chats with --chat-template's template" grep -qF "chat template: Jinja, from the template given in place of the file's" "$tmp/b.log"
 
 echo "== alone, streamed"
 for i in 1 2 3; do
@@ -188,8 +188,9 @@ chat_equals_generate "--chat-template: asyncllmctl chat = ChatML rendered by han
     $'<|im_start|>user\n'"$question"$'<|im_end|>\n<|im_start|>assistant\n'
 
 echo "== --chat-template refused at startup"
-printf '{%% for m in messages %%}[{{ m.role }}] {{ m.content }}\n{%% endfor %%}\n' >"$tmp/unknown.jinja"
-for file_reason in "unknown.jinja:an unknown chat template" "missing.jinja:No such file"; do
+printf '{%% for m in messages %%}[{{ m.role }}] {{ m.content }}\n' >"$tmp/unclosed.jinja"
+for file_reason in "unclosed.jinja:chat template, line 1 column 54: the template ends before {% endfor %}" \
+        "missing.jinja:No such file"; do
     file=$tmp/${file_reason%%:*} reason=${file_reason#*:}
     timeout "$(scaled 120)" "$daemon" --model "$model" --socket "$tmp/c.sock" --chat-template "$file" >"$tmp/c.log" 2>&1
     rc=$?

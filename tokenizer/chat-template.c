@@ -4,167 +4,39 @@
 #include <string.h>
 
 #include "chat-template.h"
+#include "jinja.h"
 
-#define IM_START "<|im_start|>"
-#define IM_END "<|im_end|>"
-#define SYSTEM_HEAD IM_START "system"
 #define START_OF_TURN "<start_of_turn>"
 #define END_OF_TURN "<end_of_turn>"
-
-enum chat_format {
-        CHAT_FORMAT_NONE,
-        CHAT_FORMAT_CHATML,
-        CHAT_FORMAT_GEMMA,
-};
-
-/* Whether the literal at p (just after SYSTEM_HEAD, inside a string quoted by quote) is a
- * plain "\nTEXT<|im_end|>": 1 with a copy of TEXT in *ret, 0 if not, -ENOMEM. "\n" may be a
- * real newline or the two-character escape. */
-static int plain_system_text(const char *p, char quote, char **ret) {
-        const char *end;
-        char *text, *o;
-
-        if (p[0] == '\n')
-                p++;
-        else if (p[0] == '\\' && p[1] == 'n')
-                p += 2;
-        else
-                return 0;
-
-        end = strstr(p, IM_END);
-        if (!end)
-                return 0;
-        for (const char *c = p; c < end; c++) {
-                if (*c == quote || *c == '{' || *c == '}')
-                        return 0;
-                if (*c == '\\' && c[1] != 'n')
-                        return 0;
-                if (*c == '\\')
-                        c++;
-        }
-
-        text = malloc((size_t) (end - p) + 1);
-        if (!text)
-                return -ENOMEM;
-        o = text;
-        for (const char *c = p; c < end; c++) {
-                if (*c == '\\') {
-                        *o++ = '\n';
-                        c++;
-                } else
-                        *o++ = *c;
-        }
-        *o = '\0';
-        *ret = text;
-        return 1;
-}
-
-int chat_template_default_system(const char *template, char **ret, struct error *err) {
-        if (!strstr(template, IM_START))
-                return error_set(err, EOPNOTSUPP,
-                                 "the model's chat template is not ChatML (it has no \"" IM_START
-                                 "\"); only ChatML templates are supported");
-
-        /* The first plain literal wins: a template may also build a system turn from the
-         * caller's message, as '<|im_start|>system\n' + content, which is no default. */
-        for (const char *p = strstr(template, SYSTEM_HEAD); p; p = strstr(p + 1, SYSTEM_HEAD)) {
-                if (p == template || (p[-1] != '\'' && p[-1] != '"'))
-                        continue;
-                int r = plain_system_text(p + strlen(SYSTEM_HEAD), p[-1], ret);
-                if (r < 0)
-                        return error_set(err, -r, "out of memory reading the chat template");
-                if (r > 0)
-                        return 0;
-        }
-        *ret = NULL;
-        return 0;
-}
 
 /* The families whose files come without a template but whose turn format is known. */
 static bool gemma_architecture(const char *arch) {
         return arch && (strcmp(arch, "gemma") == 0 || strcmp(arch, "gemma2") == 0 || strcmp(arch, "gemma3") == 0);
 }
 
-static enum chat_format format_of(const struct tokenizer *tk) {
-        const char *template = tokenizer_chat_template(tk);
-        if (!template)
-                return gemma_architecture(tokenizer_architecture(tk)) ? CHAT_FORMAT_GEMMA : CHAT_FORMAT_NONE;
-        if (strstr(template, IM_START))
-                return CHAT_FORMAT_CHATML;
-        if (strstr(template, START_OF_TURN))
-                return CHAT_FORMAT_GEMMA;
-        return CHAT_FORMAT_NONE;
+static bool builtin_gemma(const struct tokenizer *tk) {
+        return !tokenizer_chat_template(tk) && gemma_architecture(tokenizer_architecture(tk));
 }
 
 const char *chat_template_describe(const struct tokenizer *tk) {
-        bool own = tokenizer_chat_template(tk) != NULL, replaced = tokenizer_chat_template_replaced(tk);
-        switch (format_of(tk)) {
-        case CHAT_FORMAT_CHATML:
-                return replaced ? "ChatML, from the template given in place of the file's"
-                                : "ChatML, from the file's tokenizer.chat_template";
-        case CHAT_FORMAT_GEMMA:
-                return replaced ? "Gemma turns, from the template given in place of the file's"
-                       : own    ? "Gemma turns, from the file's tokenizer.chat_template"
-                                : "Gemma turns, built in for the file's architecture (it has no tokenizer.chat_template)";
-        case CHAT_FORMAT_NONE:
-                break;
-        }
-        return NULL;
+        if (builtin_gemma(tk))
+                return "Gemma turns, built in for the file's architecture (it has no tokenizer.chat_template)";
+        if (chat_template_check(tk, NULL) < 0)
+                return NULL;
+        return tokenizer_chat_template_replaced(tk) ? "Jinja, from the template given in place of the file's"
+                                                    : "Jinja, from the file's tokenizer.chat_template";
 }
+
+static int no_format(const struct tokenizer *tk, struct error *err) {
+        return error_set(err, EOPNOTSUPP,
+                         "the model has no chat template (tokenizer.chat_template) and its architecture (%s) has no "
+                         "built-in chat format; give one with --chat-template FILE",
+                         tokenizer_architecture(tk) ? tokenizer_architecture(tk) : "not named");
+}
+
 
 static bool valid_role(const char *role) {
         return strcmp(role, "system") == 0 || strcmp(role, "user") == 0 || strcmp(role, "assistant") == 0;
-}
-
-static char *append_turn(char *o, const char *role, const char *content) {
-        o = stpcpy(o, IM_START);
-        o = stpcpy(o, role);
-        o = stpcpy(o, "\n");
-        o = stpcpy(o, content);
-        return stpcpy(o, IM_END "\n");
-}
-
-static int render_chatml(const char *template, const struct chat_message *msgs, size_t n,
-                         bool add_generation_prompt, char **ret, struct error *err) {
-        static const size_t turn_overhead = sizeof(IM_START "\n" IM_END "\n") - 1;
-        char *default_system = NULL, *buf, *o;
-        size_t size = 1;
-        int r;
-
-        for (size_t i = 0; i < n; i++)
-                size += turn_overhead + strlen(msgs[i].role) + strlen(msgs[i].content);
-
-        r = chat_template_default_system(template, &default_system, err);
-        if (r < 0)
-                return r;
-        /* As the template says: the default comes first, inside the loop, so only when
-         * there is a first message and it is not a system message. */
-        if (default_system && (n == 0 || strcmp(msgs[0].role, "system") == 0)) {
-                free(default_system);
-                default_system = NULL;
-        }
-        if (default_system)
-                size += turn_overhead + strlen("system") + strlen(default_system);
-        if (add_generation_prompt)
-                size += strlen(IM_START "assistant\n");
-
-        buf = malloc(size);
-        if (!buf) {
-                free(default_system);
-                return error_set(err, ENOMEM, "out of memory rendering %zu chat messages", n);
-        }
-        o = buf;
-        *o = '\0';
-        if (default_system)
-                o = append_turn(o, "system", default_system);
-        for (size_t i = 0; i < n; i++)
-                o = append_turn(o, msgs[i].role, msgs[i].content);
-        if (add_generation_prompt)
-                o = stpcpy(o, IM_START "assistant\n");
-
-        free(default_system);
-        *ret = buf;
-        return 0;
 }
 
 /* llama.cpp's trim(): C isspace() in the "C" locale. */
@@ -243,6 +115,102 @@ static int render_gemma(const struct chat_message *msgs, size_t n, bool add_gene
         return 0;
 }
 
+/* llama.cpp's probe: does the template read a leading system message's content? */
+static bool knows_system_role(const struct jinja_template *t, time_t now) {
+        static const char system_text[] = "System message";
+        const struct chat_message probe[] = { { "system", system_text }, { "user", "User message" } };
+        const struct jinja_chat chat = {
+                .messages = probe, .n_messages = 2, .bos_token = "", .eos_token = "", .add_generation_prompt = true,
+                .enable_thinking = true, .tools_empty_list = true, .now = now,
+        };
+        bool read = false;
+        char *out = NULL;
+        if (jinja_render(t, &chat, system_text, &read, &out, NULL) == 0)
+                free(out);
+        return read;
+}
+
+int chat_render_template(const char *template, const struct chat_vocabulary *vocabulary,
+                         const struct chat_message *msgs, size_t n, bool add_generation_prompt, time_t now, char **ret,
+                         struct error *err) {
+        struct jinja_template *t;
+        int r = jinja_parse(template, &t, err);
+        if (r < 0)
+                return r;
+
+        /* a system message the template ignores is joined to the next message, as llama.cpp */
+        struct chat_message *joined = NULL;
+        char *system_and_next = NULL;
+        if (n > 0 && strcmp(msgs[0].role, "system") == 0 && !knows_system_role(t, now)) {
+                if (n > 1) {
+                        joined = malloc((n - 1) * sizeof(*joined));
+                        size_t len = strlen(msgs[0].content) + 1 + strlen(msgs[1].content);
+                        system_and_next = malloc(len + 1);
+                        if (!joined || !system_and_next) {
+                                r = error_set(err, ENOMEM, "out of memory rendering %zu chat messages", n);
+                                goto finish;
+                        }
+                        strcpy(stpcpy(stpcpy(system_and_next, msgs[0].content), "\n"), msgs[1].content);
+                        joined[0] = (struct chat_message) { msgs[1].role, system_and_next };
+                        memcpy(joined + 1, msgs + 2, (n - 2) * sizeof(*joined));
+                        msgs = joined;
+                        n--;
+                } else {
+                        msgs++;
+                        n--;
+                }
+        }
+
+        const struct jinja_chat chat = {
+                .messages = msgs, .n_messages = n, .bos_token = vocabulary->bos_token,
+                .eos_token = vocabulary->eos_token, .add_generation_prompt = add_generation_prompt,
+                .enable_thinking = true, .now = now,
+        };
+        char *out;
+        r = jinja_render(t, &chat, NULL, NULL, &out, err);
+        if (r == 0) {
+                size_t bos_len = strlen(vocabulary->bos_token);
+                if (vocabulary->add_bos && bos_len > 0 && strncmp(out, vocabulary->bos_token, bos_len) == 0)
+                        memmove(out, out + bos_len, strlen(out + bos_len) + 1);
+                *ret = out;
+        }
+finish:
+        free(joined);
+        free(system_and_next);
+        jinja_free(t);
+        return r;
+}
+
+static const char *special_text(const struct tokenizer *tk, int32_t id) {
+        size_t len;
+        const char *text = id >= 0 ? tokenizer_token_bytes(tk, id, &len) : NULL;
+        return text && memchr(text, '\0', len) == NULL ? text : "";
+}
+
+static struct chat_vocabulary model_vocabulary(const struct tokenizer *tk) {
+        return (struct chat_vocabulary) {
+                .bos_token = special_text(tk, tokenizer_bos(tk)),
+                .eos_token = special_text(tk, tokenizer_eos(tk)),
+                .add_bos = tokenizer_add_bos(tk),
+        };
+}
+
+/* A template that parses but cannot run a one-message chat (an unsupported filter, say)
+ * would fail every request: it is reported here, at startup. */
+int chat_template_check(const struct tokenizer *tk, struct error *err) {
+        if (builtin_gemma(tk))
+                return 0;
+        if (!tokenizer_chat_template(tk))
+                return no_format(tk, err);
+        const struct chat_message hello = { "user", "Hello" };
+        const struct chat_vocabulary vocabulary = model_vocabulary(tk);
+        char *out;
+        int r = chat_render_template(tokenizer_chat_template(tk), &vocabulary, &hello, 1, true, time(NULL), &out, err);
+        if (r == 0)
+                free(out);
+        return r;
+}
+
 int chat_render(const struct tokenizer *tk, const struct chat_message *msgs, size_t n, bool add_generation_prompt,
                 char **ret, struct error *err) {
         for (size_t i = 0; i < n; i++) {
@@ -253,21 +221,11 @@ int chat_render(const struct tokenizer *tk, const struct chat_message *msgs, siz
                                          "message %zu has role \"%.64s\"; expected \"system\", \"user\" or \"assistant\"",
                                          i, msgs[i].role);
         }
-
-        switch (format_of(tk)) {
-        case CHAT_FORMAT_CHATML:
-                return render_chatml(tokenizer_chat_template(tk), msgs, n, add_generation_prompt, ret, err);
-        case CHAT_FORMAT_GEMMA:
+        if (builtin_gemma(tk))
                 return render_gemma(msgs, n, add_generation_prompt, ret, err);
-        case CHAT_FORMAT_NONE:
-                break;
-        }
         if (!tokenizer_chat_template(tk))
-                return error_set(err, EOPNOTSUPP,
-                                 "the model has no chat template (tokenizer.chat_template) and its architecture (%s) "
-                                 "has no built-in chat format",
-                                 tokenizer_architecture(tk) ? tokenizer_architecture(tk) : "not named");
-        return error_set(err, EOPNOTSUPP,
-                         "the model's chat template is neither ChatML (it has no \"" IM_START "\") nor Gemma's (no \""
-                         START_OF_TURN "\"); only these are supported");
+                return no_format(tk, err);
+        const struct chat_vocabulary vocabulary = model_vocabulary(tk);
+        return chat_render_template(tokenizer_chat_template(tk), &vocabulary, msgs, n, add_generation_prompt, time(NULL),
+                                    ret, err);
 }
