@@ -92,6 +92,7 @@ dot_k_tile_fn dot_k_tile_kernel_for(const struct dot_kernels *k, enum tensor_typ
 
 dot_packed_k_fn dot_packed_k_kernel_for(const struct dot_kernels *k, enum tensor_type type) {
         switch (type) {
+        case TENSOR_Q2_K: return k->packed_q2_K;
         case TENSOR_Q3_K: return k->packed_q3_K;
         case TENSOR_Q4_K: return k->packed_q4_K;
         case TENSOR_Q5_K: return k->packed_q5_K;

@@ -584,8 +584,9 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(geglu)(float *h, const fl
 
 #include "dot-k-quants-x86.h"
 
-/* A set without packed K-quant products keeps the tiles for Q3_K, Q4_K, Q5_K and Q6_K. */
+/* A set without packed K-quant products keeps the tiles for them. */
 #ifndef DOT_PACKED_Q4_K
+#define DOT_PACKED_Q2_K NULL
 #define DOT_PACKED_Q3_K NULL
 #define DOT_PACKED_Q4_K NULL
 #define DOT_PACKED_Q5_K NULL
@@ -613,6 +614,7 @@ __attribute__((target(DOT_TARGET))) static void DOT_FN(geglu)(float *h, const fl
                 .packed_q5_1 = packed_4bit(q5_1),                                                                      \
                 .packed_q8_0 = DOT_PACKED_FN(q8_0),                                                                    \
                 .packed_single_accumulator = DOT_PACKED_FN(single_accumulator),                                        \
+                .packed_q2_K = DOT_PACKED_Q2_K,                                                                        \
                 .packed_q3_K = DOT_PACKED_Q3_K,                                                                        \
                 .packed_q4_K = DOT_PACKED_Q4_K,                                                                        \
                 .packed_q5_K = DOT_PACKED_Q5_K,                                                                        \

@@ -76,7 +76,7 @@ typedef void (*dot_packed_fn)(const struct packed_weights *w, uint64_t group_beg
                               const struct packed_activations *a, unsigned n_tokens, float *out, size_t out_stride,
                               bool accumulate);
 
-/* The packed K-quant product on packed Q3_K, Q4_K, Q5_K or Q6_K weights (packed-weights.h): for the rows of groups
+/* The packed K-quant product on packed K-quant weights (packed-weights.h): for the rows of groups
  * [group_begin, group_end) and n_tokens tokens (token t's Q8_K super-blocks at act +
  * t * act_stride), token t's row at out[t * out_stride + row] is set to (or, with accumulate,
  * has added to it) exactly the type's reference (row, token, batched[t]): the K-quant orders
@@ -118,6 +118,7 @@ struct dot_kernels {
          * dot_packed_fn otherwise. */
         dot_packed_fn packed_single_accumulator;
         /* The packed K-quant products; NULL where the set has none (the tiles run). */
+        dot_packed_k_fn packed_q2_K;
         dot_packed_k_fn packed_q3_K;
         dot_packed_k_fn packed_q4_K;
         dot_packed_k_fn packed_q5_K;

@@ -530,14 +530,14 @@ PACKED_ATTRS void packed_q5_K_single_512(const struct packed_weights *w, uint64_
         packed_k_store_512(w, g, out, t, 1, out_stride, accumulate, &sum);
 }
 
-/* Q3_K and Q6_K, whose scales are per sub-block of 16 and whose quants carry a bias (4 and
- * 32: stored unsigned as q + bias), share their kernels: */
+/* Q2_K, Q3_K and Q6_K, whose scales are per sub-block of 16, share their unpacking; Q3_K and
+ * Q6_K, whose quants carry a bias (4 and 32: stored unsigned as q + bias), their kernels: */
 PACKED_ATTRS size_t packed_k16_quant_bytes(const enum tensor_type type) {
-        return type == TENSOR_Q3_K ? PACKED_Q3_K_QUANT_BYTES : PACKED_Q6_K_QUANT_BYTES;
+        return type == TENSOR_Q2_K ? PACKED_Q2_K_QUANT_BYTES : type == TENSOR_Q3_K ? PACKED_Q3_K_QUANT_BYTES : PACKED_Q6_K_QUANT_BYTES;
 }
 
 PACKED_ATTRS const uint8_t *packed_k16_scale_pair(const uint8_t *rec, unsigned p, const enum tensor_type type) {
-        return rec + (type == TENSOR_Q3_K ? PACKED_Q3_K_SCALES : PACKED_Q6_K_SCALES) + 32 * p;
+        return rec + (type == TENSOR_Q2_K ? PACKED_Q2_K_SCALES : type == TENSOR_Q3_K ? PACKED_Q3_K_SCALES : PACKED_Q6_K_SCALES) + 32 * p;
 }
 
 /* log2 of the bias */
@@ -546,10 +546,16 @@ PACKED_ATTRS int packed_k16_bias_shift(const enum tensor_type type) {
 }
 
 /* Runs 4n .. 4n + 3's elements 4k .. 4k + 3 of a packed record's sixteen rows as unsigned bytes
- * (q + bias). Q6_K: the low nibbles from the ql vectors, the top two bits from the qh vector
+ * (q + bias). Q2_K: two bits of the qs vector. Q6_K: the low nibbles from the ql vectors, the top two bits from the qh vector
  * brought to bits 4 and 5. Q3_K: two bits of the qs vector, the third from the hmask vector
  * brought to bit 2. */
 PACKED_ATTRS void packed_k16_lanes4_512(const uint8_t *rec, unsigned n, unsigned k, __m512i v[4], const enum tensor_type type) {
+        if (type == TENSOR_Q2_K) {
+                __m512i q = _mm512_load_si512(rec + 64 * (8 * n + k));
+                _Pragma("GCC unroll 4") for (unsigned j = 0; j < 4; j++)
+                        v[j] = _mm512_and_si512(_mm512_srli_epi16(q, 2 * j), _mm512_set1_epi8(0x03));
+                return;
+        }
         if (type == TENSOR_Q3_K) {
                 const __m512i low2 = _mm512_set1_epi8(0x03), bit2 = _mm512_set1_epi8(0x04);
                 __m512i q = _mm512_load_si512(rec + 64 * (8 * n + k)), h = _mm512_load_si512(rec + PACKED_Q3_K_HIGH + 64 * k);
@@ -701,10 +707,69 @@ PACKED_ATTRS void packed_k16_pass_512(const struct packed_weights *w, uint64_t g
         packed_k_store_512(w, g, out, t0, T, out_stride, accumulate, acc);
 }
 
+/* The packed Q2_K product (its repacked orders, as Q4_K's) for group g's rows against tokens
+ * t0..t0+T-1 in one order: per run of 32 and token, two chains of four vpdpbusd give the rows'
+ * exact sums of sub-blocks 2s and 2s + 1, times their scales (vpmulld), the mins by one
+ * vpmaddwd of (min, min) pairs against the activation sums; one fma pair per 128 elements
+ * (batched) or per super-block (single). */
+PACKED_ATTRS void packed_q2_K_pass_512(const struct packed_weights *w, uint64_t g, const struct block_q8_K *act,
+                                       size_t act_stride, unsigned t0, const unsigned T, const bool single, float *out,
+                                       size_t out_stride, bool accumulate, bool prefetch, struct packed_fetch fetch,
+                                       const __m512i *unpacked) {
+        const uint64_t n_super = w->n_blocks;
+        const uint8_t *quants = w->data + g * w->group_bytes, *scales = quants + n_super * PACKED_Q2_K_QUANT_BYTES;
+        __m512 acc[PACKED_K_PASS_TOKENS], accm[PACKED_K_PASS_TOKENS];
+
+        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
+                acc[t] = accm[t] = _mm512_setzero_ps();
+        for (uint64_t b = 0; b < n_super; b++) {
+                const uint8_t *rec = packed_k_record_512(w, quants, b, PACKED_Q2_K_QUANT_BYTES, prefetch, &fetch);
+                __m512 dw = packed_k_d_512(w, scales, b, 0), dmw = packed_k_d_512(w, scales, b, 1);
+                __m512i isum[PACKED_K_PASS_TOKENS], imin[PACKED_K_PASS_TOKENS];
+                _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
+                        isum[t] = imin[t] = _mm512_setzero_si512();
+                _Pragma("GCC unroll 8") for (unsigned s = 0; s < QK_K / 32; s++) {
+                        __m512i pair = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *) packed_k16_scale_pair(rec, s, TENSOR_Q2_K)));
+                        __m512i mins = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *) (rec + PACKED_Q2_K_MINS + 32 * s)));
+                        __m512i sc_lo = _mm512_and_si512(pair, _mm512_set1_epi32(0xffff)), sc_hi = _mm512_srli_epi32(pair, 16);
+                        __m512i c_lo[PACKED_K_PASS_TOKENS], c_hi[PACKED_K_PASS_TOKENS];
+                        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
+                                c_lo[t] = c_hi[t] = _mm512_setzero_si512();
+                        _Pragma("GCC unroll 8") for (unsigned k = 0; k < PACKED_LANES; k++) {
+                                __m512i v = unpacked ? unpacked[64 * b + 8 * s + k] : packed_k16_lane_512(rec, s, k, TENSOR_Q2_K);
+                                _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                                        __m512i a4 = packed_broadcast4(act[(t0 + t) * act_stride + b].qs + 32 * s + 4 * k);
+                                        if (k < 4)
+                                                c_lo[t] = _mm512_dpbusd_epi32(c_lo[t], v, a4);
+                                        else
+                                                c_hi[t] = _mm512_dpbusd_epi32(c_hi[t], v, a4);
+                                }
+                        }
+                        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                                const struct block_q8_K *a = &act[(t0 + t) * act_stride + b];
+                                uint32_t sums = (uint16_t) a->bsums[2 * s] | (uint32_t) (uint16_t) a->bsums[2 * s + 1] << 16;
+                                isum[t] = _mm512_add_epi32(isum[t], _mm512_add_epi32(_mm512_mullo_epi32(c_lo[t], sc_lo),
+                                                                                     _mm512_mullo_epi32(c_hi[t], sc_hi)));
+                                imin[t] = _mm512_add_epi32(imin[t], _mm512_madd_epi16(mins, _mm512_set1_epi32((int32_t) sums)));
+                                /* the batched order's fma pair per 128 elements; the single order's per super-block */
+                                if (single ? s != QK_K / 32 - 1 : s % 4 != 3)
+                                        continue;
+                                __m512 da = _mm512_set1_ps(a->d);
+                                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, da), acc[t]);
+                                accm[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin[t]), _mm512_mul_ps(dmw, da), accm[t]);
+                                isum[t] = imin[t] = _mm512_setzero_si512();
+                        }
+                }
+        }
+        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
+                acc[t] = _mm512_sub_ps(acc[t], accm[t]);
+        packed_k_store_512(w, g, out, t0, T, out_stride, accumulate, acc);
+}
+
 /* The tokens from t0 that a pass takes: up to PACKED_K_PASS_TOKENS of the same order, one for
- * the single order but Q4_K's (its eight lanes per token fill the registers). */
+ * the vector products' single order (its eight lanes per token fill the registers). */
 static inline unsigned packed_k_pass_tokens(const bool *batched, unsigned t0, unsigned n_tokens, enum tensor_type type) {
-        unsigned max = type != TENSOR_Q4_K && !batched[t0] ? 1 : PACKED_K_PASS_TOKENS, n = 1;
+        unsigned max = type != TENSOR_Q4_K && type != TENSOR_Q2_K && !batched[t0] ? 1 : PACKED_K_PASS_TOKENS, n = 1;
         while (n < max && t0 + n < n_tokens && batched[t0 + n] == batched[t0])
                 n++;
         return n;
@@ -717,7 +782,7 @@ PACKED_ATTRS void packed_k_groups_512(const struct packed_weights *w, uint64_t g
         unsigned n_passes = 0;
         for (unsigned t0 = 0; t0 < n_tokens; t0 += packed_k_pass_tokens(batched, t0, n_tokens, type))
                 n_passes++;
-        /* Q3_K's and Q6_K's quants unpacked once into group_lanes for all of a group's passes when there are several */
+        /* Q2_K's, Q3_K's and Q6_K's quants unpacked once into group_lanes for all of a group's passes when there are several */
         const __m512i *unpacked = group_lanes && n_passes > 1 && w->n_blocks <= PACKED_K16_UNPACK_MAX ? group_lanes : NULL;
         for (uint64_t g = group_begin; g < group_end; g++) {
                 /* the first pass streams the group in; the later ones, from L1 and L2, fetch the next */
@@ -745,6 +810,8 @@ PACKED_ATTRS void packed_k_groups_512(const struct packed_weights *w, uint64_t g
 #define PACKED_K_PASS(T, SINGLE)                                                                                      \
         (type == TENSOR_Q4_K   ? packed_q4_K_pass_512(w, g, act, act_stride, t0, T, SINGLE, out, out_stride, accumulate, \
                                                       prefetch, fetch)                                                 \
+         : type == TENSOR_Q2_K ? packed_q2_K_pass_512(w, g, act, act_stride, t0, T, SINGLE, out, out_stride, accumulate, \
+                                                      prefetch, fetch, unpacked)                                       \
          : type == TENSOR_Q5_K ? (SINGLE ? packed_q5_K_single_512(w, g, act, act_stride, t0, out, out_stride, accumulate, \
                                                                   prefetch, fetch)                                     \
                                          : packed_q5_K_pass_512(w, g, act, act_stride, t0, T, out, out_stride, accumulate, \
@@ -793,6 +860,15 @@ __attribute__((target(DOT_TARGET))) static void packed_q6_K_512(const struct pac
                             TENSOR_Q6_K, group_lanes);
 }
 
+__attribute__((target(DOT_TARGET))) static void packed_q2_K_512(const struct packed_weights *w, uint64_t group_begin,
+                                                               uint64_t group_end, const struct block_q8_K *act,
+                                                               size_t act_stride, const bool *batched, unsigned n_tokens,
+                                                               float *out, size_t out_stride, bool accumulate) {
+        __m512i group_lanes[64 * PACKED_K16_UNPACK_MAX];
+        packed_k_groups_512(w, group_begin, group_end, act, act_stride, batched, n_tokens, out, out_stride, accumulate,
+                            TENSOR_Q2_K, group_lanes);
+}
+
 __attribute__((target(DOT_TARGET))) static void packed_q3_K_512(const struct packed_weights *w, uint64_t group_begin,
                                                                uint64_t group_end, const struct block_q8_K *act,
                                                                size_t act_stride, const bool *batched, unsigned n_tokens,
@@ -802,6 +878,7 @@ __attribute__((target(DOT_TARGET))) static void packed_q3_K_512(const struct pac
                             TENSOR_Q3_K, group_lanes);
 }
 
+#define DOT_PACKED_Q2_K packed_q2_K_512
 #define DOT_PACKED_Q3_K packed_q3_K_512
 #define DOT_PACKED_Q5_K packed_q5_K_512
 #define DOT_PACKED_Q6_K packed_q6_K_512

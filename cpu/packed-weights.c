@@ -68,19 +68,20 @@ int packed_weights_init(struct packed_weights *p, enum tensor_type type, uint64_
         *p = (struct packed_weights) { 0 };
         if (!packed_type_supported(type) || n_cols % tensor_type_info(type)->block_size != 0)
                 return -EINVAL;
-        if (tensor_type_info(type)->block_size == QK_K) {
+        if (packed_k_quant(type)) {
                 *p = (struct packed_weights) {
                         .type = type,
                         .n_rows = n_rows,
                         .n_cols = n_cols,
                         .n_groups = (n_rows + PACKED_ROWS - 1) / PACKED_ROWS,
                         .n_blocks = n_cols / QK_K,
-                        .quant_bytes = type == TENSOR_Q3_K   ? PACKED_Q3_K_QUANT_BYTES
+                        .quant_bytes = type == TENSOR_Q2_K   ? PACKED_Q2_K_QUANT_BYTES
+                                       : type == TENSOR_Q3_K ? PACKED_Q3_K_QUANT_BYTES
                                        : type == TENSOR_Q4_K ? PACKED_Q4_K_QUANT_BYTES
                                        : type == TENSOR_Q5_K ? PACKED_Q5_K_QUANT_BYTES
                                                              : PACKED_Q6_K_QUANT_BYTES,
                         /* d, and dmin for the types with mins */
-                        .scale_bytes = (type == TENSOR_Q4_K || type == TENSOR_Q5_K ? 2 : 1) * PACKED_ROWS * sizeof(f16_bits),
+                        .scale_bytes = (type == TENSOR_Q3_K || type == TENSOR_Q6_K ? 1 : 2) * PACKED_ROWS * sizeof(f16_bits),
                 };
                 p->group_bytes = (p->n_blocks * (p->quant_bytes + p->scale_bytes) + PACKED_ALIGN - 1) / PACKED_ALIGN * PACKED_ALIGN;
                 return 0;
@@ -110,11 +111,13 @@ void packed_weights_fill(struct packed_weights *p, uint8_t *dest, const void *ro
                 uint8_t *quants = dest + row / PACKED_ROWS * p->group_bytes;
                 uint8_t *scales = quants + p->n_blocks * p->quant_bytes;
                 const uint8_t *src = (const uint8_t *) rows + row * row_bytes;
-                if (tensor_type_info(p->type)->block_size == QK_K) {
+                if (packed_k_quant(p->type)) {
                         for (uint64_t b = 0; b < p->n_blocks; b++) {
                                 const void *block = src + b * block_bytes;
                                 uint8_t *rec = quants + b * p->quant_bytes, *s = scales + b * p->scale_bytes;
-                                if (p->type == TENSOR_Q3_K)
+                                if (p->type == TENSOR_Q2_K)
+                                        packed_q2_K_put(block, lane, rec, s);
+                                else if (p->type == TENSOR_Q3_K)
                                         packed_q3_K_put(block, lane, rec, s);
                                 else if (p->type == TENSOR_Q4_K)
                                         packed_q4_K_put(block, lane, rec, s);
@@ -154,11 +157,13 @@ void packed_weights_row(const struct packed_weights *p, uint64_t row, void *out)
         unsigned lane = (unsigned) (row % PACKED_ROWS);
         const uint8_t *quants = p->data + row / PACKED_ROWS * p->group_bytes;
         const uint8_t *scales = quants + p->n_blocks * p->quant_bytes;
-        if (tensor_type_info(p->type)->block_size == QK_K) {
+        if (packed_k_quant(p->type)) {
                 for (uint64_t b = 0; b < p->n_blocks; b++) {
                         const uint8_t *rec = quants + b * p->quant_bytes, *s = scales + b * p->scale_bytes;
                         void *block = (uint8_t *) out + b * block_bytes;
-                        if (p->type == TENSOR_Q3_K)
+                        if (p->type == TENSOR_Q2_K)
+                                packed_q2_K_get(rec, s, lane, block);
+                        else if (p->type == TENSOR_Q3_K)
                                 packed_q3_K_get(rec, s, lane, block);
                         else if (p->type == TENSOR_Q4_K)
                                 packed_q4_K_get(rec, s, lane, block);

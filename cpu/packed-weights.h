@@ -40,6 +40,8 @@
  *   scales: the rows' d as f16, then their dmin.
  * Q5_K: Q4_K's record, then its fifth bits, 8 vectors: vector j lane r = bytes 4j .. 4j + 3 of
  * row r's qh, whose bit s is the fifth bit of sub-block s's element 4j + i (byte i).
+ * Q2_K (packed-q2-k.c): 16 vectors of two-bit quants as Q3_K's below, then the sixteen 4-bit
+ * scales by pairs ([pair p][row][scale 2p, scale 2p + 1]) and the mins likewise; d, dmin.
  * Q3_K (packed-q3-k.c): 16 vectors of two-bit quants, vector 8n + k lane r = bytes
  * 32n + 4k .. + 3 of row r's qs (bits 2j, 2j + 1 of each: sub-blocks 2(4n + j) and the next),
  * 8 vectors of their third bits, vector k lane r = bytes 4k .. 4k + 3 of row r's hmask (bit s:
@@ -83,6 +85,9 @@
 #define PACKED_Q4_K_QUANT_BYTES (PACKED_Q4_K_MINS + 8 * PACKED_ROWS)
 #define PACKED_Q5_K_HIGH PACKED_Q4_K_QUANT_BYTES
 #define PACKED_Q5_K_QUANT_BYTES (PACKED_Q5_K_HIGH + PACKED_ROWS * QK_K / 8)
+#define PACKED_Q2_K_SCALES (PACKED_ROWS * QK_K / 4)
+#define PACKED_Q2_K_MINS (PACKED_Q2_K_SCALES + QK_K / 16 * PACKED_ROWS)
+#define PACKED_Q2_K_QUANT_BYTES (PACKED_Q2_K_MINS + QK_K / 16 * PACKED_ROWS)
 #define PACKED_Q3_K_HIGH (PACKED_ROWS * QK_K / 4)
 #define PACKED_Q3_K_SCALES (PACKED_Q3_K_HIGH + PACKED_ROWS * QK_K / 8)
 #define PACKED_Q3_K_QUANT_BYTES (PACKED_Q3_K_SCALES + QK_K / 16 * PACKED_ROWS)
@@ -118,11 +123,15 @@ static inline unsigned packed_correction_offset(enum tensor_type type) {
         return type == TENSOR_Q8_0 ? PACKED_LANES : type == TENSOR_Q5_0 ? 2 * PACKED_LANES : 0;
 }
 
+/* The K-quant weight types, packed by super-blocks. */
+static inline bool packed_k_quant(enum tensor_type type) {
+        return type == TENSOR_Q2_K || type == TENSOR_Q3_K || type == TENSOR_Q4_K || type == TENSOR_Q5_K || type == TENSOR_Q6_K;
+}
+
 /* Whether packed_weights_build() takes this type. */
 static inline bool packed_type_supported(enum tensor_type type) {
         return type == TENSOR_Q4_0 || type == TENSOR_Q4_1 || type == TENSOR_Q5_0 || type == TENSOR_Q5_1 ||
-               type == TENSOR_Q8_0 || type == TENSOR_Q3_K || type == TENSOR_Q4_K || type == TENSOR_Q5_K ||
-               type == TENSOR_Q6_K;
+               type == TENSOR_Q8_0 || packed_k_quant(type);
 }
 
 /* packed-q4-k.c: a Q4_K or Q5_K row's super-block (lane r of the group's record and scales)
@@ -131,7 +140,9 @@ void packed_q4_K_put(const struct block_q4_K *block, unsigned lane, uint8_t *rec
 void packed_q4_K_get(const uint8_t *record, const uint8_t *scales, unsigned lane, struct block_q4_K *block);
 void packed_q5_K_put(const struct block_q5_K *block, unsigned lane, uint8_t *record, uint8_t *scales);
 void packed_q5_K_get(const uint8_t *record, const uint8_t *scales, unsigned lane, struct block_q5_K *block);
-/* packed-q3-k.c, packed-q6-k.c: the same for Q3_K and Q6_K. */
+/* packed-q2-k.c, packed-q3-k.c, packed-q6-k.c: the same for Q2_K, Q3_K and Q6_K. */
+void packed_q2_K_put(const struct block_q2_K *block, unsigned lane, uint8_t *record, uint8_t *scales);
+void packed_q2_K_get(const uint8_t *record, const uint8_t *scales, unsigned lane, struct block_q2_K *block);
 void packed_q3_K_put(const struct block_q3_K *block, unsigned lane, uint8_t *record, uint8_t *scales);
 void packed_q3_K_get(const uint8_t *record, const uint8_t *scales, unsigned lane, struct block_q3_K *block);
 void packed_q6_K_put(const struct block_q6_K *block, unsigned lane, uint8_t *record, uint8_t *scales);
