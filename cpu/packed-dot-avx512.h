@@ -586,6 +586,25 @@ PACKED_ATTRS __m512i packed_k16_lane_512(const uint8_t *rec, unsigned s, unsigne
 /* Rows of more super-blocks than this unpack their quants in every pass. */
 #define PACKED_K16_UNPACK_MAX 16
 
+/* Per token, run s's exact sums of sub-blocks 2s (c_lo) and 2s + 1 (c_hi) for the group's
+ * sixteen rows: two chains of four vpdpbusd over the run's unsigned quants. */
+PACKED_ATTRS void packed_k16_run_sums_512(const uint8_t *rec, const __m512i *unpacked, uint64_t b, unsigned s,
+                                          const struct block_q8_K *act, size_t act_stride, unsigned t0, const unsigned T,
+                                          __m512i *c_lo, __m512i *c_hi, const enum tensor_type type) {
+        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
+                c_lo[t] = c_hi[t] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 8") for (unsigned k = 0; k < PACKED_LANES; k++) {
+                __m512i v = unpacked ? unpacked[64 * b + 8 * s + k] : packed_k16_lane_512(rec, s, k, type);
+                _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
+                        __m512i a4 = packed_broadcast4(act[(t0 + t) * act_stride + b].qs + 32 * s + 4 * k);
+                        if (k < 4)
+                                c_lo[t] = _mm512_dpbusd_epi32(c_lo[t], v, a4);
+                        else
+                                c_hi[t] = _mm512_dpbusd_epi32(c_hi[t], v, a4);
+                }
+        }
+}
+
 /* The single order (the vector product) of the packed Q3_K or Q6_K product for group g's rows
  * and token t: per half h of the eight lanes, the eight runs' scales for that half as int32;
  * lane k's four elements of each run by one vpdpbusd, times the run's scale; the bias taken
@@ -677,18 +696,7 @@ PACKED_ATTRS void packed_k16_pass_512(const struct packed_weights *w, uint64_t g
                         __m512i pair = _mm512_cvtepi8_epi16(_mm256_load_si256((const __m256i *) packed_k16_scale_pair(rec, s, type)));
                         __m512i sc_lo = _mm512_srai_epi32(_mm512_slli_epi32(pair, 16), 16), sc_hi = _mm512_srai_epi32(pair, 16);
                         __m512i c_lo[PACKED_K_PASS_TOKENS], c_hi[PACKED_K_PASS_TOKENS];
-                        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
-                                c_lo[t] = c_hi[t] = _mm512_setzero_si512();
-                        _Pragma("GCC unroll 8") for (unsigned k = 0; k < PACKED_LANES; k++) {
-                                __m512i v = unpacked ? unpacked[64 * b + 8 * s + k] : packed_k16_lane_512(rec, s, k, type);
-                                _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
-                                        __m512i a4 = packed_broadcast4(act[(t0 + t) * act_stride + b].qs + 32 * s + 4 * k);
-                                        if (k < 4)
-                                                c_lo[t] = _mm512_dpbusd_epi32(c_lo[t], v, a4);
-                                        else
-                                                c_hi[t] = _mm512_dpbusd_epi32(c_hi[t], v, a4);
-                                }
-                        }
+                        packed_k16_run_sums_512(rec, unpacked, b, s, act, act_stride, t0, T, c_lo, c_hi, type);
                         _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
                                 const int16_t *bs = act[(t0 + t) * act_stride + b].bsums + 2 * s;
                                 uint32_t sums = (uint16_t) bs[0] | (uint32_t) (uint16_t) bs[1] << 16;
@@ -733,18 +741,7 @@ PACKED_ATTRS void packed_q2_K_pass_512(const struct packed_weights *w, uint64_t 
                         __m512i mins = _mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *) (rec + PACKED_Q2_K_MINS + 32 * s)));
                         __m512i sc_lo = _mm512_and_si512(pair, _mm512_set1_epi32(0xffff)), sc_hi = _mm512_srli_epi32(pair, 16);
                         __m512i c_lo[PACKED_K_PASS_TOKENS], c_hi[PACKED_K_PASS_TOKENS];
-                        _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++)
-                                c_lo[t] = c_hi[t] = _mm512_setzero_si512();
-                        _Pragma("GCC unroll 8") for (unsigned k = 0; k < PACKED_LANES; k++) {
-                                __m512i v = unpacked ? unpacked[64 * b + 8 * s + k] : packed_k16_lane_512(rec, s, k, TENSOR_Q2_K);
-                                _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
-                                        __m512i a4 = packed_broadcast4(act[(t0 + t) * act_stride + b].qs + 32 * s + 4 * k);
-                                        if (k < 4)
-                                                c_lo[t] = _mm512_dpbusd_epi32(c_lo[t], v, a4);
-                                        else
-                                                c_hi[t] = _mm512_dpbusd_epi32(c_hi[t], v, a4);
-                                }
-                        }
+                        packed_k16_run_sums_512(rec, unpacked, b, s, act, act_stride, t0, T, c_lo, c_hi, TENSOR_Q2_K);
                         _Pragma("GCC unroll 4") for (unsigned t = 0; t < T; t++) {
                                 const struct block_q8_K *a = &act[(t0 + t) * act_stride + b];
                                 uint32_t sums = (uint16_t) a->bsums[2 * s] | (uint32_t) (uint16_t) a->bsums[2 * s + 1] << 16;
