@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gguf.h"
 #include "test-helpers.h"
@@ -55,8 +56,7 @@ static char *read_text(const char *path, size_t *ret_len) {
         return text;
 }
 
-static struct tokenizer *load_vocab(const char *name) {
-        char *path = vocab_path(name, "");
+static struct tokenizer *load_file(const char *path) {
         struct tokenizer *tk;
         struct gguf_file *f;
         struct error err = {};
@@ -64,6 +64,13 @@ static struct tokenizer *load_vocab(const char *name) {
         ck_assert_msg(gguf_open(path, &f, &err) == 0, "gguf_open(%s): %s", path, err.message);
         ck_assert_msg(tokenizer_load(f, &tk, &err) == 0, "tokenizer_load(%s): %s", path, err.message);
         gguf_close(f);
+        return tk;
+}
+
+static struct tokenizer *load_vocab(const char *name) {
+        char *path = vocab_path(name, "");
+        struct tokenizer *tk = load_file(path);
+
         free(path);
         return tk;
 }
@@ -268,6 +275,56 @@ START_TEST(test_control_lookalikes) {
 }
 END_TEST
 
+/* The end-of-generation sets are llama.cpp's, as tests/make-eog-fixtures recorded them
+ * (a vocabulary of tests/extract-vocab-fixtures, or models/FILE). */
+START_TEST(test_eog_sets) {
+        const char *src = getenv("ASYNCLLM_SRCDIR");
+        ck_assert_msg(src && *src, "ASYNCLLM_SRCDIR must name the source tree");
+        char *fixture = test_path_join(src, "tests/fixtures/eog-tokens.txt");
+        size_t len, checked = 0;
+        char *text = read_text(fixture, &len);
+
+        for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+                if (line[0] == '#')
+                        continue;
+                size_t name_len = strcspn(line, " ");
+                char name[128], *path;
+                ck_assert_uint_lt(name_len, sizeof(name));
+                snprintf(name, sizeof(name), "%.*s", (int) name_len, line);
+                if (strchr(name, '/')) { /* models/FILE */
+                        path = test_path_join(src, name);
+                        if (access(path, R_OK) < 0) {
+                                printf("SKIP: %s is missing (scripts/fetch-model fetches it)\n", path);
+                                free(path);
+                                continue;
+                        }
+                } else
+                        path = vocab_path(name, "");
+
+                size_t n_want, n_got;
+                int32_t *want = parse_ids(line + name_len, strlen(line + name_len), &n_want);
+                struct tokenizer *tk = load_file(path);
+                const int32_t *got = tokenizer_eog_ids(tk, &n_got);
+                if (n_got != n_want || memcmp(got, want, n_want * sizeof(*want)) != 0) {
+                        fprintf(stderr, "%s: end-of-generation ids differ from llama.cpp's\n", name);
+                        print_ids("llama.cpp", want, n_want);
+                        print_ids("ours", got, n_got);
+                        ck_abort_msg("%s: end-of-generation ids differ", name);
+                }
+                for (size_t i = 0; i < n_want; i++)
+                        ck_assert(tokenizer_is_eog(tk, want[i]));
+                ck_assert(!tokenizer_is_eog(tk, -1));
+                tokenizer_free(tk);
+                free(want);
+                free(path);
+                checked++;
+        }
+        ck_assert_uint_ge(checked, 6);
+        free(text);
+        free(fixture);
+}
+END_TEST
+
 /* A prompt: BOS first where llama.cpp puts it, then the text's ids; never EOS. */
 START_TEST(test_vocab_prompt) {
         struct tokenizer *tk = load_vocab(vocabs[_i].name);
@@ -303,6 +360,7 @@ static Suite *vocabs_suite(void) {
         tc = tcase_create("special-tokens");
         tcase_add_test(tc, test_phi3_specials);
         tcase_add_test(tc, test_control_lookalikes);
+        tcase_add_test(tc, test_eog_sets);
         tcase_set_timeout(tc, 60);
         suite_add_tcase(s, tc);
         return s;

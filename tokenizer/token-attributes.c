@@ -10,8 +10,15 @@
  *     all of those here, see no difference.)
  *   - in a Phi-3 model (general.name holds "phi-3" or "phi3", any case) every special
  *     token but <unk>, <s> and <|endoftext|> swallows the white space after it (rstrip in
- *     its tokenizer.json, which GGUF does not carry). */
+ *     its tokenizer.json, which GGUF does not carry).
+ *   - generation ends at (tokenizer_is_eog()): the FIM pad, repo and file-separator tokens
+ *     (named by their keys or found by spelling), every token spelled like an end of
+ *     generation, EOS, and the tokens tokenizer.ggml.eot_token_id and eom_token_id name;
+ *     but not "<|end|>" where "<|return|>"/"<|call|>" (o200k_harmony) or "<|calls|>"/"<|flush|>"
+ *     (solar-open) show it is a message separator, nor "</s>" beside "<|tool_response>" or
+ *     "<|plamo:eos|>" (Gemma 4, PLaMo: an ordinary token there). */
 #include <assert.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tokenizer-internal.h"
@@ -87,4 +94,101 @@ bool phi3_strips_after_specials(const struct gguf_file *f) {
 
 bool phi3_keeps_space_after(const char *text, size_t len) {
         return spelled(text, len, "<unk>") || spelled(text, len, "<s>") || spelled(text, len, "<|endoftext|>");
+}
+
+/* Indices in fill_in_the_middle of the roles whose marker ends generation. */
+static const size_t fim_roles_ending_generation[] = { 3, 4, 5 };
+
+struct id_set {
+        int32_t *ids;
+        size_t n;
+};
+
+static bool id_set_add(struct id_set *s, int32_t id) {
+        if (id < 0)
+                return true;
+        for (size_t i = 0; i < s->n; i++)
+                if (s->ids[i] == id)
+                        return true;
+        int32_t *p = realloc(s->ids, (s->n + 1) * sizeof(*p));
+        if (!p)
+                return false;
+        s->ids = p;
+        s->ids[s->n++] = id;
+        return true;
+}
+
+/* The member spelled text, or -1. */
+static int32_t id_set_spelled(const struct tokenizer *tk, const struct id_set *s, const char *text) {
+        for (size_t i = 0; i < s->n; i++)
+                if (spelled(token_text(tk, s->ids[i]), tk->tokens[s->ids[i]].text_len, text))
+                        return s->ids[i];
+        return -1;
+}
+
+static void id_set_remove(struct id_set *s, int32_t id) {
+        for (size_t i = 0; i < s->n; i++)
+                if (s->ids[i] == id) {
+                        s->ids[i] = s->ids[--s->n];
+                        return;
+                }
+}
+
+static int id_order(const void *a, const void *b) {
+        int32_t x = *(const int32_t *) a, y = *(const int32_t *) b;
+        return x < y ? -1 : x > y;
+}
+
+/* The role's token: the key's, else the first spelling the vocabulary has. */
+static int fim_role_token(const struct tokenizer *tk, const struct gguf_file *f, size_t role, int32_t *ret,
+                          struct error *err) {
+        int r = load_special_id(f, fill_in_the_middle[role].key, tk->n_vocab, ret, err);
+        for (size_t i = 0; r == 0 && *ret < 0 && i < FIM_MAX_SPELLINGS && fill_in_the_middle[role].spellings[i]; i++)
+                *ret = tokenizer_find(tk, fill_in_the_middle[role].spellings[i],
+                                      strlen(fill_in_the_middle[role].spellings[i]));
+        return r;
+}
+
+int end_of_generation_init(struct tokenizer *tk, const struct gguf_file *f, struct error *err) {
+        static const char *const keys[] = { "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id" };
+        struct id_set s = {};
+        bool ok = true;
+        int32_t id;
+        int r;
+
+        for (size_t i = 0; i < ELEMENTSOF(fim_roles_ending_generation); i++) {
+                if ((r = fim_role_token(tk, f, fim_roles_ending_generation[i], &id, err)) < 0)
+                        goto fail;
+                ok = ok && id_set_add(&s, id);
+        }
+        for (size_t i = 0; i < ELEMENTSOF(end_of_generation); i++)
+                ok = ok && id_set_add(&s, tokenizer_find(tk, end_of_generation[i], strlen(end_of_generation[i])));
+        ok = ok && id_set_add(&s, tk->eos);
+        for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
+                if ((r = load_special_id(f, keys[i], tk->n_vocab, &id, err)) < 0)
+                        goto fail;
+                ok = ok && id_set_add(&s, id);
+        }
+        if (!ok) {
+                r = error_set(err, ENOMEM, "out of memory listing the end-of-generation tokens");
+                goto fail;
+        }
+
+        int32_t end = id_set_spelled(tk, &s, "<|end|>");
+        bool call = id_set_spelled(tk, &s, "<|call|>") >= 0 || id_set_spelled(tk, &s, "<|calls|>") >= 0;
+        if (end >= 0 && call &&
+            (id_set_spelled(tk, &s, "<|return|>") >= 0 || id_set_spelled(tk, &s, "<|flush|>") >= 0))
+                id_set_remove(&s, end);
+        int32_t close = id_set_spelled(tk, &s, "</s>");
+        if (close >= 0 &&
+            (id_set_spelled(tk, &s, "<|tool_response>") >= 0 || id_set_spelled(tk, &s, "<|plamo:eos|>") >= 0))
+                id_set_remove(&s, close);
+
+        qsort(s.ids, s.n, sizeof(*s.ids), id_order);
+        tk->eog_ids = s.ids;
+        tk->n_eog = s.n;
+        return 0;
+fail:
+        free(s.ids);
+        return r;
 }

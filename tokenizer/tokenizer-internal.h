@@ -52,6 +52,8 @@ struct tokenizer {
         struct special_matcher *specials;
 
         int32_t bos, eos, unk, pad;
+        int32_t *eog_ids; /* (n_eog) ascending: where generation ends (token-attributes.c) */
+        size_t n_eog;
         bool add_bos, add_eos;
         char *chat_template;
         bool chat_template_replaced; /* chat_template is not the file's */
@@ -118,6 +120,11 @@ bool control_lookalike(const struct control_lookalikes *c, const char *text, siz
  * do not even there. */
 bool phi3_strips_after_specials(const struct gguf_file *f);
 bool phi3_keeps_space_after(const char *text, size_t len);
+/* Computes tk->eog_ids from the loaded tokens and EOS: 0, or -EINVAL for a bad id key, -ENOMEM. */
+int end_of_generation_init(struct tokenizer *tk, const struct gguf_file *f, struct error *err);
+
+/* tokenizer.c: *ret is the id key names, or -1 when absent; -EINVAL beyond the vocabulary. */
+int load_special_id(const struct gguf_file *f, const char *key, int32_t n_vocab, int32_t *ret, struct error *err);
 
 /* Token id's spelling in the text arena (tokens[id].text_len bytes). */
 static inline const char *token_text(const struct tokenizer *tk, int32_t id) {

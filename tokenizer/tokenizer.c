@@ -262,8 +262,7 @@ finish:
         return r;
 }
 
-static int load_special_id(const struct gguf_file *f, const char *key, int32_t n_vocab, int32_t *ret,
-                           struct error *err) {
+int load_special_id(const struct gguf_file *f, const char *key, int32_t n_vocab, int32_t *ret, struct error *err) {
         uint32_t v;
 
         *ret = -1;
@@ -414,6 +413,9 @@ int tokenizer_load(const struct gguf_file *f, struct tokenizer **ret, struct err
                 if (r < 0)
                         goto fail;
         }
+        r = end_of_generation_init(tk, f, err);
+        if (r < 0)
+                goto fail;
 
         /* llama.cpp's defaults: SentencePiece vocabularies add BOS, BPE ones as their
          * pre-tokenizer says; neither adds EOS. The keys override them. */
@@ -449,6 +451,7 @@ void tokenizer_free(struct tokenizer *tk) {
         free(tk->vocab_slots);
         free(tk->merge_slots);
         free(tk->scores);
+        free(tk->eog_ids);
         special_matcher_free(tk->specials);
         free(tk->chat_template);
         free(tk->architecture);
@@ -465,6 +468,18 @@ int32_t tokenizer_bos(const struct tokenizer *tk) {
 
 int32_t tokenizer_eos(const struct tokenizer *tk) {
         return tk->eos;
+}
+
+bool tokenizer_is_eog(const struct tokenizer *tk, int32_t id) {
+        for (size_t i = 0; i < tk->n_eog; i++)
+                if (tk->eog_ids[i] == id)
+                        return true;
+        return false;
+}
+
+const int32_t *tokenizer_eog_ids(const struct tokenizer *tk, size_t *ret_n) {
+        *ret_n = tk->n_eog;
+        return tk->eog_ids;
 }
 
 int32_t tokenizer_unk(const struct tokenizer *tk) {

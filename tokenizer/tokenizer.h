@@ -74,6 +74,12 @@ int32_t tokenizer_bos(const struct tokenizer *tk);
 int32_t tokenizer_eos(const struct tokenizer *tk);
 int32_t tokenizer_unk(const struct tokenizer *tk);
 int32_t tokenizer_pad(const struct tokenizer *tk);
+/* Whether generation ends at id, as llama.cpp's end-of-generation set decides: EOS and the
+ * end-of-turn tokens of the chat families (<|eot_id|>, <|im_end|>, <end_of_turn>, <|end|>,
+ * ...), computed once at load (token-attributes.c has the rule). */
+bool tokenizer_is_eog(const struct tokenizer *tk, int32_t id);
+/* That set, ascending (*ret_n ids; empty only for a vocabulary with none). */
+const int32_t *tokenizer_eog_ids(const struct tokenizer *tk, size_t *ret_n);
 /* tokenizer.ggml.add_bos_token; when absent, true for SentencePiece and as the
  * pre-tokenizer says for BPE (llama-bpe: true), as in llama.cpp. tokenizer_encode() never
  * adds it; tokenizer_encode_prompt() does. */
