@@ -96,9 +96,6 @@ bool phi3_keeps_space_after(const char *text, size_t len) {
         return spelled(text, len, "<unk>") || spelled(text, len, "<s>") || spelled(text, len, "<|endoftext|>");
 }
 
-/* Indices in fill_in_the_middle of the roles whose marker ends generation. */
-static const size_t fim_roles_ending_generation[] = { 3, 4, 5 };
-
 struct id_set {
         int32_t *ids;
         size_t n;
@@ -139,39 +136,29 @@ static int id_order(const void *a, const void *b) {
         return x < y ? -1 : x > y;
 }
 
-/* The role's token: the key's, else the first spelling the vocabulary has. */
-static int fim_role_token(const struct tokenizer *tk, const struct gguf_file *f, size_t role, int32_t *ret,
-                          struct error *err) {
-        int r = load_special_id(f, fill_in_the_middle[role].key, tk->n_vocab, ret, err);
-        for (size_t i = 0; r == 0 && *ret < 0 && i < FIM_MAX_SPELLINGS && fill_in_the_middle[role].spellings[i]; i++)
-                *ret = tokenizer_find(tk, fill_in_the_middle[role].spellings[i],
-                                      strlen(fill_in_the_middle[role].spellings[i]));
-        return r;
+/* The role's token: the file's, else the first of its spellings the vocabulary has. */
+static int32_t fim_role_token(const struct tokenizer *tk, size_t role, int32_t named) {
+        const char *const *spellings = fill_in_the_middle[role].spellings;
+
+        for (size_t i = 0; named < 0 && i < FIM_MAX_SPELLINGS && spellings[i]; i++)
+                named = tokenizer_find(tk, spellings[i], strlen(spellings[i]));
+        return named;
 }
 
-int end_of_generation_init(struct tokenizer *tk, const struct gguf_file *f, struct error *err) {
-        static const char *const keys[] = { "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id" };
+int end_of_generation_init(struct tokenizer *tk, const struct named_end_ids *named, struct error *err) {
+        /* fill_in_the_middle's roles 3 to 5: pad, repo, file separator */
+        const int32_t ids[] = { fim_role_token(tk, 3, named->fim_pad), fim_role_token(tk, 4, named->fim_rep),
+                                fim_role_token(tk, 5, named->fim_sep), tk->eos, named->eot, named->eom };
         struct id_set s = {};
         bool ok = true;
-        int32_t id;
-        int r;
 
-        for (size_t i = 0; i < ELEMENTSOF(fim_roles_ending_generation); i++) {
-                if ((r = fim_role_token(tk, f, fim_roles_ending_generation[i], &id, err)) < 0)
-                        goto fail;
-                ok = ok && id_set_add(&s, id);
-        }
+        for (size_t i = 0; i < ELEMENTSOF(ids); i++)
+                ok = ok && id_set_add(&s, ids[i]);
         for (size_t i = 0; i < ELEMENTSOF(end_of_generation); i++)
                 ok = ok && id_set_add(&s, tokenizer_find(tk, end_of_generation[i], strlen(end_of_generation[i])));
-        ok = ok && id_set_add(&s, tk->eos);
-        for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
-                if ((r = load_special_id(f, keys[i], tk->n_vocab, &id, err)) < 0)
-                        goto fail;
-                ok = ok && id_set_add(&s, id);
-        }
         if (!ok) {
-                r = error_set(err, ENOMEM, "out of memory listing the end-of-generation tokens");
-                goto fail;
+                free(s.ids);
+                return error_set(err, ENOMEM, "out of memory listing the end-of-generation tokens");
         }
 
         int32_t end = id_set_spelled(tk, &s, "<|end|>");
@@ -188,7 +175,4 @@ int end_of_generation_init(struct tokenizer *tk, const struct gguf_file *f, stru
         tk->eog_ids = s.ids;
         tk->n_eog = s.n;
         return 0;
-fail:
-        free(s.ids);
-        return r;
 }

@@ -120,11 +120,12 @@ bool control_lookalike(const struct control_lookalikes *c, const char *text, siz
  * do not even there. */
 bool phi3_strips_after_specials(const struct gguf_file *f);
 bool phi3_keeps_space_after(const char *text, size_t len);
-/* Computes tk->eog_ids from the loaded tokens and EOS: 0, or -EINVAL for a bad id key, -ENOMEM. */
-int end_of_generation_init(struct tokenizer *tk, const struct gguf_file *f, struct error *err);
-
-/* tokenizer.c: *ret is the id key names, or -1 when absent; -EINVAL beyond the vocabulary. */
-int load_special_id(const struct gguf_file *f, const char *key, int32_t n_vocab, int32_t *ret, struct error *err);
+/* The ids the file names (tokenizer.ggml.fim_pad_token_id, ...), -1 where it names none. */
+struct named_end_ids {
+        int32_t fim_pad, fim_rep, fim_sep, eot, eom;
+};
+/* Computes tk->eog_ids from the loaded tokens, EOS and those: 0, or -ENOMEM. */
+int end_of_generation_init(struct tokenizer *tk, const struct named_end_ids *named, struct error *err);
 
 /* Token id's spelling in the text arena (tokens[id].text_len bytes). */
 static inline const char *token_text(const struct tokenizer *tk, int32_t id) {

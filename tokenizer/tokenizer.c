@@ -262,7 +262,8 @@ finish:
         return r;
 }
 
-int load_special_id(const struct gguf_file *f, const char *key, int32_t n_vocab, int32_t *ret, struct error *err) {
+static int load_special_id(const struct gguf_file *f, const char *key, int32_t n_vocab, int32_t *ret,
+                           struct error *err) {
         uint32_t v;
 
         *ret = -1;
@@ -413,7 +414,24 @@ int tokenizer_load(const struct gguf_file *f, struct tokenizer **ret, struct err
                 if (r < 0)
                         goto fail;
         }
-        r = end_of_generation_init(tk, f, err);
+        struct named_end_ids named;
+        static const struct {
+                const char *key;
+                size_t offset;
+        } end_ids[] = {
+                { "tokenizer.ggml.fim_pad_token_id", offsetof(struct named_end_ids, fim_pad) },
+                { "tokenizer.ggml.fim_rep_token_id", offsetof(struct named_end_ids, fim_rep) },
+                { "tokenizer.ggml.fim_sep_token_id", offsetof(struct named_end_ids, fim_sep) },
+                { "tokenizer.ggml.eot_token_id", offsetof(struct named_end_ids, eot) },
+                { "tokenizer.ggml.eom_token_id", offsetof(struct named_end_ids, eom) },
+        };
+        for (size_t i = 0; i < sizeof(end_ids) / sizeof(end_ids[0]); i++) {
+                r = load_special_id(f, end_ids[i].key, tk->n_vocab, (int32_t *) ((char *) &named + end_ids[i].offset),
+                                    err);
+                if (r < 0)
+                        goto fail;
+        }
+        r = end_of_generation_init(tk, &named, err);
         if (r < 0)
                 goto fail;
 
