@@ -400,34 +400,23 @@ int tokenizer_load(const struct gguf_file *f, struct tokenizer **ret, struct err
         if (r < 0)
                 goto fail;
 
-        static const struct {
+        struct named_end_ids named;
+        const struct {
                 const char *key;
-                size_t offset;
+                int32_t *id;
         } ids[] = {
-                { "tokenizer.ggml.bos_token_id", offsetof(struct tokenizer, bos) },
-                { "tokenizer.ggml.eos_token_id", offsetof(struct tokenizer, eos) },
-                { "tokenizer.ggml.unknown_token_id", offsetof(struct tokenizer, unk) },
-                { "tokenizer.ggml.padding_token_id", offsetof(struct tokenizer, pad) },
+                { "tokenizer.ggml.bos_token_id", &tk->bos },
+                { "tokenizer.ggml.eos_token_id", &tk->eos },
+                { "tokenizer.ggml.unknown_token_id", &tk->unk },
+                { "tokenizer.ggml.padding_token_id", &tk->pad },
+                { "tokenizer.ggml.fim_pad_token_id", &named.fim_pad },
+                { "tokenizer.ggml.fim_rep_token_id", &named.fim_rep },
+                { "tokenizer.ggml.fim_sep_token_id", &named.fim_sep },
+                { "tokenizer.ggml.eot_token_id", &named.eot },
+                { "tokenizer.ggml.eom_token_id", &named.eom },
         };
         for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
-                r = load_special_id(f, ids[i].key, tk->n_vocab, (int32_t *) ((char *) tk + ids[i].offset), err);
-                if (r < 0)
-                        goto fail;
-        }
-        struct named_end_ids named;
-        static const struct {
-                const char *key;
-                size_t offset;
-        } end_ids[] = {
-                { "tokenizer.ggml.fim_pad_token_id", offsetof(struct named_end_ids, fim_pad) },
-                { "tokenizer.ggml.fim_rep_token_id", offsetof(struct named_end_ids, fim_rep) },
-                { "tokenizer.ggml.fim_sep_token_id", offsetof(struct named_end_ids, fim_sep) },
-                { "tokenizer.ggml.eot_token_id", offsetof(struct named_end_ids, eot) },
-                { "tokenizer.ggml.eom_token_id", offsetof(struct named_end_ids, eom) },
-        };
-        for (size_t i = 0; i < sizeof(end_ids) / sizeof(end_ids[0]); i++) {
-                r = load_special_id(f, end_ids[i].key, tk->n_vocab, (int32_t *) ((char *) &named + end_ids[i].offset),
-                                    err);
+                r = load_special_id(f, ids[i].key, tk->n_vocab, ids[i].id, err);
                 if (r < 0)
                         goto fail;
         }
