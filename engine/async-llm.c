@@ -339,8 +339,9 @@ int async_llm_new(const struct engine_config *config, const struct backend *back
         llm->tk = tk;
         llm->n_vocab = tokenizer_vocab_size(tk);
         id_map_init(&llm->streams, offsetof(struct async_stream, request_id));
-        r = engine_thread_start(&llm->config, backend, (uint32_t) llm->n_vocab, tokenizer_eos(tk), &llm->engine,
-                                err);
+        size_t n_eog;
+        const int32_t *eog = tokenizer_eog_ids(tk, &n_eog);
+        r = engine_thread_start(&llm->config, backend, (uint32_t) llm->n_vocab, eog, n_eog, &llm->engine, err);
         if (r < 0) {
                 id_map_done(&llm->streams);
                 free(llm);

@@ -17,7 +17,8 @@ struct engine_core {
         struct engine_config config;
         struct backend backend;
         uint32_t n_vocab;
-        int32_t eos_id;
+        int32_t *eog_ids; /* (n_eog_ids) where generation ends */
+        size_t n_eog_ids;
         struct kv_blocks *kv;
         struct scheduler sched;
         struct id_map requests; /* every unfinished request */
@@ -56,7 +57,11 @@ static int calibrate_decodes(struct engine_core *ec, struct error *err) {
 }
 
 int engine_core_new(const struct engine_config *config, const struct backend *backend, uint32_t n_vocab,
-                    int32_t eos_id, struct engine_core **ret, struct error *err) {
+                    const int32_t *eog_ids, size_t n_eog_ids, struct engine_core **ret, struct error *err) {
+        for (size_t i = 0; i < n_eog_ids; i++)
+                if (eog_ids[i] < 0 || (uint32_t) eog_ids[i] >= n_vocab)
+                        return error_set(err, EINVAL, "end-of-generation token %d is outside the vocabulary of %u tokens",
+                                         eog_ids[i], n_vocab);
         uint32_t n_kv_blocks = backend->kv.n_blocks;
         if (backend->kv.block_size != config->block_size)
                 return error_set(err, EINVAL, "the %s backend's KV blocks hold %u tokens, the engine's block_size is %u",
@@ -73,7 +78,14 @@ int engine_core_new(const struct engine_config *config, const struct backend *ba
         ec->config = *config;
         ec->backend = *backend;
         ec->n_vocab = n_vocab;
-        ec->eos_id = eos_id;
+        ec->eog_ids = n_eog_ids ? malloc(n_eog_ids * sizeof(*eog_ids)) : NULL;
+        if (n_eog_ids && !ec->eog_ids) {
+                free(ec);
+                return error_set(err, ENOMEM, "out of memory");
+        }
+        if (n_eog_ids)
+                memcpy(ec->eog_ids, eog_ids, n_eog_ids * sizeof(*eog_ids));
+        ec->n_eog_ids = n_eog_ids;
         id_map_init(&ec->requests, offsetof(struct request, id));
         int r;
         if ((r = kv_blocks_new(n_kv_blocks, config->block_size, config->enable_prefix_caching, &ec->kv, err)) < 0 ||
@@ -137,6 +149,7 @@ void engine_core_free(struct engine_core *ec) {
         free(ec->plan_copy);
         free(ec->outputs);
         step_trace_close(ec->step_trace);
+        free(ec->eog_ids);
         free(ec);
 }
 
@@ -271,8 +284,15 @@ static void build_batch(struct engine_core *ec, struct batch *b) {
         };
 }
 
-/* vLLM's order: length first, then EOS (unless ignored), then stop token ids; EOS and stop
- * ids count only once min_tokens are out. */
+static bool ends_generation(const struct engine_core *ec, int32_t token) {
+        for (size_t i = 0; i < ec->n_eog_ids; i++)
+                if (token == ec->eog_ids[i])
+                        return true;
+        return false;
+}
+
+/* vLLM's order: length first, then EOS (every end-of-generation token, unless ignored),
+ * then stop token ids; EOS and stop ids count only once min_tokens are out. */
 static enum finish_reason check_stop(const struct engine_core *ec, struct request *r) {
         const struct sampling_params *p = &r->params;
         uint32_t n_out = request_num_output(r);
@@ -282,7 +302,7 @@ static enum finish_reason check_stop(const struct engine_core *ec, struct reques
                 return FINISH_LENGTH;
         if (n_out < (uint32_t) (p->min_tokens > 0 ? p->min_tokens : 0))
                 return FINISH_NONE;
-        if (!p->ignore_eos && last == ec->eos_id)
+        if (!p->ignore_eos && ends_generation(ec, last))
                 return FINISH_STOP;
         for (size_t i = 0; i < p->n_stop_token_ids; i++)
                 if (last == p->stop_token_ids[i]) {
@@ -340,8 +360,9 @@ static int record(struct engine_core *ec, uint32_t i, double now) {
 
         struct sample_result sample;
         float *logits = ec->logits + (size_t) row * ec->n_vocab;
-        int32_t eos = r->params.ignore_eos ? -1 : ec->eos_id;
-        if ((rc = sampler_sample(&r->params, &r->sampler, logits, (int32_t) ec->n_vocab, eos, &sample)) < 0)
+        size_t n_eog = r->params.ignore_eos ? 0 : ec->n_eog_ids;
+        if ((rc = sampler_sample(&r->params, &r->sampler, logits, (int32_t) ec->n_vocab, ec->eog_ids, n_eog, &sample)) <
+            0)
                 return finish(ec, r, FINISH_ERROR, false) < 0 ? -ENOMEM : 0;
         if ((rc = request_append(r, &sample)) < 0) {
                 sample_result_clear(&sample);

@@ -49,8 +49,11 @@ struct engine_stats {
  * aborts that arrived during the step, so those requests end "abort". */
 typedef void (*engine_core_hook)(struct engine_core *ec, void *userdata);
 
+/* eog_ids (n_eog_ids, copied) are the model's end-of-generation tokens (tokenizer_eog_ids()):
+ * a request stops at any of them, finish_reason "stop" with no stop_reason, unless
+ * ignore_eos; min_tokens masks them. -EINVAL for an id outside the vocabulary. */
 int engine_core_new(const struct engine_config *config, const struct backend *backend, uint32_t n_vocab,
-                    int32_t eos_id, struct engine_core **ret, struct error *err);
+                    const int32_t *eog_ids, size_t n_eog_ids, struct engine_core **ret, struct error *err);
 void engine_core_free(struct engine_core *ec);
 
 void engine_core_set_hook(struct engine_core *ec, engine_core_hook hook, void *userdata);

@@ -693,7 +693,7 @@ static void *engine_main(void *userdata) {
 }
 
 int engine_thread_start(const struct engine_config *config, const struct backend *backend, uint32_t n_vocab,
-                        int32_t eos_id, struct engine_thread **ret, struct error *err) {
+                        const int32_t *eog_ids, size_t n_eog_ids, struct engine_thread **ret, struct error *err) {
         struct engine_thread *et = calloc(1, sizeof(*et));
         int r;
         if (!et)
@@ -718,7 +718,7 @@ int engine_thread_start(const struct engine_config *config, const struct backend
                 engine_thread_stop(et);
                 return r;
         }
-        if ((r = engine_core_new(config, backend, n_vocab, eos_id, &et->core, err)) < 0) {
+        if ((r = engine_core_new(config, backend, n_vocab, eog_ids, n_eog_ids, &et->core, err)) < 0) {
                 engine_thread_stop(et);
                 return r;
         }

@@ -73,7 +73,7 @@ struct engine_thread_state {
 
 /* Starts the thread with a core of its own over backend (which the caller keeps alive). */
 int engine_thread_start(const struct engine_config *config, const struct backend *backend, uint32_t n_vocab,
-                        int32_t eos_id, struct engine_thread **ret, struct error *err);
+                        const int32_t *eog_ids, size_t n_eog_ids, struct engine_thread **ret, struct error *err);
 /* Stops and joins the thread; undelivered events are dropped, unfinished requests freed. */
 void engine_thread_stop(struct engine_thread *et);
 

@@ -468,9 +468,10 @@ static void apply_logit_bias(const struct sampling_params *p, float *logits, int
         }
 }
 
-static void mask_stop_tokens(const struct sampling_params *p, float *logits, int32_t n_vocab, int32_t eos_id) {
-        if (eos_id >= 0)
-                logits[eos_id] = -INFINITY;
+static void mask_stop_tokens(const struct sampling_params *p, float *logits, int32_t n_vocab, const int32_t *eog_ids,
+                             size_t n_eog_ids) {
+        for (size_t j = 0; j < n_eog_ids; j++)
+                logits[eog_ids[j]] = -INFINITY;
         for (size_t j = 0; j < p->n_stop_token_ids; j++) {
                 int32_t id = p->stop_token_ids[j];
 
@@ -522,7 +523,8 @@ static void mask_bad_words(const struct sampling_params *p, const struct sampler
         }
 }
 
-static void process_logits(const struct sampling_params *p, struct sampler_seq *s, float *logits, int32_t eos_id) {
+static void process_logits(const struct sampling_params *p, struct sampler_seq *s, float *logits, const int32_t *eog_ids,
+                           size_t n_eog_ids) {
         float rep = (float) p->repetition_penalty;
         float freq = (float) p->frequency_penalty;
         float pres = (float) p->presence_penalty;
@@ -533,7 +535,7 @@ static void process_logits(const struct sampling_params *p, struct sampler_seq *
                 mask_bad_words(p, s, logits);
         apply_logit_bias(p, logits, s->n_vocab);
         if (p->min_tokens > 0 && (int64_t) s->n_output < p->min_tokens)
-                mask_stop_tokens(p, logits, s->n_vocab, eos_id);
+                mask_stop_tokens(p, logits, s->n_vocab, eog_ids, n_eog_ids);
         if (rep != 1.0f)
                 apply_repetition_penalty(s, logits, rep);
         if (freq != 0.0f || pres != 0.0f)
@@ -926,7 +928,7 @@ int sampler_token_logprobs(const float *logits, int32_t n_vocab, int32_t token, 
 }
 
 int sampler_sample(const struct sampling_params *p, struct sampler_seq *s, float *logits, int32_t n_vocab,
-                   int32_t eos_id, struct sample_result *out) {
+                   const int32_t *eog_ids, size_t n_eog_ids, struct sample_result *out) {
         bool want_logprobs, greedy;
         int32_t token = -1;
         int r;
@@ -934,9 +936,12 @@ int sampler_sample(const struct sampling_params *p, struct sampler_seq *s, float
         if (!out)
                 return -EINVAL;
         *out = (struct sample_result) { .token = -1, .logprob = NAN };
-        if (!p || !s || !logits || !s->seen || n_vocab != s->n_vocab || eos_id >= n_vocab ||
+        if (!p || !s || !logits || !s->seen || n_vocab != s->n_vocab || (n_eog_ids && !eog_ids) ||
             bad_words_lookback(p) > s->recent_cap)
                 return -EINVAL;
+        for (size_t i = 0; i < n_eog_ids; i++)
+                if (eog_ids[i] < 0 || eog_ids[i] >= n_vocab)
+                        return -EINVAL;
 
         want_logprobs = p->logprobs >= 0;
         greedy = sampling_params_is_greedy(p);
@@ -947,7 +952,7 @@ int sampler_sample(const struct sampling_params *p, struct sampler_seq *s, float
         if (want_logprobs)
                 memcpy(s->raw, logits, (size_t) n_vocab * sizeof(float));
 
-        process_logits(p, s, logits, eos_id);
+        process_logits(p, s, logits, eog_ids, n_eog_ids);
 
         if (greedy) {
                 token = argmax(logits, n_vocab);

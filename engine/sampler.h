@@ -88,14 +88,14 @@ int sampler_seq_accept(struct sampler_seq *s, int32_t token);
 
 void sampler_seq_free(struct sampler_seq *s);
 
-/* Samples the next token of the sequence. logits (n_vocab) are modified in place. eos_id is
- * the model's EOS (negative: none); it is masked until min_tokens like the stop ids, even
- * with ignore_eos, as vLLM does. The params must be the validated ones the sequence was
+/* Samples the next token of the sequence. logits (n_vocab) are modified in place. eog_ids
+ * (n_eog_ids, each below n_vocab; NULL when 0) are the model's end-of-generation tokens: they
+ * are masked until min_tokens like the stop ids. The params must be the validated ones the sequence was
  * created with. Does not record the token: call sampler_seq_accept() with it.
  * Returns 0; -EINVAL for arguments that do not fit the state; -ENOMEM; -EDOM when no token
  * can be sampled (every token masked, or no finite logit). On error *out is empty. */
 int sampler_sample(const struct sampling_params *p, struct sampler_seq *s, float *logits, int32_t n_vocab,
-                   int32_t eos_id, struct sample_result *out);
+                   const int32_t *eog_ids, size_t n_eog_ids, struct sample_result *out);
 
 /* The logprob and rank of token, and the top n_top entries (plus token when it is not among
  * them), from raw logits: what prompt_logprobs reports for each prompt token. Returns 0,

@@ -84,14 +84,22 @@ static struct backend open_backend(const struct engine_config *config, unsigned 
         return b;
 }
 
-static void harness_new_slowed(struct harness *h, struct engine_config *config, uint32_t n_kv_blocks, int fail_at,
-                               useconds_t delay_per_token) {
+/* The model's end-of-generation tokens: EOS alone unless a test says otherwise. */
+static const int32_t eos_only[] = { 2 };
+
+static void harness_new_ending(struct harness *h, struct engine_config *config, uint32_t n_kv_blocks, int fail_at,
+                               useconds_t delay_per_token, const int32_t *eog_ids, size_t n_eog_ids) {
         struct error err;
         ck_assert_msg(engine_config_finalize(config, model->hp.n_ctx_train, &err) == 0, "%s", err.message);
         h->failing = (struct failing_backend) { open_backend(config, 2, n_kv_blocks), fail_at, 0, delay_per_token };
         struct backend b = { .impl = &h->failing, .forward = failing_forward, .n_workers = 1, .kv = h->failing.inner.kv };
-        ck_assert_msg(engine_core_new(config, &b, model->hp.n_vocab, 2, &h->ec, &err) == 0, "%s",
+        ck_assert_msg(engine_core_new(config, &b, model->hp.n_vocab, eog_ids, n_eog_ids, &h->ec, &err) == 0, "%s",
                       err.message);
+}
+
+static void harness_new_slowed(struct harness *h, struct engine_config *config, uint32_t n_kv_blocks, int fail_at,
+                               useconds_t delay_per_token) {
+        harness_new_ending(h, config, n_kv_blocks, fail_at, delay_per_token, eos_only, 1);
 }
 
 static void harness_new(struct harness *h, struct engine_config *config, uint32_t n_kv_blocks, int fail_at) {
@@ -119,6 +127,7 @@ struct result {
         float logprobs[MAX_OUT + 1];
         uint32_t n;
         enum finish_reason reason;
+        int32_t stop_token; /* the request's when it finished */
         uint32_t n_outputs; /* outputs reported */
         uint32_t n_finished; /* outputs flagged finished */
         uint32_t cached;
@@ -152,6 +161,7 @@ static void step_collect(struct engine_core *ec, struct result *results, uint32_
                 if (out[i].finished) {
                         res->n_finished++;
                         res->reason = r->finish_reason;
+                        res->stop_token = r->stop_token;
                         res->cached = r->num_cached_tokens;
                 }
         }
@@ -489,6 +499,70 @@ START_TEST(test_validation) {
 }
 END_TEST
 
+static void run_one(const int32_t *eog_ids, size_t n_eog_ids, const int32_t *prompt, uint32_t n_prompt,
+                    const struct sampling_params *p, struct result *res) {
+        struct harness h;
+        struct engine_config c = base_config(64);
+        harness_new_ending(&h, &c, 64, 0, 0, eog_ids, n_eog_ids);
+        memset(res, 0, sizeof(*res));
+        add(h.ec, 0, prompt, n_prompt, p, 0);
+        drain(h.ec, res, NULL);
+        harness_free(&h);
+}
+
+/* Any end-of-generation token ends a request as EOS does: finish_reason stop, no stop
+ * token, the token kept; ignore_eos runs past it; min_tokens masks it. The second token is
+ * one the model picks greedily, so that it comes up. */
+START_TEST(test_end_of_generation_tokens) {
+        int32_t prompt[40];
+        struct result free_run, got;
+        make_prompt(prompt, 40, 7);
+        struct sampling_params p = greedy_params(MAX_OUT);
+        run_one(eos_only, 1, prompt, 40, &p, &free_run);
+        ck_assert_uint_eq(free_run.n, MAX_OUT);
+
+        uint32_t k = 0; /* the first output that is not EOS and repeats no earlier one */
+        for (bool repeats = true; repeats && k < free_run.n; k += repeats) {
+                repeats = free_run.tokens[k] == 2;
+                for (uint32_t j = 0; j < k; j++)
+                        repeats = repeats || free_run.tokens[j] == free_run.tokens[k];
+        }
+        ck_assert_uint_lt(k, free_run.n);
+        const int32_t eog[] = { 2, free_run.tokens[k] };
+
+        p.ignore_eos = false;
+        run_one(eog, 2, prompt, 40, &p, &got);
+        ck_assert_int_eq(got.reason, FINISH_STOP);
+        ck_assert_int_eq(got.stop_token, -1);
+        ck_assert_uint_eq(got.n, k + 1);
+        ck_assert_mem_eq(got.tokens, free_run.tokens, (k + 1) * sizeof(int32_t));
+
+        p.ignore_eos = true;
+        run_one(eog, 2, prompt, 40, &p, &got);
+        ck_assert_int_eq(got.reason, FINISH_LENGTH);
+        ck_assert_mem_eq(got.tokens, free_run.tokens, MAX_OUT * sizeof(int32_t));
+
+        p.ignore_eos = false;
+        p.min_tokens = (int32_t) k + 2;
+        run_one(eog, 2, prompt, 40, &p, &got);
+        ck_assert_uint_ge(got.n, k + 2);
+        ck_assert_mem_eq(got.tokens, free_run.tokens, k * sizeof(int32_t));
+        for (uint32_t j = 0; j < k + 2; j++)
+                ck_assert_msg(got.tokens[j] != eog[0] && got.tokens[j] != eog[1],
+                              "output %u is end-of-generation token %d before min_tokens", j, got.tokens[j]);
+
+        struct engine_config c = base_config(64);
+        struct error err;
+        struct engine_core *ec = NULL;
+        ck_assert_msg(engine_config_finalize(&c, model->hp.n_ctx_train, &err) == 0, "%s", err.message);
+        struct backend any = { .name = "test", .kv = { .block_size = c.block_size, .n_blocks = 64 } };
+        const int32_t outside[] = { 2, (int32_t) model->hp.n_vocab };
+        ck_assert_int_eq(engine_core_new(&c, &any, model->hp.n_vocab, outside, 2, &ec, &err), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err.message, "outside the vocabulary"));
+        ck_assert_ptr_null(ec);
+}
+END_TEST
+
 /* The engine takes its KV pool's layout from the backend: blocks of another size than its
  * block_size, or too few for one sequence of max_model_len, are refused by name. */
 START_TEST(test_kv_geometry_from_backend) {
@@ -497,12 +571,12 @@ START_TEST(test_kv_geometry_from_backend) {
         ck_assert_msg(engine_config_finalize(&c, model->hp.n_ctx_train, &err) == 0, "%s", err.message);
         struct engine_core *ec = NULL;
         struct backend other = { .name = "test", .kv = { .block_size = c.block_size * 2, .n_blocks = 64 } };
-        ck_assert_int_eq(engine_core_new(&c, &other, model->hp.n_vocab, 2, &ec, &err), -EINVAL);
+        ck_assert_int_eq(engine_core_new(&c, &other, model->hp.n_vocab, eos_only, 1, &ec, &err), -EINVAL);
         ck_assert_msg(strstr(err.message, "test backend's KV blocks hold"), "%s", err.message);
         ck_assert_ptr_null(ec);
         uint32_t per_seq = (c.max_model_len + c.block_size - 1) / c.block_size;
         struct backend small = { .name = "test", .kv = { .block_size = c.block_size, .n_blocks = per_seq - 1 } };
-        ck_assert_int_eq(engine_core_new(&c, &small, model->hp.n_vocab, 2, &ec, &err), -EINVAL);
+        ck_assert_int_eq(engine_core_new(&c, &small, model->hp.n_vocab, eos_only, 1, &ec, &err), -EINVAL);
         ck_assert_msg(strstr(err.message, "fewer than one sequence of max_model_len"), "%s", err.message);
         ck_assert_ptr_null(ec);
 }
@@ -605,7 +679,7 @@ START_TEST(test_slo_calibrates_decodes) {
         h.failing = (struct failing_backend) { open_backend(&c, 1, 256), 3, 0, 0 };
         struct backend b = { .impl = &h.failing, .forward = failing_forward, .n_workers = 1, .kv = h.failing.inner.kv };
         h.ec = NULL;
-        ck_assert_int_eq(engine_core_new(&c, &b, model->hp.n_vocab, 2, &h.ec, &err), -EIO);
+        ck_assert_int_eq(engine_core_new(&c, &b, model->hp.n_vocab, eos_only, 1, &h.ec, &err), -EIO);
         ck_assert_str_eq(err.message, "injected failure in forward 3");
         ck_assert_ptr_null(h.ec);
         backend_free(&h.failing.inner);
@@ -654,7 +728,7 @@ static void assert_trace_refused(const char *path, int error, const char *says) 
         struct backend unused = { .kv = { .block_size = c.block_size, .n_blocks = 64 } };
         struct engine_core *ec = NULL;
         struct error err;
-        ck_assert_int_eq(engine_core_new(&c, &unused, model->hp.n_vocab, 2, &ec, &err), -error);
+        ck_assert_int_eq(engine_core_new(&c, &unused, model->hp.n_vocab, eos_only, 1, &ec, &err), -error);
         char expected[512];
         snprintf(expected, sizeof(expected), "%s=%s: %s: %s", STEP_TRACE_ENV, path, says, strerror(error));
         ck_assert_msg(strstr(err.message, expected), "\"%s\" lacks \"%s\"", err.message, expected);
@@ -805,6 +879,7 @@ int main(void) {
         tcase_add_test(tc, test_exact_counts_and_final_flag);
         tcase_add_test(tc, test_priorities);
         tcase_add_test(tc, test_validation);
+        tcase_add_test(tc, test_end_of_generation_tokens);
         tcase_add_test(tc, test_kv_geometry_from_backend);
         tcase_add_test(tc, test_engine_death);
         tcase_add_test(tc, test_slo_calibrates_decodes);

@@ -126,7 +126,7 @@ START_TEST(test_greedy_matches_llama_cpp) {
                 size_t pos = 0;
                 for (; pos < n_ref; pos++) {
                         struct sample_result r;
-                        ck_assert_int_eq(sampler_sample(&params, &sampler, logits, (int32_t) model->hp.n_vocab, -1, &r), 0);
+                        ck_assert_int_eq(sampler_sample(&params, &sampler, logits, (int32_t) model->hp.n_vocab, NULL, 0, &r), 0);
                         if (r.token != ref[pos]) {
                                 /* A divergence is acceptable only at a near-tie seen by both sides. */
                                 json_object *row = json_object_array_get_idx(ref_top, pos);

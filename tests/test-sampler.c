@@ -54,7 +54,7 @@ static void draw_many(const struct sampling_params *p, const float *logits, int3
                 struct sample_result res;
 
                 memcpy(work, logits, (size_t) n * sizeof(float));
-                ck_assert_int_eq(sampler_sample(p, &s, work, n, -1, &res), 0);
+                ck_assert_int_eq(sampler_sample(p, &s, work, n, NULL, 0, &res), 0);
                 ck_assert_int_ge(res.token, 0);
                 ck_assert_int_lt(res.token, n);
                 counts[res.token]++;
@@ -94,11 +94,11 @@ static double chi_square_limit(int df) {
 }
 
 static int32_t sample_once(const struct sampling_params *p, struct sampler_seq *s, float *logits, int32_t n,
-                           int32_t eos) {
+                           const int32_t *eog_ids, size_t n_eog_ids) {
         struct sample_result res;
         int32_t token;
 
-        ck_assert_int_eq(sampler_sample(p, s, logits, n, eos, &res), 0);
+        ck_assert_int_eq(sampler_sample(p, s, logits, n, eog_ids, n_eog_ids, &res), 0);
         token = res.token;
         sample_result_clear(&res);
         return token;
@@ -398,7 +398,7 @@ START_TEST(test_greedy_argmax) {
                 struct rng before = s.rng;
 
                 memcpy(work, logits, sizeof(work));
-                ck_assert_int_eq(sample_once(&p, &s, work, 1000, -1), best);
+                ck_assert_int_eq(sample_once(&p, &s, work, 1000, NULL, 0), best);
                 /* Greedy does not draw from the generator and leaves the logits alone. */
                 ck_assert(memcmp(&before, &s.rng, sizeof(before)) == 0);
                 ck_assert(memcmp(work, logits, sizeof(work)) == 0);
@@ -414,13 +414,13 @@ START_TEST(test_greedy_ties) {
         float nans[4] = { NAN, 1.0f, NAN, 1.0f };
 
         ck_assert_int_eq(sampler_seq_init(&s, &p, NULL, 0, 6, 0), 0);
-        ck_assert_int_eq(sample_once(&p, &s, logits, 6, -1), 1);
+        ck_assert_int_eq(sample_once(&p, &s, logits, 6, NULL, 0), 1);
         sampler_seq_free(&s);
 
         /* A near-maximum just before the maximum, in the same block of values. */
         float near[8] = { 0.0f, 5.0f - 1e-4f, 5.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f };
         ck_assert_int_eq(sampler_seq_init(&s, &p, NULL, 0, 8, 0), 0);
-        ck_assert_int_eq(sample_once(&p, &s, near, 8, -1), 2);
+        ck_assert_int_eq(sample_once(&p, &s, near, 8, NULL, 0), 2);
         sampler_seq_free(&s);
 
         /* The maximum in the tail of a vocabulary that is not a multiple of the vector width. */
@@ -430,12 +430,12 @@ START_TEST(test_greedy_ties) {
         tail[4098] = 2.0f;
         tail[4097] = 2.0f - 1e-6f;
         ck_assert_int_eq(sampler_seq_init(&s, &p, NULL, 0, 4099, 0), 0);
-        ck_assert_int_eq(sample_once(&p, &s, tail, 4099, -1), 4098);
+        ck_assert_int_eq(sample_once(&p, &s, tail, 4099, NULL, 0), 4098);
         sampler_seq_free(&s);
 
         /* NaN never wins. */
         ck_assert_int_eq(sampler_seq_init(&s, &p, NULL, 0, 4, 0), 0);
-        ck_assert_int_eq(sample_once(&p, &s, nans, 4, -1), 1);
+        ck_assert_int_eq(sample_once(&p, &s, nans, 4, NULL, 0), 1);
         sampler_seq_free(&s);
 }
 END_TEST
@@ -607,9 +607,9 @@ START_TEST(test_top_k_one_and_tiny_top_p_are_greedy) {
                 memcpy(a, logits, sizeof(a));
                 memcpy(b, logits, sizeof(b));
                 memcpy(c, logits, sizeof(c));
-                g = sample_once(&greedy, &sg, a, 4099, -1);
-                ck_assert_int_eq(sample_once(&pk, &sk, b, 4099, -1), g);
-                ck_assert_int_eq(sample_once(&pp, &sp, c, 4099, -1), g);
+                g = sample_once(&greedy, &sg, a, 4099, NULL, 0);
+                ck_assert_int_eq(sample_once(&pk, &sk, b, 4099, NULL, 0), g);
+                ck_assert_int_eq(sample_once(&pp, &sp, c, 4099, NULL, 0), g);
         }
         sampler_seq_free(&sg);
         sampler_seq_free(&sk);
@@ -696,7 +696,7 @@ START_TEST(test_repetition_penalty_values) {
         ck_assert_int_eq(sampler_seq_accept(&s, 3), 0);
         ck_assert_int_eq(sampler_seq_accept(&s, 5), 0);
         ck_assert_int_eq(sampler_seq_accept(&s, 6), 0);
-        ck_assert_int_eq(sample_once(&p, &s, x, 8, -1), 4);
+        ck_assert_int_eq(sample_once(&p, &s, x, 8, NULL, 0), 4);
 
         ck_assert_float_eq(x[0], 0.5f);        /* unseen */
         ck_assert_float_eq(x[1], 2.0f / rep);  /* prompt, positive: divided */
@@ -724,7 +724,7 @@ START_TEST(test_frequency_presence_values) {
         ck_assert_int_eq(sampler_seq_accept(&s, 2), 0);
         ck_assert_int_eq(sampler_seq_accept(&s, 2), 0);
         ck_assert_int_eq(sampler_seq_accept(&s, 1), 0);
-        ck_assert_int_eq(sample_once(&p, &s, x, 6, -1), 5);
+        ck_assert_int_eq(sample_once(&p, &s, x, 6, NULL, 0), 5);
 
         /* logit - frequency * count - presence; an FMA may fuse the first step (an ulp). */
         ck_assert_float_eq(x[0], 1.0f);                                 /* prompt only: untouched */
@@ -737,7 +737,7 @@ START_TEST(test_frequency_presence_values) {
         p.frequency_penalty = -2.0;
         p.presence_penalty = -2.0;
         float y[6] = { 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 5.0f };
-        ck_assert_int_eq(sample_once(&p, &s, y, 6, -1), 2); /* 1 + 6 + 2 = 9 */
+        ck_assert_int_eq(sample_once(&p, &s, y, 6, NULL, 0), 2); /* 1 + 6 + 2 = 9 */
         ck_assert_float_eq(y[2], 9.0f);
         sampler_seq_free(&s);
 }
@@ -757,7 +757,7 @@ START_TEST(test_penalties_combined_order) {
         ck_assert_int_eq(sampler_seq_init(&s, &p, prompt, 1, 3, 0), 0);
         ck_assert_int_eq(sampler_seq_accept(&s, 1), 0);
         ck_assert_int_eq(sampler_seq_accept(&s, 1), 0);
-        sample_once(&p, &s, x, 3, -1);
+        sample_once(&p, &s, x, 3, NULL, 0);
         ck_assert_float_eq(x[0], 2.0f / rep);
         ck_assert_float_eq_tol(x[1], (2.0f / rep - freq * 2.0f) - pres, 1e-6f);
         ck_assert_float_eq(x[2], -1.0f);
@@ -774,7 +774,7 @@ START_TEST(test_logit_bias) {
         p.logit_bias = bias;
         p.n_logit_bias = 3;
         ck_assert_int_eq(sampler_seq_init(&s, &p, NULL, 0, 8, 0), 0);
-        ck_assert_int_eq(sample_once(&p, &s, x, 8, -1), 7);
+        ck_assert_int_eq(sample_once(&p, &s, x, 8, NULL, 0), 7);
         ck_assert_float_eq(x[7], 3.5f);
         ck_assert_float_eq(x[2], (2.0f - 1.0f) - 0.5f); /* repeated ids add up */
         ck_assert_float_eq(x[1], 1.0f);
@@ -782,7 +782,7 @@ START_TEST(test_logit_bias) {
         /* Clamped to +100 as the OpenAI range. */
         float y[8] = { 0.0f, 1.0f, 2.0f, 0.5f, -300.0f, 0.0f, 0.0f, 0.0f };
         p.n_logit_bias = 4;
-        ck_assert_int_eq(sample_once(&p, &s, y, 8, -1), 7);
+        ck_assert_int_eq(sample_once(&p, &s, y, 8, NULL, 0), 7);
         ck_assert_float_eq(y[4], -200.0f);
         sampler_seq_free(&s);
 }
@@ -801,7 +801,7 @@ START_TEST(test_allowed_token_ids) {
         p.allowed_token_ids = allowed;
         p.n_allowed_token_ids = ELEMENTS(allowed);
         ck_assert_int_eq(sampler_seq_init(&s, &p, NULL, 0, 70, 0), 0);
-        ck_assert_int_eq(sample_once(&p, &s, x, 70, -1), 5);
+        ck_assert_int_eq(sample_once(&p, &s, x, 70, NULL, 0), 5);
         for (int32_t i = 0; i < 70; i++)
                 if (i == 3 || i == 5)
                         ck_assert_float_eq(x[i], (float) i * 0.1f);
@@ -825,7 +825,7 @@ START_TEST(test_min_tokens) {
         static const int32_t stop[] = { 4 };
         struct sampling_params p = greedy_params();
         struct sampler_seq s;
-        const int32_t eos = 2;
+        static const int32_t eog[] = { 2, 5 }; /* EOS and a second end-of-generation token */
 
         p.min_tokens = 2;
         p.stop_token_ids = stop;
@@ -833,15 +833,16 @@ START_TEST(test_min_tokens) {
         p.ignore_eos = _i; /* vLLM masks EOS until min_tokens even with ignore_eos */
         ck_assert_int_eq(sampler_seq_init(&s, &p, NULL, 0, 6, 0), 0);
         for (int step = 0; step < 4; step++) {
-                float x[6] = { 0.0f, 1.0f, 9.0f, 0.0f, 8.0f, 0.0f };
-                int32_t t = sample_once(&p, &s, x, 6, eos);
+                float x[6] = { 0.0f, 1.0f, 9.0f, 0.0f, 8.0f, 7.0f };
+                int32_t t = sample_once(&p, &s, x, 6, eog, 2);
 
                 if (step < 2) {
                         ck_assert_int_eq(t, 1);
-                        ck_assert(x[2] == -INFINITY && x[4] == -INFINITY);
+                        ck_assert(x[2] == -INFINITY && x[4] == -INFINITY && x[5] == -INFINITY);
                 } else {
                         ck_assert_int_eq(t, 2);
                         ck_assert_float_eq(x[4], 8.0f);
+                        ck_assert_float_eq(x[5], 7.0f);
                 }
                 ck_assert_int_eq(sampler_seq_accept(&s, t), 0);
         }
@@ -883,7 +884,7 @@ START_TEST(test_bad_words) {
                 float x[10];
                 int32_t expect_best = -1;
                 memcpy(x, x0, sizeof(x));
-                int32_t best = sample_once(&p, &s, x, 10, -1);
+                int32_t best = sample_once(&p, &s, x, 10, NULL, 0);
                 for (int32_t t = 0; t < 10; t++) {
                         bool expect = bad_word_masks(ids, ends, ELEMENTS(ends), output, step, t);
                         ck_assert_msg((x[t] == -INFINITY) == expect, "step %zu token %d: masked %d, expected %d", step,
@@ -906,7 +907,7 @@ START_TEST(test_bad_words) {
         float x[10] = { 0 };
         struct sample_result res;
         ck_assert_int_eq(sampler_seq_init(&s, &none, NULL, 0, 10, 0), 0);
-        ck_assert_int_eq(sampler_sample(&p, &s, x, 10, -1, &res), -EINVAL);
+        ck_assert_int_eq(sampler_sample(&p, &s, x, 10, NULL, 0, &res), -EINVAL);
         sampler_seq_free(&s);
 }
 END_TEST
@@ -926,14 +927,14 @@ START_TEST(test_nothing_to_sample) {
         p.min_tokens = 1;
         p.logprobs = 2;
         ck_assert_int_eq(sampler_seq_init(&s, &p, NULL, 0, 4, 0), 0);
-        ck_assert_int_eq(sampler_sample(&p, &s, x, 4, 2, &res), -EDOM);
+        ck_assert_int_eq(sampler_sample(&p, &s, x, 4, (const int32_t[]) { 2 }, 1, &res), -EDOM);
         ck_assert_ptr_null(res.top);
         ck_assert_int_eq(res.token, -1);
         sampler_seq_free(&s);
 
         sampling_params_init_default(&p);
         ck_assert_int_eq(sampler_seq_init(&s, &p, NULL, 0, 4, 0), 0);
-        ck_assert_int_eq(sampler_sample(&p, &s, nans, 4, -1, &res), -EDOM);
+        ck_assert_int_eq(sampler_sample(&p, &s, nans, 4, NULL, 0, &res), -EDOM);
         sampler_seq_free(&s);
 }
 END_TEST
@@ -948,12 +949,12 @@ static void run_sequence(const struct sampling_params *p, uint64_t fallback, int
         ck_assert_int_eq(sampler_seq_init(&s, p, NULL, 0, 300, fallback), 0);
         for (int i = 0; i < steps; i++) {
                 fill_normal(x, 300, 1000 + (uint64_t) i, 1.0);
-                tokens[i] = sample_once(p, &s, x, 300, -1);
+                tokens[i] = sample_once(p, &s, x, 300, NULL, 0);
                 ck_assert_int_eq(sampler_seq_accept(&s, tokens[i]), 0);
                 if (other) {
                         /* Something else runs in between. */
                         fill_normal(x, 300, 5000 + (uint64_t) i, 1.0);
-                        sample_once(other_p, other, x, 300, -1);
+                        sample_once(other_p, other, x, 300, NULL, 0);
                 }
         }
         sampler_seq_free(&s);
@@ -1069,7 +1070,7 @@ START_TEST(test_logprobs_raw) {
 
                 fill_normal(raw, n, 300 + (uint64_t) step, 2.0);
                 memcpy(x, raw, sizeof(x));
-                ck_assert_int_eq(sampler_sample(&p, &s, x, n, -1, &res), 0);
+                ck_assert_int_eq(sampler_sample(&p, &s, x, n, NULL, 0, &res), 0);
                 check_logprobs(raw, n, 5, &res);
                 ck_assert_int_eq(sampler_seq_accept(&s, res.token), 0);
                 sample_result_clear(&res);
@@ -1094,7 +1095,7 @@ START_TEST(test_logprobs_n_plus_one) {
         p.logprobs = 3;
         ck_assert_int_eq(sampler_seq_init(&s, &p, NULL, 0, n, 0), 0);
         memcpy(x, raw, sizeof(x));
-        ck_assert_int_eq(sampler_sample(&p, &s, x, n, -1, &res), 0);
+        ck_assert_int_eq(sampler_sample(&p, &s, x, n, NULL, 0, &res), 0);
         ck_assert_uint_eq(res.n_top, 3);
         ck_assert_int_eq(res.top[0].token, res.token);
         ck_assert_int_eq(res.rank, 1);
@@ -1108,7 +1109,7 @@ START_TEST(test_logprobs_n_plus_one) {
         p.n_allowed_token_ids = 1;
         ck_assert_int_eq(sampler_seq_init(&s, &p, NULL, 0, n, 0), 0);
         memcpy(x, raw, sizeof(x));
-        ck_assert_int_eq(sampler_sample(&p, &s, x, n, -1, &res), 0);
+        ck_assert_int_eq(sampler_sample(&p, &s, x, n, NULL, 0, &res), 0);
         ck_assert_int_eq(res.token, 17);
         ck_assert_uint_eq(res.n_top, 4);
         check_logprobs(raw, n, 3, &res);
@@ -1117,7 +1118,7 @@ START_TEST(test_logprobs_n_plus_one) {
         /* logprobs = 0: the chosen token alone. */
         p.logprobs = 0;
         memcpy(x, raw, sizeof(x));
-        ck_assert_int_eq(sampler_sample(&p, &s, x, n, -1, &res), 0);
+        ck_assert_int_eq(sampler_sample(&p, &s, x, n, NULL, 0, &res), 0);
         ck_assert_uint_eq(res.n_top, 1);
         ck_assert_int_eq(res.top[0].token, 17);
         check_logprobs(raw, n, 0, &res);
@@ -1126,7 +1127,7 @@ START_TEST(test_logprobs_n_plus_one) {
         /* Not requested: nothing. */
         p.logprobs = -1;
         memcpy(x, raw, sizeof(x));
-        ck_assert_int_eq(sampler_sample(&p, &s, x, n, -1, &res), 0);
+        ck_assert_int_eq(sampler_sample(&p, &s, x, n, NULL, 0, &res), 0);
         ck_assert_int_eq(res.token, 17);
         ck_assert_ptr_null(res.top);
         ck_assert_uint_eq(res.n_top, 0);
@@ -1147,7 +1148,7 @@ START_TEST(test_logprobs_ties_and_whole_vocab) {
         p.logprobs = 6;
         ck_assert_int_eq(sampler_seq_init(&s, &p, NULL, 0, 6, 0), 0);
         memcpy(x, raw, sizeof(x));
-        ck_assert_int_eq(sampler_sample(&p, &s, x, 6, -1, &res), 0);
+        ck_assert_int_eq(sampler_sample(&p, &s, x, 6, NULL, 0, &res), 0);
         ck_assert_int_eq(res.token, 1);
         ck_assert_int_eq(res.rank, 3); /* the tied ones count */
         ck_assert_uint_eq(res.n_top, 6);
@@ -1163,7 +1164,7 @@ START_TEST(test_logprobs_ties_and_whole_vocab) {
         /* More than the vocabulary is capped to it. */
         p.logprobs = 10;
         memcpy(x, raw, sizeof(x));
-        ck_assert_int_eq(sampler_sample(&p, &s, x, 6, -1, &res), 0);
+        ck_assert_int_eq(sampler_sample(&p, &s, x, 6, NULL, 0, &res), 0);
         ck_assert_uint_eq(res.n_top, 6);
         sample_result_clear(&res);
         sampler_seq_free(&s);
@@ -1189,9 +1190,11 @@ START_TEST(test_state_errors) {
         ck_assert_int_eq(sampler_seq_accept(&s, -1), -EINVAL);
         ck_assert_int_eq(sampler_seq_accept(&s, 10), -EINVAL);
         ck_assert_uint_eq(s.n_output, 0);
-        ck_assert_int_eq(sampler_sample(&p, &s, x, 9, -1, &res), -EINVAL);
-        ck_assert_int_eq(sampler_sample(&p, &s, x, 10, 10, &res), -EINVAL);
-        ck_assert_int_eq(sampler_sample(&p, &s, x, 10, -1, NULL), -EINVAL);
+        ck_assert_int_eq(sampler_sample(&p, &s, x, 9, NULL, 0, &res), -EINVAL);
+        ck_assert_int_eq(sampler_sample(&p, &s, x, 10, (const int32_t[]) { 10 }, 1, &res), -EINVAL);
+        ck_assert_int_eq(sampler_sample(&p, &s, x, 10, (const int32_t[]) { -1 }, 1, &res), -EINVAL);
+        ck_assert_int_eq(sampler_sample(&p, &s, x, 10, NULL, 1, &res), -EINVAL);
+        ck_assert_int_eq(sampler_sample(&p, &s, x, 10, NULL, 0, NULL), -EINVAL);
         sampler_seq_free(&s);
         sampler_seq_free(&s);
         sampler_seq_free(NULL);
@@ -1217,7 +1220,7 @@ START_TEST(test_many_distinct_outputs) {
         ck_assert_uint_eq(s.n_counts, 3000);
         for (int32_t i = 0; i < n; i++)
                 x[i] = 0.0f;
-        sample_once(&p, &s, x, n, -1);
+        sample_once(&p, &s, x, n, NULL, 0);
         for (int32_t i = 0; i < 3000; i++)
                 ck_assert_float_eq_tol(x[(i * 7) % n], 0.0f - freq * (float) (i % 3 + 1), 1e-7f);
         ck_assert_float_eq(x[1], 0.0f);

@@ -345,13 +345,16 @@ static int run(const struct options *o, struct error *err) {
         if ((r = sequence_feed(g.seq, g.prompt, n_prompt, false, g.logits, err)) < 0)
                 goto out;
         double t1 = monotonic_seconds();
-        int32_t eos = o->params.ignore_eos ? -1 : tokenizer_eos(g.tokenizer);
+        size_t n_eog;
+        const int32_t *eog = tokenizer_eog_ids(g.tokenizer, &n_eog);
+        if (o->params.ignore_eos)
+                n_eog = 0;
         int32_t n_out = 0;
         const char *text;
         size_t len;
         for (;;) {
                 struct sample_result s;
-                if ((r = sampler_sample(&o->params, &g.sampler, g.logits, (int32_t) hp->n_vocab, eos, &s)) < 0)
+                if ((r = sampler_sample(&o->params, &g.sampler, g.logits, (int32_t) hp->n_vocab, eog, n_eog, &s)) < 0)
                         goto out;
                 int32_t token = s.token;
                 if (o->params.logprobs >= 0)
@@ -360,7 +363,7 @@ static int run(const struct options *o, struct error *err) {
                 n_out++;
                 if ((r = sampler_seq_accept(&g.sampler, token)) < 0)
                         goto out;
-                if (token == eos)
+                if (!o->params.ignore_eos && tokenizer_is_eog(g.tokenizer, token))
                         break;
                 if ((r = detokenizer_push(g.detok, token, &text, &len, err)) < 0)
                         goto out;
