@@ -171,7 +171,8 @@ int end_of_generation_init(struct tokenizer *tk, const struct named_end_ids *nam
             (id_set_spelled(tk, &s, "<|tool_response>") >= 0 || id_set_spelled(tk, &s, "<|plamo:eos|>") >= 0))
                 id_set_remove(&s, close);
 
-        qsort(s.ids, s.n, sizeof(*s.ids), id_order);
+        if (s.n > 1) /* a vocabulary without any end token leaves ids NULL */
+                qsort(s.ids, s.n, sizeof(*s.ids), id_order);
         tk->eog_ids = s.ids;
         tk->n_eog = s.n;
         return 0;
