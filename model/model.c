@@ -150,6 +150,12 @@ static int read_rope_scaling(const struct gguf_file *f, const struct architectur
                 attn_factor *= 1.0f / (1.0f + 0.1f * logf(scale));
         }
         hp->rope_attn_factor *= attn_factor;
+        hp->n_ctx_max = hp->n_ctx_train;
+        if (type == YARN) {
+                double extended = (double) hp->n_ctx_orig / hp->rope_scale;
+                if (extended > hp->n_ctx_max)
+                        hp->n_ctx_max = extended < UINT32_MAX ? (uint32_t) extended : UINT32_MAX;
+        }
         return 0;
 }
 

@@ -36,6 +36,9 @@ struct model_hparams {
         uint32_t head_dim;  /* attention.key_length, n_embd / n_head by default */
         uint32_t rope_dim;  /* dimensions rotated by RoPE, <= head_dim */
         uint32_t n_ctx_train;
+        /* The longest context the file declares: context_length, or under YaRN the original
+         * context times the factor when that is longer (vLLM's reading of YaRN). */
+        uint32_t n_ctx_max;
         uint32_t n_vocab;
         float rope_theta;   /* RoPE base of the global (full-context) layers */
         float rope_scale;   /* their angles are multiplied by it (rope.scaling.factor's inverse); 1 = none */

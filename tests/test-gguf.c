@@ -1182,7 +1182,7 @@ static void add_vector(struct gguf_writer *w, const char *name, uint64_t n, floa
 static void add_yarn(struct gguf_writer *w) {
         gguf_writer_add_string(w, "llama.rope.scaling.type", "yarn");
         gguf_writer_add_f32(w, "llama.rope.scaling.factor", 4.0f);
-        gguf_writer_add_u32(w, "llama.rope.scaling.original_context_length", 128);
+        gguf_writer_add_u32(w, "llama.rope.scaling.original_context_length", 256);
 }
 static void add_dynamic_scaling(struct gguf_writer *w) {
         gguf_writer_add_string(w, "llama.rope.scaling.type", "dynamic");
@@ -1231,7 +1231,8 @@ START_TEST(test_model_layout_variations) {
         ck_assert_msg(load_extended(add_yarn, &m, &err) == 0, "%s", err.message);
         ck_assert_float_eq(m->hp.rope_scale, 0.25f);
         ck_assert_float_eq(m->hp.rope_ext_factor, 1.0f);
-        ck_assert_uint_eq(m->hp.n_ctx_orig, 128);
+        ck_assert_uint_eq(m->hp.n_ctx_orig, 256);
+        ck_assert_uint_eq(m->hp.n_ctx_max, 1024); /* the context YaRN extends to: 4 x 256, past context_length 512 */
         /* YaRN's magnitude 1 + 0.1 ln 4 is applied by the rotation; the factor cancels it */
         ck_assert_float_eq_tol(m->hp.rope_attn_factor, 1.0f, 1e-6f);
         model_free(m);
@@ -1257,6 +1258,7 @@ START_TEST(test_model_layout_variations) {
         ck_assert_msg(load_extended(add_rope_freqs, &m, &err) == 0, "%s", err.message);
         ck_assert_ptr_eq(model_rope_factors(m, 1u << 20), m->rope_freqs);
         ck_assert_float_eq(m->rope_freqs[7], 1.0f + 7.0f / 64.0f);
+        ck_assert_uint_eq(m->hp.n_ctx_max, 512);
         model_free(m);
         ck_assert_int_eq(load_extended(add_zero_rope_freqs, &m, &err), -EINVAL);
         ck_assert_msg(strstr(err.message, "RoPE frequency factor 0 is 0"), "%s", err.message);
