@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# asyncllmd serving a synthetic model of each architecture (llama with Llama 3's rope_freqs,
+# qwen2 with YaRN, qwen3, phi3 with its fused tensors and rope factors, mistral3 with YaRN and
+# the attention temperature), Q4_K weights and the family's real vocabulary, through
+# asyncllmctl over the socket: greedy outputs alone; the same bits batched together, from the
+# prefix cache, prefilled 7 tokens a step, and preempted in a KV cache too small for the
+# batch; abort. The models come from tests/write-synthetic-model, the vocabularies from
+# tests/vocab-fixtures-lib.sh.
+set -u
+ctl=${ASYNCLLMCTL:?ASYNCLLMCTL must name the asyncllmctl binary}
+daemon=${ASYNCLLMD:?ASYNCLLMD must name the asyncllmd binary}
+writer=${ASYNCLLM_BUILDDIR:?ASYNCLLM_BUILDDIR must name the build tree}/tests/write-synthetic-model
+. "${ASYNCLLM_SRCDIR:?ASYNCLLM_SRCDIR must name the source tree}/tests/vocab-fixtures-lib.sh"
+ensure_vocabs
+slowdown=${ASYNCLLM_TEST_SLOWDOWN:-1}
+scaled() { echo $(($1 * slowdown)); }
+
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+passed=0 failed=0
+pass() { passed=$((passed + 1)); echo "ok: $1"; }
+fail() { failed=$((failed + 1)); echo "FAIL: $1"; }
+expect() {
+    local name=$1
+    shift
+    if "$@"; then pass "$name"; else fail "$name"; fi
+}
+
+start_daemon() { # model, log, then arguments
+    local model=$1 log=$2
+    shift 2
+    "$daemon" --model "$model" --threads 2 "$@" >"$log" 2>&1 &
+    pids+=("$!")
+}
+wait_ready() {
+    local end=$((SECONDS + $(scaled 120)))
+    while ((SECONDS < end)); do
+        "$ctl" --socket "$1" health >/dev/null 2>&1 && return 0
+        sleep 0.2
+    done
+    return 1
+}
+stop_daemons() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null; done
+    pids=()
+}
+stat() { # a counter of daemon $1's stats
+    "$ctl" --socket "$1" status --json | grep -oE "\"$2\":[0-9]+" | cut -d: -f2
+}
+
+# greedy OUT SOCKET PROMPT: 40 greedy tokens with their log-probabilities; OUT holds the
+# outputs (text, token ids, log-probabilities, finish reason), the request's id, metrics and
+# cache counts stripped, so that the files compare bit for bit.
+greedy() {
+    timeout "$(scaled 120)" "$ctl" --socket "$2" generate --json --temperature 0 --max-tokens 40 --ignore-eos \
+        --logprobs 1 "$3" >"$1.line" 2>"$1.err" </dev/null
+    sed -E 's/^\{"id":"[^"]*",//; s/,"finished":.*//' "$1.line" >"$1"
+}
+same() { # NAME FILE REFERENCE
+    if [[ -s $2 ]] && cmp -s "$2" "$3"; then
+        pass "$1"
+    else
+        fail "$1: $(head -c 300 "$2") $(head -c 200 "$2.err" 2>/dev/null), wanted $(head -c 300 "$3")"
+    fi
+}
+
+prompts=(
+    "The lighthouse keeper wrote down the weather twice a day, the state of the tide, and every ship he could see."
+    "Here is a short recipe for bread that needs only flour, water, salt and yeast, and a hot oven:"
+    "In computer science, a hash table is a data structure that maps keys to values. It works by"
+)
+
+# NAME ARCHITECTURE VOCABULARY OPTIONS...: the variations each family's files carry
+models=(
+    "llama|llama|llama-bpe|--rope-theta 500000 --rope-freqs --untied"
+    "qwen2|qwen2|qwen2|--rope-theta 1000000 --rope-scaling yarn --rope-scaling-factor 4 --rope-original-context 64"
+    "qwen3|qwen3|qwen2|--rope-theta 1000000"
+    "phi3|phi3|phi-3|--rope-original-context 256 --rope-attn-factor 1.19"
+    "mistral3|mistral3|llama-bpe|--rope-theta 1000000 --rope-scaling yarn --rope-scaling-factor 4 --rope-original-context 64 --yarn-log-multiplier 1 --attn-temperature-scale 0.1"
+)
+
+seed=11
+for entry in "${models[@]}"; do
+    IFS='|' read -r name arch vocab options <<<"$entry"
+    echo "== $name"
+    model=$tmp/$name.gguf
+    # shellcheck disable=SC2086 # the options are words
+    if ! "$writer" --arch "$arch" --vocab "$ASYNCLLM_VOCABS/ggml-vocab-$vocab.gguf" --type Q4_K --embd-type Q8_0 \
+        --seed $((seed++)) --ctx 4096 $options "$model" 2>"$tmp/writer.err"; then
+        fail "$name: write-synthetic-model: $(cat "$tmp/writer.err")"
+        continue
+    fi
+    # A: the defaults (prefix caching on). B: prompts prefilled 7 tokens a step, no prefix
+    # cache. C: a KV cache of 12 blocks of 16 tokens (1 KiB a token), too small for three
+    # sequences of 70 tokens at once.
+    A=$tmp/$name-a.sock B=$tmp/$name-b.sock C=$tmp/$name-c.sock
+    start_daemon "$model" "$tmp/$name-a.log" --socket "$A" --max-model-len 512
+    start_daemon "$model" "$tmp/$name-b.log" --socket "$B" --max-model-len 512 --long-prefill-token-threshold 7 \
+        --no-enable-prefix-caching
+    start_daemon "$model" "$tmp/$name-c.log" --socket "$C" --max-model-len 160 --kv-cache-space 192KiB \
+        --no-enable-prefix-caching
+    ready=1
+    for d in a b c; do
+        s=$tmp/$name-$d.sock
+        if ! wait_ready "$s"; then
+            fail "$name: asyncllmd ($d) did not start: $(tail -n 5 "$tmp/$name-$d.log")"
+            ready=0
+        fi
+    done
+    if ((ready == 0)); then
+        stop_daemons
+        continue
+    fi
+    expect "$name: the daemon names the architecture" grep -qF "): $arch, 2 layers" "$tmp/$name-a.log"
+
+    for i in 0 1 2; do
+        greedy "$tmp/$name-alone$i" "$A" "${prompts[i]}"
+        expect "$name p$i: 40 tokens with their log-probabilities" \
+            grep -qE '"token_ids":\[([0-9]+,){39}[0-9]+\],"cumulative_logprob":-[0-9.e-]+,"logprobs":\[\[\{' \
+            "$tmp/$name-alone$i"
+    done
+
+    "$ctl" --socket "$A" reset-prefix-cache >/dev/null
+    jobs=()
+    for i in 0 1 2; do
+        greedy "$tmp/$name-batched$i" "$A" "${prompts[i]}" &
+        jobs+=("$!")
+    done
+    wait "${jobs[@]}"
+    for i in 0 1 2; do same "$name p$i batched with the others: the same bits" "$tmp/$name-batched$i" "$tmp/$name-alone$i"; done
+
+    greedy "$tmp/$name-cached0" "$A" "${prompts[0]}"
+    same "$name p0 again, from the prefix cache: the same bits" "$tmp/$name-cached0" "$tmp/$name-alone0"
+    expect "$name: the prompt came from the cache" grep -qE '"num_cached_tokens":[1-9]' "$tmp/$name-cached0.line"
+
+    for i in 0 1; do
+        greedy "$tmp/$name-chunked$i" "$B" "${prompts[i]}"
+        same "$name p$i prefilled 7 tokens a step: the same bits" "$tmp/$name-chunked$i" "$tmp/$name-alone$i"
+    done
+
+    jobs=()
+    for i in 0 1 2; do
+        greedy "$tmp/$name-preempted$i" "$C" "${prompts[i]}" &
+        jobs+=("$!")
+    done
+    wait "${jobs[@]}"
+    for i in 0 1 2; do
+        same "$name p$i in a KV cache too small for all three: the same bits" "$tmp/$name-preempted$i" "$tmp/$name-alone$i"
+    done
+    expect "$name: the small KV cache preempted ($(stat "$C" preemptions) preemptions)" test "$(stat "$C" preemptions)" -gt 0
+
+    "$ctl" --socket "$A" generate --id long1 --ignore-eos --max-tokens 480 "${prompts[1]}" >"$tmp/long.out" 2>"$tmp/long.err" &
+    job=$!
+    end=$((SECONDS + $(scaled 30)))
+    until "$ctl" --socket "$A" list 2>/dev/null | grep -q /long1 || ((SECONDS >= end)); do sleep 0.05; done
+    "$ctl" --socket "$A" abort "$("$ctl" --socket "$A" list | grep /long1)" >/dev/null 2>&1
+    end=$((SECONDS + $(scaled 30)))
+    while kill -0 "$job" 2>/dev/null && ((SECONDS < end)); do sleep 0.05; done
+    kill -0 "$job" 2>/dev/null && kill -KILL "$job"
+    wait "$job"
+    rc=$?
+    expect "$name: the aborted generate exits 1 (it exited $rc)" test "$rc" -eq 1
+    expect "$name: no request left in flight" test "$(stat "$A" requests_in_flight)" -eq 0
+    greedy "$tmp/$name-after-abort0" "$A" "${prompts[0]}"
+    same "$name p0 after the abort: the same bits" "$tmp/$name-after-abort0" "$tmp/$name-alone0"
+    stop_daemons
+done
+
+echo "$passed passed, $failed failed"
+((failed == 0))
