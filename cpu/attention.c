@@ -7,6 +7,7 @@
 #include "cpu-runner-internal.h"
 #include "float16.h"
 #include "rms-norm.h"
+#include "rope-angles.h"
 
 /* Turns each head's pairs (rope.h) by token t's angles in the layer's table. */
 static void rope(const struct cpu_runner *r, float *x, uint32_t n_heads, uint32_t t, uint32_t layer) {
@@ -17,29 +18,20 @@ static void rope(const struct cpu_runner *r, float *x, uint32_t n_heads, uint32_
                          r->rope_sin + at);
 }
 
-/* Pair i of position p turns by scale * p * base^(-2i / rope_dim): table 0 with the global
- * layers' base and scale, table 1 (sliding layers) with theirs and no scaling. */
+/* Each token's angles (rope-angles.h): table 0 for the global layers, table 1 for the
+ * sliding ones. */
 void rope_tables(struct cpu_runner *r, unsigned ith, unsigned nth) {
-        const struct model_hparams *hp = &r->model->hp;
         const struct batch *b = r->batch;
-        uint32_t half = hp->rope_dim / 2;
+        uint32_t half = r->model->hp.rope_dim / 2;
         uint64_t begin, end;
         split(b->n_tokens, ith, nth, &begin, &end);
         for (uint32_t k = 0; k < r->n_rope_tables; k++) {
-                float base = k ? hp->rope_theta_local : hp->rope_theta, scale = k ? 1.0f : hp->rope_scale;
-                /* The angle advances by repeated multiplication, as the reference does, so that
-                 * the rounding of each angle matches it; the scale multiplies each angle. */
-                float theta_scale = powf(base, -2.0f / (float) hp->rope_dim);
+                struct rope_angles angles;
+                rope_angles_init(&angles, r->model, k == 1, r->config.max_model_len);
                 float *cos_k = r->rope_cos + (size_t) k * r->slice_tokens * half;
                 float *sin_k = r->rope_sin + (size_t) k * r->slice_tokens * half;
-                for (uint64_t t = begin; t < end; t++) {
-                        float theta = (float) b->positions[t];
-                        for (uint32_t i = 0; i < half; i++) {
-                                cos_k[t * half + i] = cosf(scale * theta);
-                                sin_k[t * half + i] = sinf(scale * theta);
-                                theta *= theta_scale;
-                        }
-                }
+                for (uint64_t t = begin; t < end; t++)
+                        rope_angles_row(&angles, (float) b->positions[t], cos_k + t * half, sin_k + t * half);
         }
 }
 
@@ -80,7 +72,8 @@ static float *attention_output(const struct cpu_runner *r, uint32_t t, uint32_t 
 }
 
 /* Makes token t's query heads of key-value head h and its key head h ready for attention
- * (their RMS norms where the layer has them, RoPE, the queries' scale), and stores that key
+ * (their biases and RMS norms where the layer has them, RoPE, the queries' temperature and
+ * scale), and stores that key
  * and value in the KV pool. */
 static void store_kv_head(struct cpu_runner *r, uint32_t layer, uint32_t t, uint32_t h) {
         const struct model_hparams *hp = &r->model->hp;
@@ -91,6 +84,15 @@ static void store_kv_head(struct cpu_runner *r, uint32_t layer, uint32_t t, uint
         uint32_t bs = r->kv->block_size, hd = hp->head_dim, block = (uint32_t) seq->block_table[pos / bs];
         float *q = r->q + (size_t) t * r->q_dim + (size_t) h * group * hd;
         float *k = r->k + (size_t) t * r->kv_dim + (size_t) h * hd, *v = r->v + (size_t) t * r->kv_dim + (size_t) h * hd;
+        if (l->bq) {
+                const float *bq = l->bq + (size_t) h * group * hd, *bk = l->bk + (size_t) h * hd, *bv = l->bv + (size_t) h * hd;
+                for (uint32_t i = 0; i < group * hd; i++)
+                        q[i] += bq[i];
+                for (uint32_t i = 0; i < hd; i++) {
+                        k[i] += bk[i];
+                        v[i] += bv[i];
+                }
+        }
         if (l->attn_q_norm) {
                 for (uint32_t g = 0; g < group; g++)
                         rms_norm(q + (size_t) g * hd, l->attn_q_norm, q + (size_t) g * hd, hd, hp->rms_eps);
@@ -98,6 +100,11 @@ static void store_kv_head(struct cpu_runner *r, uint32_t layer, uint32_t t, uint
         }
         rope(r, q, group, t, layer);
         rope(r, k, 1, t, layer);
+        if (hp->attn_temp_scale != 0.0f) {
+                float temperature = attention_temperature(hp, pos);
+                for (uint32_t i = 0; i < group * hd; i++)
+                        q[i] *= temperature;
+        }
         if (hp->query_scale != 1.0f)
                 for (uint32_t i = 0; i < group * hd; i++)
                         q[i] *= hp->query_scale;

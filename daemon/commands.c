@@ -452,7 +452,7 @@ static struct json_object *model_json(struct server *s) {
         json_object_object_add(o, "name", json_object_new_string(s->model.name));
         json_object_object_add(o, "architecture", json_object_new_string(md->architecture ? md->architecture : ""));
         json_object_object_add(o, "path", json_object_new_string(s->settings->model));
-        json_object_object_add(o, "context_length", json_object_new_int64(md->hp.n_ctx_train));
+        json_object_object_add(o, "context_length", json_object_new_int64(md->hp.n_ctx_max));
         json_object_object_add(o, "max_model_len", json_object_new_int64(s->model.config.max_model_len));
         json_object_object_add(o, "vocab_size", json_object_new_int64(md->hp.n_vocab));
         json_object_object_add(o, "device", json_object_new_string(s->settings->device));

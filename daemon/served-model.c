@@ -55,7 +55,7 @@ int served_model_load(const char *path, const char *device, unsigned threads, co
                 goto fail;
         if (chat_template && (r = replace_chat_template(m->tk, chat_template, err)) < 0)
                 goto fail;
-        if ((r = engine_config_finalize(&m->config, m->model->hp.n_ctx_train, err)) < 0)
+        if ((r = engine_config_finalize(&m->config, m->model->hp.n_ctx_max, err)) < 0)
                 goto fail;
         struct backend_options options = backend_options_for_engine(&m->config, threads);
         if ((r = backend_open(device, &options, m->model, &m->device, err)) < 0)

@@ -216,7 +216,7 @@ int server_start(struct server *s, struct daemon_settings *settings, int argc, c
                                    settings->chat_template, &s->model, err)) < 0)
                 return r;
         log_info("serving %s (%s): %u layers, context %u, max_model_len %u, %u KV blocks of %u tokens, %u threads",
-                 s->model.name, settings->model, s->model.model->hp.n_layer, s->model.model->hp.n_ctx_train,
+                 s->model.name, settings->model, s->model.model->hp.n_layer, s->model.model->hp.n_ctx_max,
                  s->model.config.max_model_len, s->model.backend.kv.n_blocks, s->model.config.block_size, settings->threads);
         const char *chat = chat_template_describe(s->model.tk);
         if (chat)

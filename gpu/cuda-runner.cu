@@ -15,6 +15,7 @@ extern "C" {
 #include "batch.h"
 #include "error.h"
 #include "model.h"
+#include "rope-angles.h"
 }
 #include "cuda-kernels.h"
 #include "cuda-runner.h"
@@ -172,6 +173,9 @@ static int check_model(const struct model *m, struct error *err) {
                 return error_set(err, EOPNOTSUPP,
                                  "the CUDA backend implements the llama architecture only, not '%s'; run it with --device cpu",
                                  m->architecture);
+        if (hp->attn_temp_scale != 0.0f)
+                return error_set(err, EOPNOTSUPP, "the CUDA backend does not implement the attention temperature (%s.attention.temperature_scale); run it with --device cpu",
+                                 m->architecture);
         if (!kernel_for(&m->token_embd, err) || !kernel_for(&m->output, err))
                 return -EOPNOTSUPP;
         for (uint32_t i = 0; i < hp->n_layer; i++) {
@@ -180,6 +184,9 @@ static int check_model(const struct model *m, struct error *err) {
                 for (size_t j = 0; j < sizeof(w) / sizeof(w[0]); j++)
                         if (!kernel_for(w[j], err))
                                 return error_prefix(err, -EOPNOTSUPP, "layer %u: ", i);
+                if (l->bq)
+                        return error_set(err, EOPNOTSUPP, "the CUDA backend does not implement query, key and value biases (layer %u has them); run it with --device cpu",
+                                         i);
         }
         uint32_t hd = hp->head_dim;
         if (hd != 8 && hd != 16 && hd != 32 && hd != 64 && hd != 128 && hd != 256)
@@ -264,16 +271,11 @@ static int upload_rope_tables(struct cuda_runner *r, struct error *err) {
         float *table = (float *) malloc(2 * n * sizeof(float));
         if (!table)
                 return error_set(err, ENOMEM, "out of memory for the RoPE tables");
-        /* the angle advances by repeated multiplication, as the CPU's rope_tables() does */
-        float theta_scale = powf(hp->rope_theta, -2.0f / (float) hp->rope_dim);
-        for (uint32_t p = 0; p < r->config.max_model_len; p++) {
-                float theta = (float) p;
-                for (uint32_t i = 0; i < half; i++) {
-                        table[(size_t) p * half + i] = cosf(theta);
-                        table[n + (size_t) p * half + i] = sinf(theta);
-                        theta *= theta_scale;
-                }
-        }
+        /* the CPU's angles (rope-angles.h), bit for bit */
+        struct rope_angles angles;
+        rope_angles_init(&angles, r->model, false, r->config.max_model_len);
+        for (uint32_t p = 0; p < r->config.max_model_len; p++)
+                rope_angles_row(&angles, (float) p, table + (size_t) p * half, table + n + (size_t) p * half);
         cudaError_t e = cudaMalloc((void **) &r->rope_cos, 2 * n * sizeof(float));
         if (e == cudaSuccess) {
                 r->rope_sin = r->rope_cos + n;

@@ -8,7 +8,9 @@
 #include "model.h"
 
 /* The architectures whose tensors and keys follow the Llama layout, each with the variations
- * of it that it uses. The facts are llama.cpp's for the same architecture. */
+ * of it that it uses. The facts are llama.cpp's for the same architecture. Every one may
+ * fuse its query, key and value projections into one attn_qkv tensor and add biases to them,
+ * and declares its context extension with the rope.scaling keys. */
 struct architecture {
         const char *name;
         enum ffn_activation ffn_activation;
@@ -17,9 +19,13 @@ struct architecture {
         bool qk_norms;          /* attn_q_norm and attn_k_norm tensors */
         bool post_norms;        /* post_attention_norm and post_ffw_norm tensors */
         bool query_scaled;      /* queries scaled before attention (query_scale), scores not */
-        /* reads final_logit_softcapping, rope.scaling.*, attention.sliding_window and
-         * rope.freq_base_swa (llama's loader never did, so its files keep their numbers) */
-        bool variant_keys;
+        bool fused_gate_up;     /* ffn_up holds the gate's n_ff rows, then the up's; no ffn_gate */
+        /* reads final_logit_softcapping, attention.sliding_window and rope.freq_base_swa
+         * (phi3 files carry a sliding window that llama.cpp ignores, and so do we) */
+        bool gemma_keys;
+        /* reads the YaRN keys rope.scaling.yarn_beta_fast, yarn_beta_slow and
+         * yarn_log_multiplier, and attention.temperature_scale */
+        bool yarn_keys;
         /* With attention.sliding_window in the file: every sliding_window_pattern-th layer is
          * global, the others slide, unless attention.sliding_window_pattern says otherwise. */
         uint32_t sliding_window_pattern;
@@ -28,8 +34,12 @@ struct architecture {
 static const struct architecture architectures[] = {
         { .name = "llama", .ffn_activation = FFN_SILU, .rope_pairing = ROPE_ADJACENT },
         { .name = "gemma3", .ffn_activation = FFN_GELU, .rope_pairing = ROPE_HALVES, .scaled_embeddings = true,
-          .qk_norms = true, .post_norms = true, .query_scaled = true, .variant_keys = true,
-          .sliding_window_pattern = 6 },
+          .qk_norms = true, .post_norms = true, .query_scaled = true, .gemma_keys = true, .sliding_window_pattern = 6 },
+        { .name = "mistral3", .ffn_activation = FFN_SILU, .rope_pairing = ROPE_ADJACENT, .yarn_keys = true },
+        { .name = "phi3", .ffn_activation = FFN_SILU, .rope_pairing = ROPE_HALVES, .query_scaled = true,
+          .fused_gate_up = true },
+        { .name = "qwen2", .ffn_activation = FFN_SILU, .rope_pairing = ROPE_HALVES },
+        { .name = "qwen3", .ffn_activation = FFN_SILU, .rope_pairing = ROPE_HALVES, .qk_norms = true },
 };
 #define N_ARCHITECTURES (sizeof(architectures) / sizeof(architectures[0]))
 
@@ -69,42 +79,109 @@ static int nonzero(const struct gguf_file *f, const char *what, uint32_t v, stru
         return 0;
 }
 
+static int arch_key_string(const struct gguf_file *f, const char *arch, const char *suffix, struct gguf_string *ret,
+                           struct error *err) {
+        char key[128];
+        snprintf(key, sizeof(key), "%s.%s", arch, suffix);
+        return gguf_get_string(f, key, ret, err);
+}
+
+/* llama.cpp's YaRN magnitude: 1 + 0.1 * m * ln(s) for a scale s above 1. */
+static float yarn_magnitude(float scale, float m) {
+        return scale <= 1.0f ? 1.0f : 0.1f * m * logf(scale) + 1.0f;
+}
+
+/* The rope.scaling keys: the type (none, linear, yarn, longrope; linear by default), the
+ * factor (or the older rope.scale_linear), the original context, the attention factor and,
+ * for YaRN, the magnitude that its cosines and sines carry, as llama.cpp derives it. */
+static int read_rope_scaling(const struct gguf_file *f, const struct architecture *a, struct model_hparams *hp,
+                             struct error *err) {
+        static const char *const types[] = { "none", "linear", "yarn", "longrope" };
+        enum { NONE, LINEAR, YARN, LONGROPE } type = LINEAR;
+        struct gguf_string name;
+        int r = arch_key_string(f, a->name, "rope.scaling.type", &name, err);
+        if (r == -EINVAL)
+                return r;
+        if (r == 0) {
+                size_t i = 0;
+                while (i < sizeof(types) / sizeof(types[0]) && !gguf_string_equals(name, types[i]))
+                        i++;
+                if (i == sizeof(types) / sizeof(types[0]))
+                        return error_set(err, EOPNOTSUPP, "%s: %s.rope.scaling.type '%.*s' is not supported (none, linear, yarn, longrope)",
+                                         f->path, a->name, (int) name.len, name.data);
+                type = (typeof(type)) i;
+        }
+        float factor = 0.0f, log_multiplier = 0.0f;
+        if ((r = arch_key_f32(f, a->name, "rope.scaling.factor", &factor, err)) == -ENOENT)
+                r = arch_key_f32(f, a->name, "rope.scale_linear", &factor, err);
+        if (r == -EINVAL)
+                return r;
+        if (!(factor >= 0.0f) || !isfinite(factor))
+                return error_set(err, EINVAL, "%s: rope.scaling.factor must not be negative", f->path);
+        hp->rope_scale = factor == 0.0f || type == NONE ? 1.0f : 1.0f / factor;
+        hp->n_ctx_orig = hp->n_ctx_train;
+        hp->rope_attn_factor = 1.0f;
+        hp->rope_beta_fast = 32.0f;
+        hp->rope_beta_slow = 1.0f;
+        hp->attn_temp_scale = 0.0f;
+        if (arch_key_u32(f, a->name, "rope.scaling.original_context_length", &hp->n_ctx_orig, err) == -EINVAL ||
+            arch_key_f32(f, a->name, "rope.scaling.attn_factor", &hp->rope_attn_factor, err) == -EINVAL)
+                return -EINVAL;
+        if (a->yarn_keys &&
+            (arch_key_f32(f, a->name, "rope.scaling.yarn_beta_fast", &hp->rope_beta_fast, err) == -EINVAL ||
+             arch_key_f32(f, a->name, "rope.scaling.yarn_beta_slow", &hp->rope_beta_slow, err) == -EINVAL ||
+             arch_key_f32(f, a->name, "rope.scaling.yarn_log_multiplier", &log_multiplier, err) == -EINVAL ||
+             arch_key_f32(f, a->name, "attention.temperature_scale", &hp->attn_temp_scale, err) == -EINVAL))
+                return -EINVAL;
+        if (hp->n_ctx_orig == 0)
+                return error_set(err, EINVAL, "%s: rope.scaling.original_context_length is 0", f->path);
+        if (!isfinite(hp->rope_attn_factor) || !isfinite(hp->rope_beta_fast) || !isfinite(hp->rope_beta_slow) ||
+            !(hp->rope_beta_fast > 0.0f) || !(hp->rope_beta_slow > 0.0f) || !isfinite(log_multiplier) ||
+            !isfinite(hp->attn_temp_scale))
+                return error_set(err, EINVAL, "%s: the rope.scaling attention factor, YaRN betas and log multiplier and the attention temperature must be finite, the betas positive",
+                                 f->path);
+        hp->rope_ext_factor = type == YARN ? 1.0f : 0.0f;
+        float attn_factor = 1.0f;
+        if (type == YARN) {
+                float scale = 1.0f / hp->rope_scale;
+                attn_factor = log_multiplier != 0.0f ? yarn_magnitude(scale, 1.0f) / yarn_magnitude(scale, log_multiplier)
+                                                     : yarn_magnitude(scale, 1.0f);
+                /* the rotation applies 1 + 0.1 ln(scale) itself (rope-angles.h) */
+                attn_factor *= 1.0f / (1.0f + 0.1f * logf(scale));
+        }
+        hp->rope_attn_factor *= attn_factor;
+        hp->n_ctx_max = hp->n_ctx_train;
+        if (type == YARN) {
+                double extended = (double) hp->n_ctx_orig / hp->rope_scale;
+                if (extended > hp->n_ctx_max)
+                        hp->n_ctx_max = extended < UINT32_MAX ? (uint32_t) extended : UINT32_MAX;
+        }
+        return 0;
+}
+
 /* The architecture's variations on the Llama layout and the keys that tune them. */
 static int read_variations(const struct gguf_file *f, const struct architecture *a, struct model_hparams *hp,
                            struct error *err) {
         hp->ffn_activation = a->ffn_activation;
         hp->rope_pairing = a->rope_pairing;
-        hp->rope_scale = 1.0f;
         hp->embd_scale = a->scaled_embeddings ? sqrtf((float) hp->n_embd) : 1.0f;
         /* llama.cpp's rule: 1 / sqrt(head size) on the queries, except Gemma 3 27B (62
          * layers), whose query_pre_attn_scalar is n_embd / n_head */
-        float scaled_dim = (float) (a->query_scaled && hp->n_layer == 62 ? hp->n_embd / hp->n_head : hp->head_dim);
+        bool gemma_27b = a->gemma_keys && hp->n_layer == 62;
+        float scaled_dim = (float) (gemma_27b ? hp->n_embd / hp->n_head : hp->head_dim);
         hp->query_scale = a->query_scaled ? 1.0f / sqrtf(scaled_dim) : 1.0f;
         hp->score_scale = a->query_scaled ? 1.0f : 1.0f / sqrtf((float) hp->head_dim);
         hp->logit_softcap = 0.0f;
         hp->sliding_window = 0;
         hp->rope_theta_local = hp->rope_theta;
-        if (!a->variant_keys)
-                return 0;
+        int r = read_rope_scaling(f, a, hp, err);
+        if (r < 0 || !a->gemma_keys)
+                return r;
 
         if (arch_key_f32(f, a->name, "final_logit_softcapping", &hp->logit_softcap, err) == -EINVAL)
                 return -EINVAL;
-        float factor = 0.0f;
-        if (arch_key_f32(f, a->name, "rope.scaling.factor", &factor, err) == -EINVAL)
-                return -EINVAL;
-        if (factor != 0.0f) {
-                struct gguf_string type;
-                char key[128];
-                snprintf(key, sizeof(key), "%s.rope.scaling.type", a->name);
-                if (gguf_get_string(f, key, &type, NULL) == 0 && !gguf_string_equals(type, "linear") &&
-                    !gguf_string_equals(type, "none"))
-                        return error_set(err, EOPNOTSUPP, "%s: %s '%.*s' is not supported (only linear)", f->path, key,
-                                         (int) type.len, type.data);
-                hp->rope_scale = 1.0f / factor;
-        }
-        if (!(hp->logit_softcap >= 0.0f) || !(hp->rope_scale > 0.0f) || !isfinite(hp->rope_scale))
-                return error_set(err, EINVAL, "%s: final_logit_softcapping must not be negative, rope.scaling.factor must be positive",
-                                 f->path);
+        if (!(hp->logit_softcap >= 0.0f))
+                return error_set(err, EINVAL, "%s: final_logit_softcapping must not be negative", f->path);
         if (arch_key_u32(f, a->name, "attention.sliding_window", &hp->sliding_window, err) == -EINVAL)
                 return -EINVAL;
         hp->rope_theta_local = 10000.0f; /* llama.cpp's default for the sliding layers */
@@ -245,21 +322,99 @@ static int load_vector(const struct gguf_file *f, const char *name, uint64_t n, 
         return 0;
 }
 
+/* rows of w from row first on, as a weight of their own */
+static struct weight weight_rows(const struct weight *w, uint64_t first, uint64_t n_rows) {
+        struct weight part = *w;
+        part.n_rows = n_rows;
+        part.data = w->data + first * w->row_bytes;
+        return part;
+}
+
+/* A vector the file may lack: 0 and *ret NULL when it does. */
+static int load_optional_vector(const struct gguf_file *f, const char *name, uint64_t n, float **ret,
+                                struct error *err) {
+        *ret = NULL;
+        return gguf_find_tensor(f, name) ? load_vector(f, name, n, ret, err) : 0;
+}
+
+/* The query, key and value projections: three tensors, or one attn_qkv whose rows are the
+ * three in that order; with their biases where the file has them (three, or one fused). */
+static int bind_attention_inputs(const struct gguf_file *f, const struct model_hparams *hp, uint32_t i,
+                                 struct model_layer *l, struct error *err) {
+        uint64_t q_dim = (uint64_t) hp->n_head * hp->head_dim, kv_dim = (uint64_t) hp->n_head_kv * hp->head_dim;
+        char name[96], fused_bias[96];
+        int r;
+#define LAYER_TENSOR(suffix) (snprintf(name, sizeof(name), "blk.%u." suffix, i), name)
+        if (gguf_find_tensor(f, LAYER_TENSOR("attn_qkv.weight"))) {
+                struct weight qkv;
+                if ((r = bind_weight(f, name, hp->n_embd, q_dim + 2 * kv_dim, &qkv, err)) < 0)
+                        return r;
+                l->wq = weight_rows(&qkv, 0, q_dim);
+                l->wk = weight_rows(&qkv, q_dim, kv_dim);
+                l->wv = weight_rows(&qkv, q_dim + kv_dim, kv_dim);
+        } else if ((r = bind_weight(f, LAYER_TENSOR("attn_q.weight"), hp->n_embd, q_dim, &l->wq, err)) < 0 ||
+                   (r = bind_weight(f, LAYER_TENSOR("attn_k.weight"), hp->n_embd, kv_dim, &l->wk, err)) < 0 ||
+                   (r = bind_weight(f, LAYER_TENSOR("attn_v.weight"), hp->n_embd, kv_dim, &l->wv, err)) < 0)
+                return r;
+        snprintf(fused_bias, sizeof(fused_bias), "blk.%u.attn_qkv.bias", i);
+        if (gguf_find_tensor(f, fused_bias)) {
+                float *qkv;
+                if ((r = load_vector(f, fused_bias, q_dim + 2 * kv_dim, &qkv, err)) < 0)
+                        return r;
+                l->bq = qkv;
+                l->bk = malloc(kv_dim * sizeof(float));
+                l->bv = malloc(kv_dim * sizeof(float));
+                if (!l->bk || !l->bv)
+                        return error_set(err, ENOMEM, "out of memory");
+                memcpy(l->bk, qkv + q_dim, kv_dim * sizeof(float));
+                memcpy(l->bv, qkv + q_dim + kv_dim, kv_dim * sizeof(float));
+                return 0;
+        }
+        if ((r = load_optional_vector(f, LAYER_TENSOR("attn_q.bias"), q_dim, &l->bq, err)) < 0 ||
+            (r = load_optional_vector(f, LAYER_TENSOR("attn_k.bias"), kv_dim, &l->bk, err)) < 0 ||
+            (r = load_optional_vector(f, LAYER_TENSOR("attn_v.bias"), kv_dim, &l->bv, err)) < 0)
+                return r;
+        if ((l->bq != NULL) != (l->bk != NULL) || (l->bk != NULL) != (l->bv != NULL))
+                return error_set(err, EINVAL, "%s: layer %u has biases for some of the query, key and value projections but not all",
+                                 f->path, i);
+#undef LAYER_TENSOR
+        return 0;
+}
+
+/* Bias tensors llama.cpp may read but this loader does not implement: refused by name rather
+ * than left out of the sums. */
+static int refuse_unsupported_biases(const struct gguf_file *f, uint32_t i, struct error *err) {
+        static const char *const suffixes[] = { "attn_output.bias", "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias" };
+        char name[96];
+        for (size_t k = 0; k < sizeof(suffixes) / sizeof(suffixes[0]); k++) {
+                snprintf(name, sizeof(name), "blk.%u.%s", i, suffixes[k]);
+                if (gguf_find_tensor(f, name))
+                        return error_set(err, EOPNOTSUPP, "%s: tensor '%s' is not supported: only the query, key and value projections may have biases",
+                                         f->path, name);
+        }
+        return 0;
+}
+
 static int bind_layer(const struct gguf_file *f, const struct architecture *a, const struct model_hparams *hp,
                       uint32_t i, struct model_layer *l, struct error *err) {
-        uint64_t q_dim = (uint64_t) hp->n_head * hp->head_dim, kv_dim = (uint64_t) hp->n_head_kv * hp->head_dim;
+        uint64_t q_dim = (uint64_t) hp->n_head * hp->head_dim;
         char name[96];
         int r;
 #define LAYER_TENSOR(suffix) (snprintf(name, sizeof(name), "blk.%u." suffix ".weight", i), name)
         if ((r = load_vector(f, LAYER_TENSOR("attn_norm"), hp->n_embd, &l->attn_norm, err)) < 0 ||
-            (r = bind_weight(f, LAYER_TENSOR("attn_q"), hp->n_embd, q_dim, &l->wq, err)) < 0 ||
-            (r = bind_weight(f, LAYER_TENSOR("attn_k"), hp->n_embd, kv_dim, &l->wk, err)) < 0 ||
-            (r = bind_weight(f, LAYER_TENSOR("attn_v"), hp->n_embd, kv_dim, &l->wv, err)) < 0 ||
+            (r = bind_attention_inputs(f, hp, i, l, err)) < 0 || (r = refuse_unsupported_biases(f, i, err)) < 0 ||
             (r = bind_weight(f, LAYER_TENSOR("attn_output"), q_dim, hp->n_embd, &l->wo, err)) < 0 ||
             (r = load_vector(f, LAYER_TENSOR("ffn_norm"), hp->n_embd, &l->ffn_norm, err)) < 0 ||
-            (r = bind_weight(f, LAYER_TENSOR("ffn_gate"), hp->n_embd, hp->n_ff, &l->w_gate, err)) < 0 ||
-            (r = bind_weight(f, LAYER_TENSOR("ffn_up"), hp->n_embd, hp->n_ff, &l->w_up, err)) < 0 ||
             (r = bind_weight(f, LAYER_TENSOR("ffn_down"), hp->n_ff, hp->n_embd, &l->w_down, err)) < 0)
+                return r;
+        if (a->fused_gate_up) {
+                struct weight gate_up;
+                if ((r = bind_weight(f, LAYER_TENSOR("ffn_up"), hp->n_embd, 2 * (uint64_t) hp->n_ff, &gate_up, err)) < 0)
+                        return r;
+                l->w_gate = weight_rows(&gate_up, 0, hp->n_ff);
+                l->w_up = weight_rows(&gate_up, hp->n_ff, hp->n_ff);
+        } else if ((r = bind_weight(f, LAYER_TENSOR("ffn_gate"), hp->n_embd, hp->n_ff, &l->w_gate, err)) < 0 ||
+                   (r = bind_weight(f, LAYER_TENSOR("ffn_up"), hp->n_embd, hp->n_ff, &l->w_up, err)) < 0)
                 return r;
         if (a->qk_norms && ((r = load_vector(f, LAYER_TENSOR("attn_q_norm"), hp->head_dim, &l->attn_q_norm, err)) < 0 ||
                             (r = load_vector(f, LAYER_TENSOR("attn_k_norm"), hp->head_dim, &l->attn_k_norm, err)) < 0))
@@ -269,6 +424,26 @@ static int bind_layer(const struct gguf_file *f, const struct architecture *a, c
              (r = load_vector(f, LAYER_TENSOR("post_ffw_norm"), hp->n_embd, &l->ffn_post_norm, err)) < 0))
                 return r;
 #undef LAYER_TENSOR
+        return 0;
+}
+
+/* The RoPE frequency factors: rope_freqs, or rope_factors_long with rope_factors_short. */
+static int load_rope_factors(const struct gguf_file *f, struct model *m, struct error *err) {
+        uint32_t n = m->hp.rope_dim / 2;
+        int r;
+        if ((r = load_optional_vector(f, "rope_freqs.weight", n, &m->rope_freqs, err)) < 0 ||
+            (r = load_optional_vector(f, "rope_factors_long.weight", n, &m->rope_factors_long, err)) < 0 ||
+            (r = load_optional_vector(f, "rope_factors_short.weight", n, &m->rope_factors_short, err)) < 0)
+                return r;
+        if ((m->rope_factors_long != NULL) != (m->rope_factors_short != NULL))
+                return error_set(err, EINVAL, "%s: rope_factors_long and rope_factors_short come as a pair; the file has one",
+                                 f->path);
+        const float *tables[] = { m->rope_freqs, m->rope_factors_long, m->rope_factors_short };
+        for (size_t k = 0; k < sizeof(tables) / sizeof(tables[0]); k++)
+                for (uint32_t i = 0; tables[k] && i < n; i++)
+                        if (!(tables[k][i] > 0.0f) || !isfinite(tables[k][i]))
+                                return error_set(err, EINVAL, "%s: RoPE frequency factor %u is %g; factors must be positive and finite",
+                                                 f->path, i, (double) tables[k][i]);
         return 0;
 }
 
@@ -339,11 +514,11 @@ int model_from_gguf(struct gguf_file *file, struct model **ret, struct error *er
         else if ((r = bind_weight(file, "output.weight", hp->n_embd, hp->n_vocab, &m->output, err)) < 0)
                 goto fail;
 
-        /* Every layer has 9 tensors: refuse a block_count the file cannot hold before
+        /* Every layer has at least 6 tensors: refuse a block_count the file cannot hold before
          * allocating for it (a corrupt count would otherwise ask for terabytes). */
-        if (hp->n_layer > file->n_tensors / 9) {
+        if (hp->n_layer > file->n_tensors / 6) {
                 r = error_set(err, EINVAL, "%s: block_count %u needs %llu layer tensors, but the file has %llu tensors in all",
-                              file->path, hp->n_layer, (unsigned long long) hp->n_layer * 9,
+                              file->path, hp->n_layer, (unsigned long long) hp->n_layer * 6,
                               (unsigned long long) file->n_tensors);
                 goto fail;
         }
@@ -356,7 +531,7 @@ int model_from_gguf(struct gguf_file *file, struct model **ret, struct error *er
                 if ((r = bind_layer(file, arch, hp, i, &m->layers[i], err)) < 0)
                         goto fail;
         m->post_norms = arch->post_norms;
-        if ((r = mark_sliding_layers(file, arch, m, err)) < 0)
+        if ((r = load_rope_factors(file, m, err)) < 0 || (r = mark_sliding_layers(file, arch, m, err)) < 0)
                 goto fail;
         *ret = m;
         return 0;
@@ -379,6 +554,9 @@ void model_free(struct model *m) {
         if (m->layers)
                 for (uint32_t i = 0; i < m->hp.n_layer; i++) {
                         free(m->layers[i].attn_norm);
+                        free(m->layers[i].bq);
+                        free(m->layers[i].bk);
+                        free(m->layers[i].bv);
                         free(m->layers[i].attn_q_norm);
                         free(m->layers[i].attn_k_norm);
                         free(m->layers[i].attn_post_norm);
@@ -386,6 +564,9 @@ void model_free(struct model *m) {
                         free(m->layers[i].ffn_post_norm);
                 }
         free(m->layers);
+        free(m->rope_freqs);
+        free(m->rope_factors_long);
+        free(m->rope_factors_short);
         free(m->output_norm);
         free(m->name);
         free(m->architecture);

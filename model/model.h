@@ -8,6 +8,7 @@
  * scales, sliding-window layers); the backends implement those operations, never a whole
  * forward pass per architecture. */
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -35,9 +36,25 @@ struct model_hparams {
         uint32_t head_dim;  /* attention.key_length, n_embd / n_head by default */
         uint32_t rope_dim;  /* dimensions rotated by RoPE, <= head_dim */
         uint32_t n_ctx_train;
+        /* The longest context the file declares: context_length, or under YaRN the original
+         * context times the factor when that is longer (vLLM's reading of YaRN). */
+        uint32_t n_ctx_max;
         uint32_t n_vocab;
         float rope_theta;   /* RoPE base of the global (full-context) layers */
-        float rope_scale;   /* their positions are multiplied by it (linear RoPE scaling); 1 = none */
+        float rope_scale;   /* their angles are multiplied by it (rope.scaling.factor's inverse); 1 = none */
+        /* Context extension as the file declares it (rope.scaling.*), with llama.cpp's meaning:
+         * YaRN mixes each pair's scaled and unscaled angle by a ramp over the pairs between the
+         * correction dimensions that beta_fast and beta_slow rotations in n_ctx_orig
+         * positions mark (rope_ext_factor 1; 0 = plain scaling); every cosine and sine is
+         * multiplied by rope_attn_factor. */
+        uint32_t n_ctx_orig;
+        float rope_ext_factor;
+        float rope_attn_factor;
+        float rope_beta_fast;
+        float rope_beta_slow;
+        /* Queries are multiplied by 1 + attn_temp_scale * log(floor(position / n_ctx_orig) + 1)
+         * after RoPE (Llama 4's attention temperature); 0 = none. */
+        float attn_temp_scale;
         float rms_eps;
         enum ffn_activation ffn_activation;
         enum rope_pairing rope_pairing;
@@ -58,6 +75,12 @@ static inline uint32_t model_max_width(const struct model_hparams *hp) {
         if (q > w)
                 w = q;
         return hp->n_ff > w ? hp->n_ff : w;
+}
+
+/* The factor on the queries of a token at position (model_hparams.attn_temp_scale), in
+ * llama.cpp's precision. */
+static inline float attention_temperature(const struct model_hparams *hp, uint32_t position) {
+        return (float) (log(floor((float) position / (float) hp->n_ctx_orig) + 1.0) * hp->attn_temp_scale + 1.0);
 }
 
 /* A 2-D weight: rows of n_cols elements, each row a run of quant blocks. */
@@ -82,6 +105,8 @@ static inline bool weight_single_accumulator(const struct weight *w, bool is_out
 struct model_layer {
         bool sliding;     /* a sliding-window layer (model_hparams.sliding_window) */
         float *attn_norm; /* (n_embd) */
+        /* (n_head * head_dim), (n_head_kv * head_dim) twice: added to the projections, or NULL */
+        float *bq, *bk, *bv;
         float *attn_q_norm; /* (head_dim) RMS norm of each query head after its projection, or NULL */
         float *attn_k_norm; /* (head_dim) the same for each key head, or NULL */
         struct weight wq; /* (n_head * head_dim) rows of n_embd */
@@ -109,7 +134,22 @@ struct model {
         bool tied_output;
         bool post_norms; /* every layer has attn_post_norm and ffn_post_norm */
         struct model_layer *layers; /* (n_layer) */
+        /* (rope_dim / 2) each: every layer's angle of pair i is divided by factor i. One table
+         * (rope_freqs, Llama 3's frequency scaling), or two, chosen by the context the
+         * runner serves (model_rope_factors), or none. */
+        float *rope_freqs;
+        float *rope_factors_long;
+        float *rope_factors_short;
 };
+
+/* The RoPE frequency factors for serving sequences of up to max_model_len positions, or
+ * NULL: the long factors once max_model_len passes the original context, as llama.cpp
+ * chooses them. */
+static inline const float *model_rope_factors(const struct model *m, uint32_t max_model_len) {
+        if (m->rope_freqs || !m->rope_factors_long)
+                return m->rope_freqs;
+        return max_model_len > m->hp.n_ctx_orig ? m->rope_factors_long : m->rope_factors_short;
+}
 
 int model_load(const char *path, struct model **ret, struct error *err);
 

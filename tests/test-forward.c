@@ -89,19 +89,37 @@ static void ref_rmsnorm(const float *x, const float *w, float *out, uint32_t n, 
                 out[i] = x[i] * scale * w[i];
 }
 
-static void ref_rope(float *x, uint32_t n_heads, const struct model_hparams *hp, bool sliding, uint32_t pos) {
+/* RoPE from its definition in double: pair i's angle pos * base^(-2i / rope_dim) divided by
+ * its frequency factor, scaled, blended by YaRN's ramp, its cosine and sine times the
+ * magnitude. */
+static void ref_rope(float *x, uint32_t n_heads, const struct model *m, bool sliding, uint32_t pos) {
+        const struct model_hparams *hp = &m->hp;
         uint32_t half = hp->rope_dim / 2;
         double base = sliding ? hp->rope_theta_local : hp->rope_theta, scale = sliding ? 1.0 : hp->rope_scale;
+        const float *factors = model_rope_factors(m, MAX_LEN);
+        double magnitude = hp->rope_attn_factor * (hp->rope_ext_factor != 0.0f ? 1.0 + 0.1 * log(1.0 / scale) : 1.0);
+        /* the pairs that turn beta_fast and beta_slow times in the original context */
+        double low = floor(hp->rope_dim * log(hp->n_ctx_orig / (hp->rope_beta_fast * 2 * M_PI)) / (2 * log(base)));
+        double high = ceil(hp->rope_dim * log(hp->n_ctx_orig / (hp->rope_beta_slow * 2 * M_PI)) / (2 * log(base)));
+        low = fmax(low, 0.0);
+        high = fmin(high, hp->rope_dim - 1.0);
         for (uint32_t h = 0; h < n_heads; h++)
                 for (uint32_t i = 0; i < half; i++) {
-                        double angle = scale * pos * pow(base, -2.0 * i / hp->rope_dim);
-                        float c = (float) cos(angle), s = (float) sin(angle);
+                        double unscaled = pos * pow(base, -2.0 * i / hp->rope_dim) / (factors ? factors[i] : 1.0);
+                        double mix = (1.0 - fmin(1.0, fmax(0.0, (i - low) / fmax(0.001, high - low)))) * hp->rope_ext_factor;
+                        double angle = scale * unscaled * (1.0 - mix) + unscaled * mix;
+                        float c = (float) (cos(angle) * magnitude), s = (float) (sin(angle) * magnitude);
                         float *p = x + h * hp->head_dim + (hp->rope_pairing == ROPE_HALVES ? i : 2 * i);
                         float *p2 = p + (hp->rope_pairing == ROPE_HALVES ? half : 1);
                         float a = *p, b = *p2;
                         *p = a * c - b * s;
                         *p2 = a * s + b * c;
                 }
+}
+
+static void add_bias(float *x, const float *bias, uint32_t n) {
+        for (uint32_t i = 0; bias && i < n; i++)
+                x[i] += bias[i];
 }
 
 /* GELU's tanh form in double, at x rounded to f16 and rounded to f16, as llama.cpp tabulates
@@ -141,14 +159,18 @@ static void ref_step(struct reference *ref, int32_t token, float *logits) {
                 ref_matvec(&L->wq, xn, q);
                 ref_matvec(&L->wk, xn, k);
                 ref_matvec(&L->wv, xn, v);
+                add_bias(q, L->bq, qd);
+                add_bias(k, L->bk, kvd);
+                add_bias(v, L->bv, kvd);
                 for (uint32_t h = 0; L->attn_q_norm && h < hp->n_head; h++)
                         ref_rmsnorm(q + h * hd, L->attn_q_norm, q + h * hd, hd, hp->rms_eps);
                 for (uint32_t h = 0; L->attn_k_norm && h < hp->n_head_kv; h++)
                         ref_rmsnorm(k + h * hd, L->attn_k_norm, k + h * hd, hd, hp->rms_eps);
-                ref_rope(q, hp->n_head, hp, L->sliding, pos);
-                ref_rope(k, hp->n_head_kv, hp, L->sliding, pos);
+                ref_rope(q, hp->n_head, m, L->sliding, pos);
+                ref_rope(k, hp->n_head_kv, m, L->sliding, pos);
+                double temperature = 1.0 + hp->attn_temp_scale * log(floor((double) pos / hp->n_ctx_orig) + 1.0);
                 for (uint32_t i = 0; i < qd; i++)
-                        q[i] *= hp->query_scale;
+                        q[i] *= temperature * hp->query_scale;
                 for (uint32_t i = 0; i < kvd; i++) {
                         ref->k[((size_t) l * MAX_LEN + pos) * kvd + i] = f32_to_f16(k[i]);
                         ref->v[((size_t) l * MAX_LEN + pos) * kvd + i] = f32_to_f16(v[i]);

@@ -1087,7 +1087,7 @@ START_TEST(test_model_errors) {
 
         cfg = small_config();
         cfg.architecture = "gpt2";
-        expect_model_error(&cfg, EOPNOTSUPP, "architecture 'gpt2' is not supported (supported: llama, gemma3)");
+        expect_model_error(&cfg, EOPNOTSUPP, "architecture 'gpt2' is not supported (supported: llama, gemma3, mistral3, phi3, qwen2, qwen3)");
 
         /* Gemma 3's own tensors and keys are required and checked like the rest */
         cfg = small_config();
@@ -1148,6 +1148,128 @@ START_TEST(test_q5_models_truncated) {
                 }
                 free(buf);
         }
+}
+END_TEST
+
+/* A small llama with extra keys and tensors added before the model's own: loaded into *m,
+ * or the error returned. */
+typedef void (*extend_fn)(struct gguf_writer *w);
+
+static int load_extended(extend_fn extend, struct model **m, struct error *err) {
+        struct synthetic_llama_config cfg = small_config();
+        char *dir = test_tmpdir(), *path = test_path_join(dir, "variation.gguf");
+        struct gguf_writer *w = gguf_writer_new();
+        extend(w);
+        ck_assert_int_eq(synthetic_llama_build(w, &cfg), 0);
+        ck_assert_int_eq(gguf_writer_write_file(w, path), 0);
+        gguf_writer_free(w);
+        *m = NULL;
+        int r = model_load(path, m, err);
+        free(path);
+        test_tmpdir_remove(dir);
+        return r;
+}
+
+static void add_vector(struct gguf_writer *w, const char *name, uint64_t n, float value) {
+        float *v = malloc(n * sizeof(float));
+        ck_assert_ptr_nonnull(v);
+        for (uint64_t i = 0; i < n; i++)
+                v[i] = value + (float) i / 64.0f;
+        gguf_writer_add_tensor(w, name, TENSOR_F32, 1, &n, v, n * sizeof(float));
+        free(v);
+}
+
+static void add_yarn(struct gguf_writer *w) {
+        gguf_writer_add_string(w, "llama.rope.scaling.type", "yarn");
+        gguf_writer_add_f32(w, "llama.rope.scaling.factor", 4.0f);
+        gguf_writer_add_u32(w, "llama.rope.scaling.original_context_length", 256);
+}
+static void add_dynamic_scaling(struct gguf_writer *w) {
+        gguf_writer_add_string(w, "llama.rope.scaling.type", "dynamic");
+}
+static void add_negative_factor(struct gguf_writer *w) {
+        gguf_writer_add_f32(w, "llama.rope.scaling.factor", -2.0f);
+}
+static void add_qkv_biases(struct gguf_writer *w) {
+        for (int i = 0; i < 2; i++) {
+                char name[64];
+                snprintf(name, sizeof(name), "blk.%d.attn_q.bias", i);
+                add_vector(w, name, 64, 0.5f);
+                snprintf(name, sizeof(name), "blk.%d.attn_k.bias", i);
+                add_vector(w, name, 32, -0.5f);
+                snprintf(name, sizeof(name), "blk.%d.attn_v.bias", i);
+                add_vector(w, name, 32, 0.25f);
+        }
+}
+static void add_query_bias_only(struct gguf_writer *w) {
+        add_vector(w, "blk.1.attn_q.bias", 64, 0.5f);
+}
+static void add_ffn_bias(struct gguf_writer *w) {
+        add_vector(w, "blk.0.ffn_up.bias", 96, 0.5f);
+}
+static void add_rope_freqs(struct gguf_writer *w) {
+        add_vector(w, "rope_freqs.weight", 8, 1.0f);
+}
+static void add_zero_rope_freqs(struct gguf_writer *w) {
+        add_vector(w, "rope_freqs.weight", 8, 0.0f);
+}
+static void add_long_factors_only(struct gguf_writer *w) {
+        add_vector(w, "rope_factors_long.weight", 8, 1.0f);
+}
+static void add_long_short_factors(struct gguf_writer *w) {
+        add_vector(w, "rope_factors_long.weight", 8, 2.0f);
+        add_vector(w, "rope_factors_short.weight", 8, 1.0f);
+        gguf_writer_add_u32(w, "llama.rope.scaling.original_context_length", 256);
+}
+
+/* The variations every architecture may carry: context extension by the rope.scaling keys,
+ * query/key/value biases, RoPE frequency factors; and what the loader refuses, by name. */
+START_TEST(test_model_layout_variations) {
+        struct model *m;
+        struct error err = { "" };
+
+        ck_assert_msg(load_extended(add_yarn, &m, &err) == 0, "%s", err.message);
+        ck_assert_float_eq(m->hp.rope_scale, 0.25f);
+        ck_assert_float_eq(m->hp.rope_ext_factor, 1.0f);
+        ck_assert_uint_eq(m->hp.n_ctx_orig, 256);
+        ck_assert_uint_eq(m->hp.n_ctx_max, 1024); /* the context YaRN extends to: 4 x 256, past context_length 512 */
+        /* YaRN's magnitude 1 + 0.1 ln 4 is applied by the rotation; the factor cancels it */
+        ck_assert_float_eq_tol(m->hp.rope_attn_factor, 1.0f, 1e-6f);
+        model_free(m);
+
+        ck_assert_int_eq(load_extended(add_dynamic_scaling, &m, &err), -EOPNOTSUPP);
+        ck_assert_msg(strstr(err.message, "'dynamic' is not supported (none, linear, yarn, longrope)"), "%s", err.message);
+        ck_assert_int_eq(load_extended(add_negative_factor, &m, &err), -EINVAL);
+        ck_assert_msg(strstr(err.message, "rope.scaling.factor must not be negative"), "%s", err.message);
+
+        ck_assert_msg(load_extended(add_qkv_biases, &m, &err) == 0, "%s", err.message);
+        for (uint32_t i = 0; i < 2; i++) {
+                ck_assert_float_eq(m->layers[i].bq[63], 0.5f + 63.0f / 64.0f);
+                ck_assert_float_eq(m->layers[i].bk[0], -0.5f);
+                ck_assert_float_eq(m->layers[i].bv[31], 0.25f + 31.0f / 64.0f);
+        }
+        model_free(m);
+        ck_assert_int_eq(load_extended(add_query_bias_only, &m, &err), -EINVAL);
+        ck_assert_msg(strstr(err.message, "layer 1 has biases for some of the query, key and value projections"), "%s",
+                      err.message);
+        ck_assert_int_eq(load_extended(add_ffn_bias, &m, &err), -EOPNOTSUPP);
+        ck_assert_msg(strstr(err.message, "'blk.0.ffn_up.bias' is not supported"), "%s", err.message);
+
+        ck_assert_msg(load_extended(add_rope_freqs, &m, &err) == 0, "%s", err.message);
+        ck_assert_ptr_eq(model_rope_factors(m, 1u << 20), m->rope_freqs);
+        ck_assert_float_eq(m->rope_freqs[7], 1.0f + 7.0f / 64.0f);
+        ck_assert_uint_eq(m->hp.n_ctx_max, 512);
+        model_free(m);
+        ck_assert_int_eq(load_extended(add_zero_rope_freqs, &m, &err), -EINVAL);
+        ck_assert_msg(strstr(err.message, "RoPE frequency factor 0 is 0"), "%s", err.message);
+        ck_assert_int_eq(load_extended(add_long_factors_only, &m, &err), -EINVAL);
+        ck_assert_msg(strstr(err.message, "come as a pair"), "%s", err.message);
+
+        /* the long factors once the served context passes the original one */
+        ck_assert_msg(load_extended(add_long_short_factors, &m, &err) == 0, "%s", err.message);
+        ck_assert_ptr_eq(model_rope_factors(m, 256), m->rope_factors_short);
+        ck_assert_ptr_eq(model_rope_factors(m, 257), m->rope_factors_long);
+        model_free(m);
 }
 END_TEST
 
@@ -1408,6 +1530,7 @@ static Suite *gguf_suite(void) {
         tcase_set_timeout(tc, 120);
         tcase_add_test(tc, test_model_errors);
         tcase_add_test(tc, test_model_huge_block_count);
+        tcase_add_test(tc, test_model_layout_variations);
         tcase_add_test(tc, test_q5_models_truncated);
         suite_add_tcase(s, tc);
 
