@@ -19,6 +19,7 @@ void synthetic_llama_usage(FILE *out) {
               "  --layers N --embd N --ff N --heads N --heads-kv N --vocab-size N --ctx N\n"
               "                               (defaults 2, 256, 512, 4, 2, 512, 2048)\n"
               "  --untied                     an output.weight of its own\n"
+              "  --embd-std F --output-std F  their weights' standard deviations (0.5, 0.5 / sqrt(n_embd))\n"
               "  --rope-theta F               rope.freq_base (default 10000)\n"
               "  --rope-freqs                 Llama 3.1's rope_freqs.weight\n"
               "  --rope-scaling TYPE          rope.scaling.type: linear, yarn\n"
@@ -63,7 +64,8 @@ static int parse_float(const char *s, float *ret) {
 
 enum {
         OPT_ARCH = 256, OPT_VOCAB, OPT_TYPE, OPT_EMBD_TYPE, OPT_SEED, OPT_LAYERS, OPT_EMBD, OPT_FF, OPT_HEADS,
-        OPT_HEADS_KV, OPT_VOCAB_SIZE, OPT_CTX, OPT_UNTIED, OPT_ROPE_THETA, OPT_ROPE_FREQS, OPT_ROPE_SCALING,
+        OPT_HEADS_KV, OPT_VOCAB_SIZE, OPT_CTX, OPT_UNTIED, OPT_EMBD_STD, OPT_OUTPUT_STD, OPT_ROPE_THETA,
+        OPT_ROPE_FREQS, OPT_ROPE_SCALING,
         OPT_ROPE_SCALING_FACTOR, OPT_ROPE_ORIGINAL_CONTEXT, OPT_ROPE_ATTN_FACTOR, OPT_YARN_BETA_FAST,
         OPT_YARN_BETA_SLOW, OPT_YARN_LOG_MULTIPLIER, OPT_ATTN_TEMPERATURE_SCALE,
 };
@@ -83,6 +85,8 @@ int synthetic_llama_parse_args(int argc, char **argv, struct synthetic_llama_con
                 { "vocab-size", required_argument, NULL, OPT_VOCAB_SIZE },
                 { "ctx", required_argument, NULL, OPT_CTX },
                 { "untied", no_argument, NULL, OPT_UNTIED },
+                { "embd-std", required_argument, NULL, OPT_EMBD_STD },
+                { "output-std", required_argument, NULL, OPT_OUTPUT_STD },
                 { "rope-theta", required_argument, NULL, OPT_ROPE_THETA },
                 { "rope-freqs", no_argument, NULL, OPT_ROPE_FREQS },
                 { "rope-scaling", required_argument, NULL, OPT_ROPE_SCALING },
@@ -129,6 +133,8 @@ int synthetic_llama_parse_args(int argc, char **argv, struct synthetic_llama_con
                 case OPT_VOCAB_SIZE: r = parse_u32(optarg, &cfg->n_vocab); break;
                 case OPT_CTX: r = parse_u32(optarg, &cfg->n_ctx); break;
                 case OPT_UNTIED: cfg->tied_output = false; break;
+                case OPT_EMBD_STD: r = parse_float(optarg, &cfg->embd_std); break;
+                case OPT_OUTPUT_STD: r = parse_float(optarg, &cfg->output_std); break;
                 case OPT_ROPE_THETA: r = parse_float(optarg, &cfg->rope_theta); break;
                 case OPT_ROPE_FREQS: cfg->rope_freqs = true; break;
                 case OPT_ROPE_SCALING: cfg->rope_scaling_type = optarg; break;

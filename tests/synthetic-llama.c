@@ -663,7 +663,8 @@ int synthetic_llama_build(struct gguf_writer *w, const struct synthetic_llama_co
                 add_tokenizer(&b);
         key_u32(&b, "general.quantization_version", 2);
 
-        add_random_tensor(&b, "token_embd.weight", cfg->embd_type, cfg->n_embd, b.n_vocab, 0.0f, 0.5f);
+        add_random_tensor(&b, "token_embd.weight", cfg->embd_type, cfg->n_embd, b.n_vocab, 0.0f,
+                          cfg->embd_std > 0.0f ? cfg->embd_std : 0.5f);
         if (cfg->rope_freqs)
                 add_llama3_rope_freqs(&b, head_dim, rope_theta);
         if (is_arch(&b, "phi3"))
@@ -672,7 +673,7 @@ int synthetic_llama_build(struct gguf_writer *w, const struct synthetic_llama_co
         add_norm(&b, "output_norm.weight", cfg->n_embd);
         if (!cfg->tied_output)
                 add_random_tensor(&b, "output.weight", cfg->embd_type, cfg->n_embd, b.n_vocab, 0.0f,
-                                  0.5f / sqrtf((float) cfg->n_embd));
+                                  cfg->output_std > 0.0f ? cfg->output_std : 0.5f / sqrtf((float) cfg->n_embd));
         return 0;
 }
 

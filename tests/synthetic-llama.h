@@ -29,6 +29,11 @@ struct synthetic_llama_config {
         enum tensor_type weight_type; /* the linear weights: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, a K-quant, F16, F32 or BF16 */
         enum tensor_type embd_type;   /* token_embd.weight, and output.weight when untied */
         bool tied_output;             /* no output.weight in the file */
+        /* Standard deviations of token_embd (0: 0.5) and of output.weight (0: 0.5 / sqrt(n_embd)).
+         * With a large vocabulary, a tied output whose rows are large gives each token's own row
+         * a logit far above the rest: smaller embeddings keep the next token uncertain. */
+        float embd_std;
+        float output_std;
         float rope_theta;             /* 0 means 10000 */
         uint64_t seed;
         /* gemma3 only: attention.key_length and value_length (0: n_embd / n_head, not
