@@ -178,6 +178,7 @@ struct builder {
         struct gguf_writer *w;
         const struct synthetic_llama_config *cfg;
         const char *arch;
+        uint32_t n_vocab;
 };
 
 static bool omitted_key(const struct builder *b, const char *key) {
@@ -224,6 +225,12 @@ static void arch_f32(const struct builder *b, const char *suffix, float v) {
         key_f32(b, key, v);
 }
 
+static void arch_string(const struct builder *b, const char *suffix, const char *v) {
+        char key[128];
+        snprintf(key, sizeof(key), "%s.%s", b->arch, suffix);
+        key_string(b, key, v);
+}
+
 static const char chatml_template[] =
         "{% for message in messages %}"
         "{% if loop.first and messages[0]['role'] != 'system' %}"
@@ -266,7 +273,7 @@ static void byte_token(unsigned byte, char out[3]) {
 }
 
 static void add_tokenizer(const struct builder *b) {
-        uint32_t n_vocab = b->cfg->n_vocab;
+        uint32_t n_vocab = b->n_vocab;
         char **tokens = calloc(n_vocab, sizeof(*tokens));
         int32_t *types = calloc(n_vocab, sizeof(*types));
         const char **merges = calloc(N_MERGES, sizeof(*merges));
@@ -335,6 +342,102 @@ static void add_tokenizer(const struct builder *b) {
         free(merges);
 }
 
+/* One tokenizer.* key of a vocabulary file, copied as it is. -EINVAL for what the writer
+ * cannot express: nested arrays, strings in an array holding NUL bytes. */
+static int copy_key(struct gguf_writer *w, const struct gguf_kv *kv) {
+        char key[256];
+        const struct gguf_value *v = &kv->value;
+        if (kv->key.len >= sizeof(key))
+                return -EINVAL;
+        memcpy(key, kv->key.data, kv->key.len);
+        key[kv->key.len] = 0;
+
+        /* llama.cpp reads a key only in the type it expects: each keeps its own */
+        switch (v->type) {
+        case GGUF_VALUE_U8:
+                gguf_writer_add_u8(w, key, (uint8_t) v->u64);
+                return 0;
+        case GGUF_VALUE_U16:
+                gguf_writer_add_u16(w, key, (uint16_t) v->u64);
+                return 0;
+        case GGUF_VALUE_U32:
+                gguf_writer_add_u32(w, key, (uint32_t) v->u64);
+                return 0;
+        case GGUF_VALUE_U64:
+                gguf_writer_add_u64(w, key, v->u64);
+                return 0;
+        case GGUF_VALUE_I8:
+                gguf_writer_add_i8(w, key, (int8_t) v->i64);
+                return 0;
+        case GGUF_VALUE_I16:
+                gguf_writer_add_i16(w, key, (int16_t) v->i64);
+                return 0;
+        case GGUF_VALUE_I32:
+                gguf_writer_add_i32(w, key, (int32_t) v->i64);
+                return 0;
+        case GGUF_VALUE_I64:
+                gguf_writer_add_i64(w, key, v->i64);
+                return 0;
+        case GGUF_VALUE_F32:
+                gguf_writer_add_f32(w, key, (float) v->f64);
+                return 0;
+        case GGUF_VALUE_F64:
+                gguf_writer_add_f64(w, key, v->f64);
+                return 0;
+        case GGUF_VALUE_BOOL:
+                gguf_writer_add_bool(w, key, v->u64 != 0);
+                return 0;
+        case GGUF_VALUE_STRING:
+                gguf_writer_add_string_n(w, key, v->str.data, v->str.len);
+                return 0;
+        case GGUF_VALUE_ARRAY:
+                break;
+        default:
+                return -EINVAL;
+        }
+        if (v->array.type == GGUF_VALUE_ARRAY)
+                return -EINVAL;
+        if (v->array.type != GGUF_VALUE_STRING) {
+                gguf_writer_add_array(w, key, v->array.type, v->array.raw, v->array.count);
+                return 0;
+        }
+        char **strings = calloc(v->array.count ? v->array.count : 1, sizeof(*strings));
+        int r = 0;
+        if (!strings)
+                abort();
+        for (uint64_t i = 0; i < v->array.count && r == 0; i++) {
+                const struct gguf_string *s = &v->array.strings[i];
+                if (memchr(s->data, 0, s->len))
+                        r = -EINVAL;
+                else if (!(strings[i] = strndup(s->data, s->len)))
+                        abort();
+        }
+        if (r == 0)
+                gguf_writer_add_string_array(w, key, (const char *const *) strings, v->array.count);
+        for (uint64_t i = 0; i < v->array.count; i++)
+                free(strings[i]);
+        free(strings);
+        return r;
+}
+
+/* Copies every tokenizer.* key of the vocabulary file; *ret_n_vocab is its token count. */
+static int copy_vocabulary(const struct builder *b, const struct gguf_file *vocab, uint32_t *ret_n_vocab) {
+        const struct gguf_kv *tokens = gguf_find_kv(vocab, "tokenizer.ggml.tokens");
+        if (!tokens || tokens->value.type != GGUF_VALUE_ARRAY || tokens->value.array.type != GGUF_VALUE_STRING ||
+            tokens->value.array.count > UINT32_MAX)
+                return -EINVAL;
+        for (uint64_t i = 0; i < vocab->n_kv; i++) {
+                const struct gguf_kv *kv = &vocab->kv[i];
+                if (kv->key.len < 10 || memcmp(kv->key.data, "tokenizer.", 10) != 0)
+                        continue;
+                int r = copy_key(b->w, kv);
+                if (r < 0)
+                        return r;
+        }
+        *ret_n_vocab = (uint32_t) tokens->value.array.count;
+        return 0;
+}
+
 /* Each tensor draws from its own stream, seeded by the model seed and its name, so leaving
  * one out (fault injection) does not change the others. */
 static struct test_rng tensor_rng(const struct synthetic_llama_config *cfg, const char *name) {
@@ -380,19 +483,152 @@ static void add_norm(const struct builder *b, const char *name, uint64_t n) {
         add_random_tensor(b, name, TENSOR_F32, n, 1, 1.0f, 0.05f);
 }
 
-int synthetic_llama_build(struct gguf_writer *w, const struct synthetic_llama_config *cfg) {
-        struct builder b = { .w = w, .cfg = cfg, .arch = cfg->architecture ? cfg->architecture : "llama" };
+static void add_bias(const struct builder *b, const char *name, uint64_t n) {
+        add_random_tensor(b, name, TENSOR_F32, n, 1, 0.0f, 0.2f);
+}
 
-        bool gemma3 = strcmp(b.arch, "gemma3") == 0;
+static void add_f32_vector(const struct builder *b, const char *name, const float *v, uint64_t n) {
+        if (b->cfg->omit_tensor && strcmp(b->cfg->omit_tensor, name) == 0)
+                return;
+        gguf_writer_add_tensor(b->w, name, TENSOR_F32, 1, &n, v, n * sizeof(float));
+}
+
+/* Llama 3.1's rope frequency factors, as its converter derives them from the model's rope
+ * settings: wavelengths shorter than 8192/4 keep their frequency, those longer than 8192/1
+ * are slowed 8 times, and the band between moves smoothly from one to the other. */
+static void add_llama3_rope_freqs(const struct builder *b, uint32_t rope_dim, float theta) {
+        const double factor = 8.0, low_freq_factor = 1.0, high_freq_factor = 4.0, original_context = 8192.0;
+        const double low_freq_wavelen = original_context / low_freq_factor;
+        const double high_freq_wavelen = original_context / high_freq_factor;
+        float *factors = malloc(sizeof(float) * (rope_dim / 2));
+        if (!factors)
+                abort();
+        for (uint32_t i = 0; i < rope_dim / 2; i++) {
+                double freq = 1.0 / pow((double) theta, (double) (2 * i) / (double) rope_dim);
+                double wavelen = 2.0 * M_PI / freq;
+                if (wavelen < high_freq_wavelen)
+                        factors[i] = 1.0f;
+                else if (wavelen > low_freq_wavelen)
+                        factors[i] = (float) factor;
+                else {
+                        double smooth = (original_context / wavelen - low_freq_factor) /
+                                        (high_freq_factor - low_freq_factor);
+                        factors[i] = (float) (1.0 / ((1.0 - smooth) / factor + smooth));
+                }
+        }
+        add_f32_vector(b, "rope_freqs.weight", factors, rope_dim / 2);
+        free(factors);
+}
+
+/* Phi-3's long and short rope factors: both above 1, rising with the dimension, the long
+ * ones from 1 to 4 and the short ones from 1 to 1.5 on a curve, so that using one set for the
+ * other shows. */
+static void add_phi3_rope_factors(const struct builder *b, uint32_t rope_dim) {
+        uint32_t n = rope_dim / 2;
+        float *long_factors = malloc(sizeof(float) * n), *short_factors = malloc(sizeof(float) * n);
+        if (!long_factors || !short_factors)
+                abort();
+        for (uint32_t i = 0; i < n; i++) {
+                float t = n > 1 ? (float) i / (float) (n - 1) : 0.0f;
+                long_factors[i] = 1.0f + 3.0f * t;
+                short_factors[i] = 1.0f + 0.5f * t * t;
+        }
+        add_f32_vector(b, "rope_factors_long.weight", long_factors, n);
+        add_f32_vector(b, "rope_factors_short.weight", short_factors, n);
+        free(long_factors);
+        free(short_factors);
+}
+
+static void add_rope_scaling_keys(const struct builder *b) {
+        const struct synthetic_llama_config *cfg = b->cfg;
+        if (cfg->rope_scaling_type)
+                arch_string(b, "rope.scaling.type", cfg->rope_scaling_type);
+        if (cfg->rope_scaling_factor > 0.0f)
+                arch_f32(b, "rope.scaling.factor", cfg->rope_scaling_factor);
+        if (cfg->rope_scaling_original_context)
+                arch_u32(b, "rope.scaling.original_context_length", cfg->rope_scaling_original_context);
+        if (cfg->rope_scaling_attn_factor > 0.0f)
+                arch_f32(b, "rope.scaling.attn_factor", cfg->rope_scaling_attn_factor);
+        if (cfg->yarn_beta_fast > 0.0f)
+                arch_f32(b, "rope.scaling.yarn_beta_fast", cfg->yarn_beta_fast);
+        if (cfg->yarn_beta_slow > 0.0f)
+                arch_f32(b, "rope.scaling.yarn_beta_slow", cfg->yarn_beta_slow);
+        if (cfg->yarn_log_multiplier > 0.0f)
+                arch_f32(b, "rope.scaling.yarn_log_multiplier", cfg->yarn_log_multiplier);
+        if (cfg->attention_temperature_scale > 0.0f)
+                arch_f32(b, "attention.temperature_scale", cfg->attention_temperature_scale);
+}
+
+static bool is_arch(const struct builder *b, const char *name) {
+        return strcmp(b->arch, name) == 0;
+}
+
+static void add_layers(const struct builder *b, uint32_t head_dim) {
+        const struct synthetic_llama_config *cfg = b->cfg;
+        uint64_t q_dim = (uint64_t) cfg->n_head * head_dim, kv_dim = (uint64_t) cfg->n_head_kv * head_dim;
+        bool gemma3 = is_arch(b, "gemma3"), phi3 = is_arch(b, "phi3");
+
+        for (uint32_t i = 0; i < cfg->n_layer; i++) {
+                char name[96];
+#define LAYER(suffix) (snprintf(name, sizeof(name), "blk.%u." suffix, i), name)
+                add_norm(b, LAYER("attn_norm.weight"), cfg->n_embd);
+                if (phi3) /* q rows, then k, then v */
+                        add_linear(b, LAYER("attn_qkv.weight"), cfg->n_embd, q_dim + 2 * kv_dim);
+                else {
+                        add_linear(b, LAYER("attn_q.weight"), cfg->n_embd, q_dim);
+                        add_linear(b, LAYER("attn_k.weight"), cfg->n_embd, kv_dim);
+                        add_linear(b, LAYER("attn_v.weight"), cfg->n_embd, kv_dim);
+                }
+                if (is_arch(b, "qwen2")) {
+                        add_bias(b, LAYER("attn_q.bias"), q_dim);
+                        add_bias(b, LAYER("attn_k.bias"), kv_dim);
+                        add_bias(b, LAYER("attn_v.bias"), kv_dim);
+                }
+                add_linear(b, LAYER("attn_output.weight"), q_dim, cfg->n_embd);
+                add_norm(b, LAYER("ffn_norm.weight"), cfg->n_embd);
+                if (phi3) /* the gate's n_ff rows, then the up projection's */
+                        add_linear(b, LAYER("ffn_up.weight"), cfg->n_embd, 2 * (uint64_t) cfg->n_ff);
+                else {
+                        add_linear(b, LAYER("ffn_gate.weight"), cfg->n_embd, cfg->n_ff);
+                        add_linear(b, LAYER("ffn_up.weight"), cfg->n_embd, cfg->n_ff);
+                }
+                add_linear(b, LAYER("ffn_down.weight"), cfg->n_ff, cfg->n_embd);
+                if (gemma3 || is_arch(b, "qwen3")) {
+                        add_norm(b, LAYER("attn_q_norm.weight"), head_dim);
+                        add_norm(b, LAYER("attn_k_norm.weight"), head_dim);
+                }
+                if (gemma3) {
+                        add_norm(b, LAYER("post_attention_norm.weight"), cfg->n_embd);
+                        add_norm(b, LAYER("post_ffw_norm.weight"), cfg->n_embd);
+                }
+#undef LAYER
+        }
+}
+
+int synthetic_llama_build(struct gguf_writer *w, const struct synthetic_llama_config *cfg) {
+        struct builder b = { .w = w, .cfg = cfg, .arch = cfg->architecture ? cfg->architecture : "llama",
+                             .n_vocab = cfg->n_vocab };
+        struct gguf_file *vocab = NULL;
+
+        bool gemma3 = is_arch(&b, "gemma3");
         if (cfg->n_layer == 0 || cfg->n_embd == 0 || cfg->n_ff == 0 || cfg->n_head == 0 || cfg->n_head_kv == 0 ||
-            (cfg->head_dim == 0 && cfg->n_embd % cfg->n_head != 0) || cfg->n_vocab < SYNTHETIC_LLAMA_MIN_VOCAB ||
+            (cfg->head_dim == 0 && cfg->n_embd % cfg->n_head != 0) ||
+            (!cfg->vocab_path && cfg->n_vocab < SYNTHETIC_LLAMA_MIN_VOCAB) ||
             !quantizable(cfg->weight_type) || !quantizable(cfg->embd_type) ||
             tensor_row_bytes(cfg->weight_type, cfg->n_embd) == 0 ||
             tensor_row_bytes(cfg->weight_type, cfg->n_ff) == 0 || tensor_row_bytes(cfg->embd_type, cfg->n_embd) == 0)
                 return -EINVAL;
+        if (cfg->vocab_path) {
+                struct error err;
+                int r = gguf_open(cfg->vocab_path, &vocab, &err);
+                if (r < 0) {
+                        fprintf(stderr, "synthetic-llama: %s\n", err.message);
+                        return r;
+                }
+        }
 
         uint32_t head_dim = cfg->head_dim ? cfg->head_dim : cfg->n_embd / cfg->n_head;
-        uint64_t q_dim = (uint64_t) cfg->n_head * head_dim, kv_dim = (uint64_t) cfg->n_head_kv * head_dim;
+        float rope_theta = cfg->rope_theta > 0.0f ? cfg->rope_theta : 10000.0f;
 
         key_string(&b, "general.architecture", b.arch);
         key_string(&b, "general.name", "synthetic-llama");
@@ -402,10 +638,17 @@ int synthetic_llama_build(struct gguf_writer *w, const struct synthetic_llama_co
         arch_u32(&b, "feed_forward_length", cfg->n_ff);
         arch_u32(&b, "attention.head_count", cfg->n_head);
         arch_u32(&b, "attention.head_count_kv", cfg->n_head_kv);
-        arch_f32(&b, "rope.freq_base", cfg->rope_theta > 0.0f ? cfg->rope_theta : 10000.0f);
+        arch_f32(&b, "rope.freq_base", rope_theta);
         arch_f32(&b, "attention.layer_norm_rms_epsilon", 1e-5f);
-        arch_u32(&b, "vocab_size", cfg->n_vocab);
+        if (vocab) {
+                int r = copy_vocabulary(&b, vocab, &b.n_vocab);
+                gguf_close(vocab);
+                if (r < 0)
+                        return r;
+        }
+        arch_u32(&b, "vocab_size", b.n_vocab);
         arch_u32(&b, "rope.dimension_count", head_dim);
+        add_rope_scaling_keys(&b);
         if (gemma3 && cfg->head_dim) {
                 arch_u32(&b, "attention.key_length", head_dim);
                 arch_u32(&b, "attention.value_length", head_dim);
@@ -416,34 +659,21 @@ int synthetic_llama_build(struct gguf_writer *w, const struct synthetic_llama_co
                 arch_u32(&b, "attention.sliding_window_pattern", cfg->sliding_window_pattern);
         if (gemma3 && cfg->rope_theta_local > 0.0f)
                 arch_f32(&b, "rope.freq_base_swa", cfg->rope_theta_local);
-        add_tokenizer(&b);
+        if (!cfg->vocab_path)
+                add_tokenizer(&b);
         key_u32(&b, "general.quantization_version", 2);
 
-        add_random_tensor(&b, "token_embd.weight", cfg->embd_type, cfg->n_embd, cfg->n_vocab, 0.0f, 0.5f);
-        for (uint32_t i = 0; i < cfg->n_layer; i++) {
-                char name[96];
-#define LAYER(suffix) (snprintf(name, sizeof(name), "blk.%u." suffix ".weight", i), name)
-                add_norm(&b, LAYER("attn_norm"), cfg->n_embd);
-                add_linear(&b, LAYER("attn_q"), cfg->n_embd, q_dim);
-                add_linear(&b, LAYER("attn_k"), cfg->n_embd, kv_dim);
-                add_linear(&b, LAYER("attn_v"), cfg->n_embd, kv_dim);
-                add_linear(&b, LAYER("attn_output"), q_dim, cfg->n_embd);
-                add_norm(&b, LAYER("ffn_norm"), cfg->n_embd);
-                add_linear(&b, LAYER("ffn_gate"), cfg->n_embd, cfg->n_ff);
-                add_linear(&b, LAYER("ffn_up"), cfg->n_embd, cfg->n_ff);
-                add_linear(&b, LAYER("ffn_down"), cfg->n_ff, cfg->n_embd);
-                if (gemma3) {
-                        add_norm(&b, LAYER("attn_q_norm"), head_dim);
-                        add_norm(&b, LAYER("attn_k_norm"), head_dim);
-                        add_norm(&b, LAYER("post_attention_norm"), cfg->n_embd);
-                        add_norm(&b, LAYER("post_ffw_norm"), cfg->n_embd);
-                }
-#undef LAYER
-        }
+        add_random_tensor(&b, "token_embd.weight", cfg->embd_type, cfg->n_embd, b.n_vocab, 0.0f,
+                          cfg->embd_std > 0.0f ? cfg->embd_std : 0.5f);
+        if (cfg->rope_freqs)
+                add_llama3_rope_freqs(&b, head_dim, rope_theta);
+        if (is_arch(&b, "phi3"))
+                add_phi3_rope_factors(&b, head_dim);
+        add_layers(&b, head_dim);
         add_norm(&b, "output_norm.weight", cfg->n_embd);
         if (!cfg->tied_output)
-                add_random_tensor(&b, "output.weight", cfg->embd_type, cfg->n_embd, cfg->n_vocab, 0.0f,
-                                  0.5f / sqrtf((float) cfg->n_embd));
+                add_random_tensor(&b, "output.weight", cfg->embd_type, cfg->n_embd, b.n_vocab, 0.0f,
+                                  cfg->output_std > 0.0f ? cfg->output_std : 0.5f / sqrtf((float) cfg->n_embd));
         return 0;
 }
 

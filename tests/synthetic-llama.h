@@ -2,8 +2,11 @@
 #pragma once
 
 /* Random Llama models in GGUF form for tests: every key the loader and the tokenizer read,
- * a byte-level "gpt2" vocabulary, and seeded weights small enough to keep activations sane;
- * with architecture "gemma3", Gemma 3's extra norms and keys (head size, sliding window).
+ * a byte-level "gpt2" vocabulary (or a real one copied from another file), and seeded
+ * weights small enough to keep activations sane. Other architectures, with the tensors and
+ * keys llama.cpp's converter writes for them: "gemma3" (extra norms, head size, sliding
+ * window), "qwen2" (q, k and v biases), "qwen3" (per-head q and k norms), "phi3" (fused qkv,
+ * gate and up fused in ffn_up, long and short rope factors), "mistral3" (llama's layout).
  * Also the reference quantizers the tests use to build expected values. */
 
 #include <stdbool.h>
@@ -26,6 +29,11 @@ struct synthetic_llama_config {
         enum tensor_type weight_type; /* the linear weights: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, a K-quant, F16, F32 or BF16 */
         enum tensor_type embd_type;   /* token_embd.weight, and output.weight when untied */
         bool tied_output;             /* no output.weight in the file */
+        /* Standard deviations of token_embd (0: 0.5) and of output.weight (0: 0.5 / sqrt(n_embd)).
+         * With a large vocabulary, a tied output whose rows are large gives each token's own row
+         * a logit far above the rest: smaller embeddings keep the next token uncertain. */
+        float embd_std;
+        float output_std;
         float rope_theta;             /* 0 means 10000 */
         uint64_t seed;
         /* gemma3 only: attention.key_length and value_length (0: n_embd / n_head, not
@@ -36,6 +44,26 @@ struct synthetic_llama_config {
         uint32_t sliding_window_pattern;
         float rope_theta_local;
 
+        /* Rope options, for any architecture. rope_freqs: a rope_freqs.weight tensor holding
+         * Llama 3.1's frequency factors (factor 8, low and high frequency factors 1 and 4,
+         * original context 8192) for head_dim and rope_theta. The ARCH.rope.scaling.* keys:
+         * type ("linear", "yarn"; NULL: no key), factor, original_context_length and
+         * attn_factor, then yarn_beta_fast, yarn_beta_slow and yarn_log_multiplier; a zero
+         * leaves its key out. phi3 always has rope_factors_long and rope_factors_short. */
+        bool rope_freqs;
+        const char *rope_scaling_type;
+        float rope_scaling_factor;
+        uint32_t rope_scaling_original_context;
+        float rope_scaling_attn_factor;
+        float yarn_beta_fast;
+        float yarn_beta_slow;
+        float yarn_log_multiplier;
+        float attention_temperature_scale; /* ARCH.attention.temperature_scale (0: not written) */
+
+        /* A GGUF (llama.cpp's models/ggml-vocab-NAME.gguf) whose tokenizer.* keys replace the
+         * synthetic vocabulary; n_vocab is then its token count and the field is ignored. */
+        const char *vocab_path;
+
         /* Fault injection for loader tests; each is off when NULL. */
         const char *architecture;  /* general.architecture and the key prefix; "llama" when NULL */
         const char *omit_key;      /* a metadata key left out */
@@ -45,7 +73,8 @@ struct synthetic_llama_config {
 };
 
 /* Adds the whole model to w (which the caller may extend before writing). 0 or negative errno
- * (-EINVAL for a configuration this generator cannot express). */
+ * (-EINVAL for a configuration this generator cannot express; the error of opening
+ * vocab_path, told on stderr). */
 int synthetic_llama_build(struct gguf_writer *w, const struct synthetic_llama_config *cfg);
 
 /* Builds the model and writes it to path. 0 or negative errno. */

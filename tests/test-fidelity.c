@@ -63,21 +63,6 @@ static int compare_double(const void *a, const void *b) {
         return (x > y) - (x < y);
 }
 
-static int32_t *json_ids(json_object *array, size_t *n) {
-        *n = json_object_array_length(array);
-        int32_t *ids = calloc(*n ? *n : 1, sizeof(int32_t));
-        ck_assert_ptr_nonnull(ids);
-        for (size_t i = 0; i < *n; i++)
-                ids[i] = json_object_get_int(json_object_array_get_idx(array, i));
-        return ids;
-}
-
-static json_object *field(json_object *o, const char *key) {
-        json_object *v;
-        ck_assert_msg(json_object_object_get_ex(o, key, &v), "fixture lacks \"%s\"", key);
-        return v;
-}
-
 /* The logprob the reference gives token id at one position, or NAN when not in its top N. */
 static double reference_top_logprob(json_object *top_row, int32_t id) {
         for (size_t k = 0; k < json_object_array_length(top_row); k++) {
@@ -97,7 +82,7 @@ static double our_top_logprob(const struct sample_result *r, int32_t id) {
 
 START_TEST(test_greedy_matches_llama_cpp) {
         json_object *root = load_fixture("greedy");
-        json_object *cases = field(root, "cases");
+        json_object *cases = test_json_field(root, "cases");
         size_t n_cases = json_object_array_length(cases), identical = 0, near_ties = 0;
         float *logits = malloc(sizeof(float) * model->hp.n_vocab);
         double worst_logprob_error = 0.0, errors[4096];
@@ -111,11 +96,12 @@ START_TEST(test_greedy_matches_llama_cpp) {
 
         for (size_t c = 0; c < n_cases; c++) {
                 json_object *tc = json_object_array_get_idx(cases, c);
-                const char *name = json_object_get_string(field(tc, "name"));
+                const char *name = json_object_get_string(test_json_field(tc, "name"));
                 size_t n_prompt, n_ref;
-                int32_t *prompt = json_ids(field(tc, "prompt_ids"), &n_prompt);
-                int32_t *ref = json_ids(field(tc, "ids"), &n_ref);
-                json_object *ref_logprobs = field(tc, "logprobs"), *ref_top = field(tc, "top");
+                int32_t *prompt = test_json_ids(test_json_field(tc, "prompt_ids"), &n_prompt);
+                int32_t *ref = test_json_ids(test_json_field(tc, "ids"), &n_ref);
+                json_object *ref_logprobs = test_json_field(tc, "logprobs");
+                json_object *ref_top = test_json_field(tc, "top");
                 struct sampler_seq sampler;
                 struct error err;
 
@@ -179,11 +165,11 @@ END_TEST
 START_TEST(test_perplexity_matches_llama_cpp) {
         json_object *root = load_fixture("perplexity");
         size_t n_tokens;
-        int32_t *tokens = json_ids(field(root, "token_ids"), &n_tokens);
-        uint32_t n_ctx = (uint32_t) json_object_get_int(field(root, "n_ctx"));
-        uint32_t first = (uint32_t) json_object_get_int(field(root, "first_scored"));
-        size_t n_chunks = (size_t) json_object_get_int(field(root, "n_chunks"));
-        double ref_ppl = json_object_get_double(field(root, "ppl"));
+        int32_t *tokens = test_json_ids(test_json_field(root, "token_ids"), &n_tokens);
+        uint32_t n_ctx = (uint32_t) json_object_get_int(test_json_field(root, "n_ctx"));
+        uint32_t first = (uint32_t) json_object_get_int(test_json_field(root, "first_scored"));
+        size_t n_chunks = (size_t) json_object_get_int(test_json_field(root, "n_chunks"));
+        double ref_ppl = json_object_get_double(test_json_field(root, "ppl"));
         float *logits = malloc(sizeof(float) * model->hp.n_vocab * n_ctx);
         double nll = 0.0;
         size_t n_scored = 0;

@@ -26,16 +26,6 @@ static const char *gemma_path(void) {
         return p && *p ? p : GEMMA_MODEL;
 }
 
-static int32_t *json_ids(struct json_object *array, size_t *ret_n) {
-        size_t n = json_object_array_length(array);
-        int32_t *ids = calloc(n + 1, sizeof(*ids));
-        ck_assert_ptr_nonnull(ids);
-        for (size_t k = 0; k < n; k++)
-                ids[k] = json_object_get_int(json_object_array_get_idx(array, k));
-        *ret_n = n;
-        return ids;
-}
-
 static struct json_object *fixture_cases(struct json_object *root, const char *key) {
         struct json_object *cases;
         ck_assert_msg(json_object_object_get_ex(root, key, &cases) && json_object_is_type(cases, json_type_array),
@@ -103,7 +93,7 @@ START_TEST(test_fixture_ids) {
                 char *text = case_text(c, &len);
                 bool special = json_object_object_get_ex(c, "special", &j) && json_object_get_boolean(j);
                 ck_assert(json_object_object_get_ex(c, "ids", &j));
-                int32_t *want = json_ids(j, &n_want), *ids;
+                int32_t *want = test_json_ids(j, &n_want), *ids;
 
                 ck_assert_msg(tokenizer_encode(gemma, text, len, special, &ids, &n, &err) == 0, "%s", err.message);
                 if (!same_ids(ids, n, want, n_want) && n_fail++ < 10) {
@@ -132,7 +122,7 @@ START_TEST(test_fixture_prompts) {
                 size_t len, n_want, n;
                 char *text = case_text(c, &len);
                 ck_assert(json_object_object_get_ex(c, "ids", &j));
-                int32_t *want = json_ids(j, &n_want), *ids;
+                int32_t *want = test_json_ids(j, &n_want), *ids;
                 ck_assert_int_eq(tokenizer_encode_prompt(gemma, text, len, true, &ids, &n, &err), 0);
                 ck_assert_msg(same_ids(ids, n, want, n_want), "prompt %zu \"%s\" differs", i, text);
                 free(ids);
@@ -185,7 +175,7 @@ START_TEST(test_fixture_detokenize) {
                 size_t len, n_ids, out_len, streamed_len;
                 char *text = case_text(c, &len), *out, *streamed;
                 ck_assert(json_object_object_get_ex(c, "ids", &j));
-                int32_t *ids = json_ids(j, &n_ids);
+                int32_t *ids = test_json_ids(j, &n_ids);
 
                 ck_assert_int_eq(tokenizer_decode(gemma, ids, n_ids, false, &out, &out_len, &err), 0);
                 streamed = stream(ids, n_ids, false, &streamed_len);

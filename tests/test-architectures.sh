@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# tests/test-architectures on llama.cpp's vocabulary files (tests/vocab-fixtures-lib.sh).
+set -u
+. "${ASYNCLLM_SRCDIR:?ASYNCLLM_SRCDIR must name the source tree}/tests/vocab-fixtures-lib.sh"
+run_with_vocabs test-architectures
