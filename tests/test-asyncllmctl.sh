@@ -8,24 +8,7 @@ ctl=${ASYNCLLMCTL:?ASYNCLLMCTL must name the asyncllmctl binary}
 daemon=${ASYNCLLMD:?ASYNCLLMD must name the asyncllmd binary}
 model=${ASYNCLLM_MODEL:?ASYNCLLM_MODEL must name the model}
 [[ -f $model ]] || { echo "SKIP: $model is missing; run scripts/fetch-model"; exit 77; }
-slowdown=${ASYNCLLM_TEST_SLOWDOWN:-1}
-scaled() { echo $(($1 * slowdown)); } # seconds, longer in sanitizer builds
-
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
-    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-passed=0 failed=0
-
-pass() { passed=$((passed + 1)); echo "ok: $1"; }
-fail() {
-    failed=$((failed + 1))
-    echo "FAIL: $1"
-}
+. "${ASYNCLLM_SRCDIR:?ASYNCLLM_SRCDIR must name the source tree}/tests/shell-test-lib.sh"
 
 # check NAME EXIT STDERR-TEXT COMMAND...: runs asyncllmctl's COMMAND with a time limit; passes
 # when it exits with EXIT and (unless empty) its stderr holds STDERR-TEXT. Output in $tmp/out.
@@ -41,13 +24,6 @@ check() {
     fi
 }
 
-# expect NAME COMMAND...: a shell condition.
-expect() {
-    local name=$1
-    shift
-    if "$@"; then pass "$name"; else fail "$name"; fi
-}
-
 out_has() { grep -qF -- "$1" "$tmp/out"; }
 
 # Starts a daemon in the background; its pid goes into $started.
@@ -57,16 +33,6 @@ start_daemon() { # log, then arguments
     "$daemon" --model "$model" --max-model-len 1024 "$@" >"$log" 2>&1 &
     started=$!
     pids+=("$started")
-}
-
-# Waits until the daemon on socket $1 answers health.
-wait_ready() {
-    local end=$((SECONDS + $(scaled 60)))
-    while ((SECONDS < end)); do
-        "$ctl" --socket "$1" health >/dev/null 2>&1 && return 0
-        sleep 0.2
-    done
-    return 1
 }
 
 # Waits until `asyncllmctl list` (with the given global options) shows what grep -q $1 finds,

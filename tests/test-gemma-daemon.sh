@@ -14,25 +14,7 @@ if [[ ! -f $model ]]; then
     echo "SKIP: $model is missing (scripts/fetch-model gemma3-270m fetches it; ASYNCLLM_GEMMA_MODEL names another path)"
     exit 77
 fi
-slowdown=${ASYNCLLM_TEST_SLOWDOWN:-1}
-scaled() { echo $(($1 * slowdown)); }
-
-tmp=$(mktemp -d)
-pids=()
-cleanup() {
-    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
-    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null; done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-passed=0 failed=0
-pass() { passed=$((passed + 1)); echo "ok: $1"; }
-fail() { failed=$((failed + 1)); echo "FAIL: $1"; }
-expect() {
-    local name=$1
-    shift
-    if "$@"; then pass "$name"; else fail "$name"; fi
-}
+. "${ASYNCLLM_SRCDIR:?ASYNCLLM_SRCDIR must name the source tree}/tests/shell-test-lib.sh"
 
 start_daemon() { # log, then arguments; the pid goes into $started
     local log=$1
@@ -40,17 +22,6 @@ start_daemon() { # log, then arguments; the pid goes into $started
     "$daemon" --model "$model" --max-model-len 1024 --threads 2 "$@" >"$log" 2>&1 &
     started=$!
     pids+=("$started")
-}
-wait_ready() {
-    local end=$((SECONDS + $(scaled 120)))
-    while ((SECONDS < end)); do
-        "$ctl" --socket "$1" health >/dev/null 2>&1 && return 0
-        sleep 0.2
-    done
-    return 1
-}
-stat() { # a counter of daemon $1's stats
-    "$ctl" --socket "$1" status --json | grep -oE "\"$2\":[0-9]+" | cut -d: -f2
 }
 
 # greedy OUT GLOBAL-OPTIONS... -- PROMPT: a greedy generation with log-probabilities, streamed
@@ -116,7 +87,7 @@ done
 
 echo "== batched"
 "$ctl" "${A[@]}" reset-prefix-cache >/dev/null
-hits0=$(stat "$tmp/a.sock" prefix_cache_hits)
+hits0=$(daemon_stat "$tmp/a.sock" prefix_cache_hits)
 jobs=()
 for i in 1 2 3; do
     prompt=p$i
@@ -125,13 +96,13 @@ for i in 1 2 3; do
 done
 wait "${jobs[@]}"
 for i in 1 2 3; do same "p$i batched with the others: the same bits as alone" "$tmp/batched$i" "$tmp/alone$i"; done
-expect "no prefix cache hits among them" test "$(stat "$tmp/a.sock" prefix_cache_hits)" -eq "$hits0"
+expect "no prefix cache hits among them" test "$(daemon_stat "$tmp/a.sock" prefix_cache_hits)" -eq "$hits0"
 
 echo "== prefix cache"
 greedy "$tmp/cached1" "${A[@]}" -- "$p1"
 same "p1 again, from the prefix cache: the same bits" "$tmp/cached1" "$tmp/alone1"
 expect "the prompt came from the cache" grep -qE '"num_cached_tokens":[1-9]' "$tmp/cached1.lines"
-expect "the daemon counted the hits" test "$(stat "$tmp/a.sock" prefix_cache_hits)" -gt "$hits0"
+expect "the daemon counted the hits" test "$(daemon_stat "$tmp/a.sock" prefix_cache_hits)" -gt "$hits0"
 
 echo "== chunked prefill"
 for i in 1 2; do
@@ -158,7 +129,7 @@ kill -0 "$job" 2>/dev/null && kill -KILL "$job"
 wait "$job"
 expect "the aborted generate exits 1" test $? -eq 1
 expect "and says it was aborted" grep -qF "the request was aborted in the daemon" "$tmp/long.err"
-expect "no request left in flight" test "$(stat "$tmp/a.sock" requests_in_flight)" -eq 0
+expect "no request left in flight" test "$(daemon_stat "$tmp/a.sock" requests_in_flight)" -eq 0
 
 echo "== sleep and wake up"
 for level in 1 2; do
