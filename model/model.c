@@ -118,6 +118,10 @@ static int read_rope_scaling(const struct gguf_file *f, const struct architectur
                 return r;
         if (!(factor >= 0.0f) || !isfinite(factor))
                 return error_set(err, EINVAL, "%s: rope.scaling.factor must not be negative", f->path);
+        /* YaRN's ramp and magnitude are defined for stretching the context, not shrinking it */
+        if (type == YARN && factor > 0.0f && factor < 1.0f)
+                return error_set(err, EINVAL, "%s: rope.scaling.factor is %g under YaRN, which extends the context by a factor of at least 1",
+                                 f->path, (double) factor);
         hp->rope_scale = factor == 0.0f || type == NONE ? 1.0f : 1.0f / factor;
         hp->n_ctx_orig = hp->n_ctx_train;
         hp->rope_attn_factor = 1.0f;

@@ -20,7 +20,8 @@ void rope_angles_init(struct rope_angles *ra, const struct model *m, bool slidin
         float low = floorf(yarn_correction_pair(hp->rope_dim, hp->n_ctx_orig, hp->rope_beta_fast, base));
         float high = ceilf(yarn_correction_pair(hp->rope_dim, hp->n_ctx_orig, hp->rope_beta_slow, base));
         ra->ramp_low = low > 0.0f ? low : 0.0f;
-        ra->ramp_high = high < (float) (hp->rope_dim - 1) ? high : (float) (hp->rope_dim - 1);
+        high = high < (float) (hp->rope_dim - 1) ? high : (float) (hp->rope_dim - 1);
+        ra->ramp_span = fmaxf(0.001f, high - ra->ramp_low);
         ra->factors = model_rope_factors(m, max_model_len);
 }
 
@@ -33,8 +34,7 @@ void rope_angles_row(const struct rope_angles *ra, float position, float *cos, f
                 float angle = ra->freq_scale * unscaled;
                 if (ra->ext_factor != 0.0f) {
                         /* pairs below the ramp keep their unscaled angle, those above it the scaled one */
-                        float span = ra->ramp_high - ra->ramp_low > 0.001f ? ra->ramp_high - ra->ramp_low : 0.001f;
-                        float y = ((float) i - ra->ramp_low) / span;
+                        float y = ((float) i - ra->ramp_low) / ra->ramp_span;
                         float mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * ra->ext_factor;
                         angle = angle * (1.0f - mix) + unscaled * mix;
                 }

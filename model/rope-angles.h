@@ -18,7 +18,8 @@ struct rope_angles {
         float freq_scale;     /* the scaled angle is freq_scale times the unscaled one */
         float ext_factor;     /* YaRN's share of the unscaled angle at the ramp's low end; 0 = none */
         float magnitude;      /* cos and sin are multiplied by it */
-        float ramp_low, ramp_high; /* YaRN's correction dimensions: the ramp between them */
+        float ramp_low;       /* YaRN's ramp: the pair where it starts, */
+        float ramp_span;      /* and how many pairs it takes (at least 0.001) */
         const float *factors; /* (n_pairs) divisors of the unscaled angles, or NULL */
 };
 

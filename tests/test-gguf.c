@@ -1184,6 +1184,14 @@ static void add_yarn(struct gguf_writer *w) {
         gguf_writer_add_f32(w, "llama.rope.scaling.factor", 4.0f);
         gguf_writer_add_u32(w, "llama.rope.scaling.original_context_length", 256);
 }
+static void add_shrinking_yarn(struct gguf_writer *w) {
+        gguf_writer_add_string(w, "llama.rope.scaling.type", "yarn");
+        gguf_writer_add_f32(w, "llama.rope.scaling.factor", 0.5f);
+}
+static void add_longrope_without_factors(struct gguf_writer *w) {
+        gguf_writer_add_string(w, "llama.rope.scaling.type", "longrope");
+        gguf_writer_add_u32(w, "llama.rope.scaling.original_context_length", 256);
+}
 static void add_dynamic_scaling(struct gguf_writer *w) {
         gguf_writer_add_string(w, "llama.rope.scaling.type", "dynamic");
 }
@@ -1200,6 +1208,9 @@ static void add_qkv_biases(struct gguf_writer *w) {
                 snprintf(name, sizeof(name), "blk.%d.attn_v.bias", i);
                 add_vector(w, name, 32, 0.25f);
         }
+}
+static void add_short_fused_bias(struct gguf_writer *w) {
+        add_vector(w, "blk.0.attn_qkv.bias", 100, 0.5f);
 }
 static void add_query_bias_only(struct gguf_writer *w) {
         add_vector(w, "blk.1.attn_q.bias", 64, 0.5f);
@@ -1241,6 +1252,14 @@ START_TEST(test_model_layout_variations) {
         ck_assert_msg(strstr(err.message, "'dynamic' is not supported (none, linear, yarn, longrope)"), "%s", err.message);
         ck_assert_int_eq(load_extended(add_negative_factor, &m, &err), -EINVAL);
         ck_assert_msg(strstr(err.message, "rope.scaling.factor must not be negative"), "%s", err.message);
+        ck_assert_int_eq(load_extended(add_shrinking_yarn, &m, &err), -EINVAL);
+        ck_assert_msg(strstr(err.message, "rope.scaling.factor is 0.5 under YaRN"), "%s", err.message);
+        /* longrope without the factor tensors rotates as plain RoPE, as llama.cpp does */
+        ck_assert_msg(load_extended(add_longrope_without_factors, &m, &err) == 0, "%s", err.message);
+        ck_assert_ptr_null(model_rope_factors(m, 1u << 20));
+        ck_assert_float_eq(m->hp.rope_scale, 1.0f);
+        ck_assert_float_eq(m->hp.rope_ext_factor, 0.0f);
+        model_free(m);
 
         ck_assert_msg(load_extended(add_qkv_biases, &m, &err) == 0, "%s", err.message);
         for (uint32_t i = 0; i < 2; i++) {
@@ -1249,6 +1268,9 @@ START_TEST(test_model_layout_variations) {
                 ck_assert_float_eq(m->layers[i].bv[31], 0.25f + 31.0f / 64.0f);
         }
         model_free(m);
+        ck_assert_int_eq(load_extended(add_short_fused_bias, &m, &err), -EINVAL);
+        ck_assert_msg(strstr(err.message, "'blk.0.attn_qkv.bias' has 1 dimensions and 100 elements; the metadata implies a vector of 128"),
+                      "%s", err.message);
         ck_assert_int_eq(load_extended(add_query_bias_only, &m, &err), -EINVAL);
         ck_assert_msg(strstr(err.message, "layer 1 has biases for some of the query, key and value projections"), "%s",
                       err.message);
