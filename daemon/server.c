@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include "server.h"
 
 #define STATUS_INTERVAL_USEC (5 * 1000000ULL)
+#define ACCEPT_RETRY_USEC 1000000ULL
 
 static double realtime_seconds(void) {
         struct timespec ts;
@@ -61,17 +63,66 @@ static int on_engine(sd_event_source *source, int fd, uint32_t revents, void *us
         return 0;
 }
 
+static int on_accept_retry(sd_event_source *source, uint64_t usec, void *userdata) {
+        struct server *s = userdata;
+        (void) source, (void) usec;
+        if (s->listen_source)
+                sd_event_source_set_enabled(s->listen_source, SD_EVENT_ON);
+        return 0;
+}
+
+/* The listening socket stays readable while accept() fails: stop watching it for a second
+ * rather than spin, then try again. */
+static void pause_accepting(struct server *s) {
+        sd_event_source_set_enabled(s->listen_source, SD_EVENT_OFF);
+        uint64_t now = 0;
+        sd_event_now(s->event, CLOCK_MONOTONIC, &now);
+        if (s->accept_retry_timer) {
+                sd_event_source_set_time(s->accept_retry_timer, now + ACCEPT_RETRY_USEC);
+                sd_event_source_set_enabled(s->accept_retry_timer, SD_EVENT_ONESHOT);
+        } else if (sd_event_add_time(s->event, &s->accept_retry_timer, CLOCK_MONOTONIC, now + ACCEPT_RETRY_USEC, 0,
+                                     on_accept_retry, s) < 0)
+                sd_event_source_set_enabled(s->listen_source, SD_EVENT_ON); /* spinning beats never accepting */
+}
+
+/* Out of file descriptors: the spare one, closed, makes room to take the waiting client and
+ * tell it why it is refused, instead of leaving it in the backlog. 1 when a client was
+ * refused, 0 when none was waiting, -1 when there is no spare to close. */
+static int refuse_for_lack_of_fds(struct server *s, int listen_fd) {
+        if (s->spare_fd < 0)
+                return -1;
+        close(s->spare_fd);
+        int cfd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (cfd >= 0)
+                connection_refuse(cfd, "too_many_requests",
+                                  "the daemon is out of file descriptors; try again later, or raise its LimitNOFILE=");
+        s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        return cfd >= 0 ? 1 : 0;
+}
+
 static int on_accept(sd_event_source *source, int fd, uint32_t revents, void *userdata) {
         struct server *s = userdata;
         (void) source, (void) revents;
         for (;;) {
                 int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
                 if (cfd < 0) {
-                        if (errno == EAGAIN || errno == EINTR)
+                        int e = errno;
+                        if (e == EAGAIN || e == EINTR)
                                 return 0;
-                        /* out of descriptors or memory: keep serving who is connected */
-                        log_warning_errno(errno, "cannot accept a connection");
+                        /* keep serving who is connected; say so once per shortage */
+                        if (!s->accept_failing)
+                                log_warning_errno(e, "cannot accept connections; refusing them until it can");
+                        s->accept_failing = true;
+                        int r = e == EMFILE || e == ENFILE ? refuse_for_lack_of_fds(s, fd) : -1;
+                        if (r > 0)
+                                continue;
+                        if (r < 0)
+                                pause_accepting(s);
                         return 0;
+                }
+                if (s->accept_failing) {
+                        log_notice("accepting connections again");
+                        s->accept_failing = false;
                 }
                 if (s->n_connections >= s->settings->max_connections) {
                         connection_refuse(cfd, "too_many_requests", "the daemon already serves max-connections clients");
@@ -205,7 +256,8 @@ int server_start(struct server *s, struct daemon_settings *settings, int argc, c
         int r;
 
         *s = (struct server) {
-                .settings = settings, .argc = argc, .argv = argv, .listen_fd = -1, .http_listen_fd = -1, .protocol = &commands_protocol
+                .settings = settings, .argc = argc, .argv = argv, .listen_fd = -1, .http_listen_fd = -1, .protocol = &commands_protocol,
+                .spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC),
         };
         id_map_init(&s->requests, offsetof(struct daemon_request, daemon_id));
         id_map_init(&s->uid_counts, offsetof(struct uid_count, key));
@@ -278,7 +330,10 @@ void server_done(struct server *s) {
         sd_event_source_disable_unref(s->status_timer);
         sd_event_source_disable_unref(s->watchdog_timer);
         sd_event_source_disable_unref(s->shutdown_timer);
+        sd_event_source_disable_unref(s->accept_retry_timer);
         sd_event_source_disable_unref(s->exit_source);
+        if (s->spare_fd >= 0)
+                close(s->spare_fd);
         if (s->listen_fd >= 0) {
                 close(s->listen_fd);
                 if (!s->socket_activated)

@@ -29,6 +29,9 @@ struct server {
         bool socket_activated;
         int http_listen_fd; /* the HTTP front's socket systemd passed ("asyncllmd-http"), or -1 */
         sd_event_source *listen_source;
+        sd_event_source *accept_retry_timer; /* turns listen_source back on after accept() failed */
+        int spare_fd;                        /* /dev/null, closed to refuse a client when out of descriptors */
+        bool accept_failing;                 /* accept() failed and has not succeeded since */
         sd_event_source *engine_source;
         sd_event_source *status_timer;
         sd_event_source *watchdog_timer;
