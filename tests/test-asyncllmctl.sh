@@ -4,11 +4,7 @@
 # socket and over D-Bus (a private bus), the prompt from stdin, Ctrl-C (SIGINT) and SIGTERM
 # aborting the request in the daemon, and each exit status with the message that goes with it.
 set -u
-ctl=${ASYNCLLMCTL:?ASYNCLLMCTL must name the asyncllmctl binary}
-daemon=${ASYNCLLMD:?ASYNCLLMD must name the asyncllmd binary}
-model=${ASYNCLLM_MODEL:?ASYNCLLM_MODEL must name the model}
-[[ -f $model ]] || { echo "SKIP: $model is missing; run scripts/fetch-model"; exit 77; }
-. "${ASYNCLLM_SRCDIR:?ASYNCLLM_SRCDIR must name the source tree}/tests/shell-test-lib.sh"
+. "${ASYNCLLM_SRCDIR:?ASYNCLLM_SRCDIR must name the source tree}/tests/daemon-test-lib.sh"
 
 # check NAME EXIT STDERR-TEXT COMMAND...: runs asyncllmctl's COMMAND with a time limit; passes
 # when it exits with EXIT and (unless empty) its stderr holds STDERR-TEXT. Output in $tmp/out.

@@ -5,11 +5,7 @@
 # connected before is served on; the daemon says so once and does not spin on the listening
 # socket; once clients let go, new ones are served again.
 set -u
-ctl=${ASYNCLLMCTL:?ASYNCLLMCTL must name the asyncllmctl binary}
-daemon=${ASYNCLLMD:?ASYNCLLMD must name the asyncllmd binary}
-model=${ASYNCLLM_MODEL:?ASYNCLLM_MODEL must name the model}
-[[ -f $model ]] || { echo "SKIP: $model is missing; run scripts/fetch-model"; exit 77; }
-. "${ASYNCLLM_SRCDIR:?ASYNCLLM_SRCDIR must name the source tree}/tests/shell-test-lib.sh"
+. "${ASYNCLLM_SRCDIR:?ASYNCLLM_SRCDIR must name the source tree}/tests/daemon-test-lib.sh"
 
 sock=$tmp/sock
 (ulimit -n 64 && exec "$daemon" --model "$model" --socket "$sock" --max-model-len 512 --threads 2) >"$tmp/log" 2>&1 &
