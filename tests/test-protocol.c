@@ -591,6 +591,11 @@ static const struct bad_line {
           PROTOCOL_INVALID_PARAMS, "x", "temperature: 1e999 is beyond the range of a double" },
         { "{\"op\": \"collective_rpc\", \"id\": \"x\", \"method\": \"ping\", \"args\": [Infinity]}", PROTOCOL_INVALID_JSON,
           "x", "args" },
+        /* an integral float is no integer; a leading zero is no JSON number */
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"params\": {\"max_tokens\": 4e0}}",
+          PROTOCOL_INVALID_PARAMS, "x", "params.max_tokens must be null or an integer, got number" },
+        { "{\"op\": \"generate\", \"id\": \"x\", \"prompt\": \"a\", \"params\": {\"max_tokens\": 00004}}",
+          PROTOCOL_INVALID_JSON, NULL, "number expected" },
         /* prompts */
         { "{\"op\": \"generate\", \"id\": \"x\"}", PROTOCOL_INVALID_PARAMS, "x",
           "one of prompt, prompt_token_ids or messages is required" },
