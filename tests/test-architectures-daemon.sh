@@ -35,12 +35,19 @@ greedy() {
         --logprobs 1 "$3" >"$1.line" 2>"$1.err" </dev/null
     sed -E 's/^\{"id":"[^"]*",//; s/,"finished":.*//' "$1.line" >"$1"
 }
-greedy_together() { # OUT-PREFIX SOCKET: the three prompts at once, into OUT-PREFIX0..2
-    local jobs=() i
+# greedy_together OUT-PREFIX SOCKET: the three prompts in one batch, into OUT-PREFIX0..2. The
+# engine is paused (its requests frozen, its cache kept) until all three wait in it, so that
+# they run together however late a loaded machine starts one client.
+greedy_together() {
+    local jobs=() i end
+    "$ctl" --socket "$2" pause --mode keep --keep-cache >/dev/null
     for i in 0 1 2; do
         greedy "$1$i" "$2" "${prompts[i]}" &
         jobs+=("$!")
     done
+    end=$((SECONDS + $(scaled 30)))
+    until (($("$ctl" --socket "$2" list 2>/dev/null | wc -l) == 3)) || ((SECONDS >= end)); do sleep 0.05; done
+    "$ctl" --socket "$2" resume >/dev/null
     wait "${jobs[@]}"
 }
 same() { # NAME FILE REFERENCE
