@@ -91,66 +91,6 @@ static int require(sd_bus_message *m, struct server *s, bool admin, struct conne
         return 0;
 }
 
-/* ---- a{sv} to the protocol's JSON ---- */
-
-static struct json_object *read_variant_value(sd_bus_message *m, int *rr);
-
-/* Reads the container or basic value the message is at, of the given signature. */
-static struct json_object *read_value(sd_bus_message *m, const char *sig, int *rr) {
-        if (sig[0] == 'v')
-                return read_variant_value(m, rr);
-        if (sig[0] == 'a' && sig[1] == '{') {
-                struct json_object *o = json_object_new_object();
-                char entry[64];
-                snprintf(entry, sizeof(entry), "%.*s", (int) strlen(sig + 2) - 1, sig + 2);
-                if ((*rr = sd_bus_message_enter_container(m, 'a', sig + 1)) <= 0)
-                        return o;
-                while ((*rr = sd_bus_message_enter_container(m, 'e', entry)) > 0) {
-                        struct json_object *k = bus_basic_to_json(m, entry[0], rr);
-                        struct json_object *v = *rr > 0 ? read_value(m, entry + 1, rr) : NULL;
-                        if (k && v)
-                                json_object_object_add(o, json_object_get_string(k), v);
-                        else
-                                json_object_put(v);
-                        json_object_put(k);
-                        if (*rr < 0 || (*rr = sd_bus_message_exit_container(m)) < 0)
-                                break;
-                }
-                if (*rr >= 0)
-                        *rr = sd_bus_message_exit_container(m);
-                return o;
-        }
-        if (sig[0] == 'a') {
-                struct json_object *a = json_object_new_array();
-                if ((*rr = sd_bus_message_enter_container(m, 'a', sig + 1)) <= 0)
-                        return a;
-                while (!sd_bus_message_at_end(m, false)) {
-                        struct json_object *v = read_value(m, sig + 1, rr);
-                        if (*rr < 0) {
-                                json_object_put(v);
-                                break;
-                        }
-                        json_object_array_add(a, v);
-                }
-                if (*rr >= 0)
-                        *rr = sd_bus_message_exit_container(m);
-                return a;
-        }
-        return bus_basic_to_json(m, sig[0], rr);
-}
-
-static struct json_object *read_variant_value(sd_bus_message *m, int *rr) {
-        char type;
-        const char *contents;
-        if ((*rr = sd_bus_message_peek_type(m, &type, &contents)) <= 0 ||
-            (*rr = sd_bus_message_enter_container(m, 'v', contents)) <= 0)
-                return NULL;
-        struct json_object *v = read_value(m, contents, rr);
-        if (*rr >= 0)
-                *rr = sd_bus_message_exit_container(m);
-        return v;
-}
-
 /* Builds the socket protocol's generate line from (prompt, a{sv}): the request-level keys
  * (priority, the scheduling class's, and prompt_token_ids or messages in place of an empty
  * prompt) go beside the prompt, the rest into params. final_only forces that output kind
@@ -160,11 +100,14 @@ static int generate_line(sd_bus_message *m, const char *id, bool final_only, cha
         int r = sd_bus_message_read(m, "s", &prompt);
         if (r < 0)
                 return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "expected (s prompt, a{sv} params)");
-        struct json_object *params = read_value(m, "a{sv}", &r);
-        if (r < 0) {
-                json_object_put(params);
-                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS, "params must be a{sv} of basic values and arrays");
-        }
+        struct json_object *params = bus_value_to_json(m, "a{sv}", &r);
+        if (!params && r == -ENOMEM)
+                return sd_bus_error_set_errno(error, r);
+        if (!params)
+                return sd_bus_error_set(error, SD_BUS_ERROR_INVALID_ARGS,
+                                        r == -EDOM ? "params: a double is NaN or infinite, which JSON cannot carry"
+                                                   : "params must be a{sv} of basic values, arrays and dictionaries");
+
         struct json_object *line = json_object_new_object();
         json_object_object_add(line, "op", json_object_new_string("generate"));
         json_object_object_add(line, "id", json_object_new_string(id));

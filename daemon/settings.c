@@ -1357,8 +1357,19 @@ void daemon_settings_dump(const struct daemon_settings *s, FILE *f) {
                                         source == 1 && s->config ? s->config : "");
                                 header = true;
                         }
-                        format_value(s, &table[i], value, sizeof(value));
-                        fprintf(f, "%s%s = %s\n", i == KEY_CONFIG ? "# " : "", table[i].key, value);
+                        /* a string whole: model and the lists have no length limit, and a cut value
+                         * would read back as another one */
+                        const struct setting *st = &table[i];
+                        bool is_string = st->type == SETTING_PATH || st->type == SETTING_GROUP ||
+                                         st->type == SETTING_LIST || st->type == SETTING_NAME;
+                        const char *text = value;
+                        if (is_string && *(char *const *) field(s, st))
+                                text = *(char *const *) field(s, st);
+                        else
+                                format_value(s, st, value, sizeof(value));
+                        /* an unset string is commented out: "(none)" would read back as that text */
+                        bool commented = i == KEY_CONFIG || (is_string && !*(char *const *) field(s, st));
+                        fprintf(f, "%s%s = %s\n", commented ? "# " : "", st->key, text);
                 }
         }
 }

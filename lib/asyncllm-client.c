@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -31,13 +32,25 @@ static uint64_t now_usec(void) {
         return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
 }
 
+/* A string cut to fit its buffer (or by a precision, "%.60s" at its end) may end inside a
+ * character: drop that part, so that what the client hands out stays UTF-8. */
+static void trim_partial_utf8(char *s) {
+        size_t len = strlen(s), lead = len;
+        while (lead > 0 && len - lead < 3 && ((unsigned char) s[lead - 1] & 0xC0) == 0x80)
+                lead--;
+        if (lead > 0 && !ndjson_utf8_valid(s + lead - 1, len - lead + 1))
+                s[lead - 1] = 0;
+}
+
 int client_set_error(asyncllm_client *c, int error, const char *code, const char *fmt, ...) {
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(c->error, sizeof(c->error), fmt, ap);
         va_end(ap);
+        trim_partial_utf8(c->error);
         c->has_error_code = code != NULL;
         snprintf(c->error_code, sizeof(c->error_code), "%s", code ? code : "");
+        trim_partial_utf8(c->error_code);
         return error;
 }
 
@@ -54,6 +67,9 @@ static bool error_member(struct json_object *msg, const char **ret_code, const c
                 *ret_code = json_object_get_string(v);
         if ((v = client_json_member(e, "message", json_type_string)))
                 *ret_message = json_object_get_string(v);
+        /* A failure always has a message, even when the daemon's is empty. */
+        if (!**ret_message)
+                *ret_message = "(no message)";
         return true;
 }
 
@@ -62,8 +78,11 @@ static double error_retry_after(struct json_object *msg) {
         struct json_object *e = NULL, *v;
         json_object_object_get_ex(msg, "error", &e);
         if ((v = client_json_member(e, "retry_after", json_type_double)) ||
-            (v = client_json_member(e, "retry_after", json_type_int)))
-                return json_object_get_double(v) >= 0 ? json_object_get_double(v) : -1;
+            (v = client_json_member(e, "retry_after", json_type_int))) {
+                /* 1e999 parses as infinity: no number of seconds */
+                double seconds = json_object_get_double(v);
+                return isfinite(seconds) && seconds >= 0 ? seconds : -1;
+        }
         return -1;
 }
 
@@ -139,7 +158,9 @@ static int die(asyncllm_client *c, int error, const char *code, const char *fmt,
         va_start(ap, fmt);
         vsnprintf(c->dead_message, sizeof(c->dead_message), fmt, ap);
         va_end(ap);
+        trim_partial_utf8(c->dead_message);
         snprintf(c->dead_code, sizeof(c->dead_code), "%s", code ? code : "");
+        trim_partial_utf8(c->dead_code);
         c->dead_has_code = code != NULL;
         c->state = CLIENT_DEAD;
         c->dead_error = error;
@@ -444,7 +465,9 @@ static int on_message(asyncllm_client *c, struct json_object *msg, const char *l
                         if (p->kind == PENDING_GENERATE) {
                                 asyncllm_output o;
                                 output_view_failure(&o, p->id, error, code, message, line);
-                                o.retry_after = error_retry_after(msg);
+                                /* only the overloaded error has one (asyncllm_output_retry_after()) */
+                                if (error == -EAGAIN)
+                                        o.retry_after = error_retry_after(msg);
                                 (void) call_output(c, p, &o);
                         } else
                                 call_reply(c, p, error, NULL);

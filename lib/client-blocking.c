@@ -24,11 +24,31 @@ static int run_until_done(asyncllm_client *c, bool (*done)(const asyncllm_client
         return q;
 }
 
+/* The failure of a blocking call's request, for the client's error when the call returns:
+ * lines read after it in the same pass (another request's, the connection's end) replace
+ * the client's error meanwhile. */
+struct kept_error {
+        bool has_code;
+        char code[CLIENT_CODE_MAX];
+        char message[CLIENT_ERROR_MAX];
+};
+
+static void keep_error(struct kept_error *k, const char *code, const char *message) {
+        k->has_code = code != NULL;
+        snprintf(k->code, sizeof(k->code), "%s", code ? code : "");
+        snprintf(k->message, sizeof(k->message), "%s", message);
+}
+
+static int restore_error(asyncllm_client *c, int error, const struct kept_error *k) {
+        return client_set_error(c, error, k->has_code ? k->code : NULL, "%s", k->message);
+}
+
 struct sync_generate {
         asyncllm_output_fn cb;
         void *userdata;
         bool done;
         int result;
+        struct kept_error error;
 };
 
 static int sync_output(asyncllm_client *c, const asyncllm_output *o, void *userdata) {
@@ -37,9 +57,12 @@ static int sync_output(asyncllm_client *c, const asyncllm_output *o, void *userd
         if (o->done) {
                 s->done = true;
                 s->result = o->error;
+                if (o->error < 0)
+                        keep_error(&s->error, o->error_code, o->error_message);
         } else if (r < 0) {
                 s->done = true;
                 s->result = client_set_error(c, r, NULL, "the output callback gave the request up: %s", strerror(-r));
+                keep_error(&s->error, NULL, c->error);
         }
         return r;
 }
@@ -59,6 +82,8 @@ int asyncllm_client_generate(asyncllm_client *c, const asyncllm_request *r, asyn
                 return q;
         q = run_until_done(c, generate_done, &s, id);
         free(id);
+        if (s.done && s.result < 0)
+                return restore_error(c, s.result, &s.error);
         return s.done ? s.result : q;
 }
 
@@ -66,6 +91,7 @@ struct sync_call {
         bool done;
         int error;
         char *result;
+        struct kept_error kept;
 };
 
 static void sync_reply(asyncllm_client *c, int error, const char *result_json, void *userdata) {
@@ -74,6 +100,9 @@ static void sync_reply(asyncllm_client *c, int error, const char *result_json, v
         s->error = error;
         if (error == 0 && !(s->result = strdup(result_json)))
                 s->error = client_set_error(c, -ENOMEM, NULL, "out of memory");
+        /* the client's error is the reply's during this call */
+        if (s->error < 0)
+                keep_error(&s->kept, asyncllm_client_error_code(c), c->error);
 }
 
 static bool call_done(const asyncllm_client *c, void *data) {
@@ -94,7 +123,7 @@ int asyncllm_client_call(asyncllm_client *c, const char *op, const char *args_js
         if (!s.done)
                 return q;
         if (s.error < 0)
-                return s.error;
+                return restore_error(c, s.error, &s.kept);
         if (ret_result_json)
                 *ret_result_json = s.result;
         else

@@ -39,7 +39,8 @@ static int completion_parse(struct completion_view *c, struct json_object *o) {
                         c->n_token_ids = n;
                 }
         }
-        if ((v = client_json_member(o, "finish_reason", json_type_string)))
+        /* "" is no reason: read as absent, as asyncllm_output_finish_reason() promises */
+        if ((v = client_json_member(o, "finish_reason", json_type_string)) && json_object_get_string_len(v) > 0)
                 c->finish_reason = json_object_get_string(v);
         if ((v = client_json_member(o, "stop_reason", json_type_string)))
                 c->stop_reason = json_object_get_string(v);

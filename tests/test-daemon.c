@@ -1156,8 +1156,15 @@ static void test_dbus_complete(sd_bus *bus, struct private_bus *b) {
         reply = sd_bus_message_unref(reply);
         r = sd_bus_call_method(bus, ENGINE, "Complete", &error, NULL, "sa{sv}", "x", 1, "max_tokens", "h", 0);
         expect_bus_error(r, &error, SD_BUS_ERROR_INVALID_ARGS, "params");
+        r = sd_bus_call_method(bus, ENGINE, "Complete", &error, NULL, "sa{sv}", "x", 1, "temperature", "d", NAN);
+        expect_bus_error(r, &error, SD_BUS_ERROR_INVALID_ARGS, "NaN or infinite");
         r = sd_bus_call_method(bus, ENGINE, "Complete", &error, NULL, "sa{sv}", "x", 1, "n", "i", 2);
         expect_bus_error(r, &error, "org.asyncllm.Engine1.Error.InvalidParams", "n must be 1");
+        /* dictionaries nest as objects: logit_bias as a{sd}, its keys as text */
+        ck_assert_msg(sd_bus_call_method(bus, ENGINE, "Complete", &error, &reply, "sa{sv}", "Hi", 2, "max_tokens", "i", 1,
+                                         "logit_bias", "a{sd}", 1, "42", -1.5) >= 0,
+                      "%s", error.message);
+        reply = sd_bus_message_unref(reply);
         /* the request's class goes beside the prompt, as b or as the strings clients send */
         ck_assert_msg(sd_bus_call_method(bus, ENGINE, "Complete", &error, &reply, "sa{sv}", "Hi", 4, "max_tokens", "i", 1,
                                          "is_latency_sensitive", "s", "True", "slo", "d", 0.5, "ttft_slo", "d", 2.0) >= 0,
