@@ -28,6 +28,8 @@ static void send_error(struct connection *c, const char *id, const char *code, c
         if ((strcmp(code, PROTOCOL_OVERLOADED) == 0 ? protocol_overloaded_line(id, message, retry_after, &line, &len)
                                                     : protocol_error_line(id, code, message, &line, &len)) == 0)
                 send_line(c, line, len);
+        else /* out of memory even for the error: the hang-up tells the client instead */
+                connection_close_later(c);
 }
 
 void commands_send_error(struct connection *c, const char *id, const char *code, const char *message) {
@@ -45,11 +47,13 @@ static void send_result(struct connection *c, const char *id, struct json_object
         json_object_put(result);
 }
 
-void commands_send_hello(struct connection *c) {
+int commands_send_hello(struct connection *c) {
         char *line = NULL;
         size_t len;
-        if (protocol_hello_line(PACKAGE_VERSION, c->server->model.name, &line, &len) == 0)
+        int r = protocol_hello_line(PACKAGE_VERSION, c->server->model.name, &line, &len);
+        if (r == 0)
                 send_line(c, line, len);
+        return r;
 }
 
 /* ---- requests ---- */
@@ -101,7 +105,7 @@ void commands_request_done(struct daemon_request *r) {
         server_request_ended(s);
 }
 
-void commands_send_output(struct daemon_request *r, const struct request_output *o) {
+int commands_send_output(struct daemon_request *r, const struct request_output *o) {
         struct server *s = r->conn->server;
         /* a delta output holds only new tokens; the other kinds repeat the earlier ones */
         uint64_t total = r->delta ? r->n_generated + protocol_output_tokens(o) : protocol_output_tokens(o);
@@ -125,8 +129,9 @@ void commands_send_output(struct daemon_request *r, const struct request_output 
         char *line = NULL;
         size_t len;
         if (protocol_output_line(r->client_id, o, &opts, &line, &len) < 0) {
-                commands_send_error(r->conn, r->client_id, PROTOCOL_INTERNAL_ERROR, "out of memory encoding an output");
-                return;
+                commands_send_error(r->conn, r->client_id, PROTOCOL_INTERNAL_ERROR,
+                                    "out of memory encoding an output; the request ends");
+                return -ENOMEM;
         }
         send_line(r->conn, line, len);
         if (o->finished) {
@@ -143,6 +148,7 @@ void commands_send_output(struct daemon_request *r, const struct request_output 
                                             strncmp(o->error, "engine_dead", 11) == 0 ? PROTOCOL_ENGINE_DEAD : PROTOCOL_INTERNAL_ERROR,
                                             o->error);
         }
+        return 0;
 }
 
 static void on_stream(struct async_stream *stream, void *userdata) {

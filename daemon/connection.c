@@ -163,10 +163,15 @@ int connection_send(struct connection *c, const char *line, size_t len) {
  * with its last output. */
 void connection_pump_request(struct daemon_request *r) {
         struct connection *c = r->conn;
-        struct request_output *o;
-        while (!c->closed && out_queued(c) < OUT_HIGH_WATER && (o = async_stream_take(r->stream))) {
-                c->server->protocol->send_output(r, o);
-                bool finished = o->finished;
+        while (!c->closed && out_queued(c) < OUT_HIGH_WATER && async_stream_has_output(r->stream)) {
+                struct request_output *o = async_stream_take(r->stream);
+                /* Out of memory for an output: the request ends with an error, as no later
+                 * step may bring another chance to take it (the last output's request is
+                 * done in the engine). */
+                if (!o)
+                        c->server->protocol->send_error(c, r->client_id, PROTOCOL_INTERNAL_ERROR,
+                                                        "out of memory for an output; the request ends");
+                bool finished = !o || c->server->protocol->send_output(r, o) < 0 || o->finished;
                 request_output_free(o);
                 if (finished) {
                         c->server->protocol->request_done(r);
@@ -308,7 +313,11 @@ int connection_new(struct server *s, int fd, struct error *err) {
                 return r;
         log_debug("client connected: pid %d, uid %u%s", (int) c->pid, (unsigned) c->uid,
                   c->is_admin ? " (admin)" : c->may_generate ? "" : " (no permissions)");
-        s->protocol->send_hello(c);
+        /* a client waits for the hello: without one, the connection ends at once */
+        if ((r = s->protocol->send_hello(c)) < 0) {
+                connection_close(c);
+                return error_set(err, -r, "out of memory for its hello line");
+        }
         return 0;
 }
 
@@ -320,7 +329,10 @@ int connection_new_stream(struct server *s, int fd, const struct connection *cre
         /* the same stream as the socket's, so the same client reads it; not closing while
          * the hello alone is queued, before the caller adds the request */
         (*ret)->closing = false;
-        s->protocol->send_hello(*ret);
+        if ((r = s->protocol->send_hello(*ret)) < 0) {
+                connection_close(*ret);
+                return error_set(err, -r, "out of memory for its hello line");
+        }
         (*ret)->closing = true;
         return 0;
 }

@@ -26,11 +26,14 @@ struct request_output;
  * connections): the transport calls up through this table, so that it never calls into the
  * layer above it. */
 struct connection_protocol {
-        void (*send_hello)(struct connection *c);
+        /* 0, or -ENOMEM when the line could not be made: the connection is then closed */
+        int (*send_hello)(struct connection *c);
         void (*handle_line)(struct connection *c, const char *line, size_t len);
         /* id NULL for a line whose id is unknown */
         void (*send_error)(struct connection *c, const char *id, const char *code, const char *message);
-        void (*send_output)(struct daemon_request *r, const struct request_output *o);
+        /* 0, or -ENOMEM when it could not: it sent the request's error instead, and the request
+         * must end */
+        int (*send_output)(struct daemon_request *r, const struct request_output *o);
         /* the request is over, or its connection is */
         void (*request_done)(struct daemon_request *r);
 };

@@ -902,6 +902,17 @@ static void init_defaults(struct client_message *m) {
         }
 }
 
+/* Whether the line is the literal null, between whitespace. */
+static bool is_null_literal(const char *line, size_t len) {
+        while (len > 0 && line[len - 1] && strchr(" \t\r\n", line[len - 1]))
+                len--;
+        while (len > 0 && line[0] && strchr(" \t\r\n", line[0])) {
+                line++;
+                len--;
+        }
+        return len == 4 && memcmp(line, "null", 4) == 0;
+}
+
 /* The line into a tree: json-c in strict mode, depth bounded. *ret is NULL for a line that
  * is just "null". */
 static int parse_json(const char *line, size_t len, struct json_object **ret, struct protocol_error *err) {
@@ -942,6 +953,9 @@ static int parse_json(const char *line, size_t len, struct json_object **ret, st
 
         switch (e) {
         case json_tokener_success:
+                /* json-c reports success without a tree when it cannot allocate one */
+                if (!root && !is_null_literal(line, len))
+                        return protocol_error_set(err, PROTOCOL_INTERNAL_ERROR, "out of memory reading the line");
                 break;
         case json_tokener_error_depth:
                 return protocol_error_set(err, PROTOCOL_INVALID_JSON, "nested deeper than %d levels at offset %zu",

@@ -317,6 +317,8 @@ int server_start(struct server *s, struct daemon_settings *settings, int argc, c
 
 int server_run(struct server *s) {
         int r = sd_event_loop(s->event);
+        if (r < 0) /* out of memory for its epoll buffer, say: the service manager restarts us */
+                log_error("the event loop failed: %s; exiting", strerror(-r));
         return r < 0 ? 1 : r;
 }
 

@@ -1266,8 +1266,8 @@ int daemon_settings_load(struct daemon_settings *s, int argc, char **argv, bool 
         if ((r = daemon_settings_init(s)) < 0)
                 return error_set(err, -r, "out of memory");
         if ((r = daemon_settings_parse_argv(s, argc, argv, err)) < 0) {
-                if (ret_usage)
-                        *ret_usage = true;
+                if (ret_usage) /* running out of memory is no misuse */
+                        *ret_usage = r != -ENOMEM;
                 goto fail;
         }
         if (s->action != DAEMON_SETTINGS_RUN)

@@ -93,7 +93,7 @@ static void stream_free(struct async_stream *s) {
                 llm->all = s->next;
         if (s->next)
                 s->next->prev = s->prev;
-        for (uint32_t i = 0; i < s->n_children; i++) {
+        for (uint32_t i = 0; s->children && i < s->n_children; i++) { /* none when calloc() failed */
                 struct async_child *c = &s->children[i];
                 detokenizer_free(c->detok);
                 free(c->tokens);
