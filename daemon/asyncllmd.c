@@ -34,6 +34,11 @@ int main(int argc, char **argv) {
                 daemon_settings_done(&settings);
                 return 0;
         }
+        if (settings.action == DAEMON_SETTINGS_PRINT) {
+                daemon_settings_dump(&settings, stdout);
+                daemon_settings_done(&settings);
+                return 0;
+        }
         if (settings.action == DAEMON_SETTINGS_VERSION) {
                 printf("asyncllmd %s\n", PACKAGE_VERSION);
                 daemon_settings_done(&settings);

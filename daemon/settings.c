@@ -968,12 +968,13 @@ void daemon_settings_done(struct daemon_settings *s) {
 enum {
         OPT_HELP = 'h',
         OPT_VERSION = 'V',
+        OPT_PRINT = 0xff,
         OPT_KEY = 0x100,                /* + setting id */
         OPT_NEGATED = OPT_KEY + N_KEYS, /* + setting id: --no-KEY */
 };
 
 int daemon_settings_parse_argv(struct daemon_settings *s, int argc, char **argv, struct error *err) {
-        struct option options[2 * N_KEYS + 3];
+        struct option options[2 * N_KEYS + 4];
         size_t n = 0;
         int r;
 
@@ -986,6 +987,7 @@ int daemon_settings_parse_argv(struct daemon_settings *s, int argc, char **argv,
         }
         options[n++] = (struct option) { "help", no_argument, NULL, OPT_HELP };
         options[n++] = (struct option) { "version", no_argument, NULL, OPT_VERSION };
+        options[n++] = (struct option) { "print-settings", no_argument, NULL, OPT_PRINT };
         options[n] = (struct option) { 0 };
 
         /* start over (GNU getopt: optind = 0 reinitializes), and report errors ourselves */
@@ -999,10 +1001,14 @@ int daemon_settings_parse_argv(struct daemon_settings *s, int argc, char **argv,
                         s->action = c == OPT_HELP ? DAEMON_SETTINGS_HELP : DAEMON_SETTINGS_VERSION;
                         return 0;
                 }
+                if (c == OPT_PRINT) { /* the rest still counts: it is what gets printed */
+                        s->action = DAEMON_SETTINGS_PRINT;
+                        continue;
+                }
                 if (c == ':')
                         return error_set(err, EINVAL, "option '%s' needs a value", argv[optind - 1]);
                 if (c == '?') {
-                        if (optopt >= OPT_KEY || optopt == OPT_HELP || optopt == OPT_VERSION)
+                        if (optopt >= OPT_KEY || optopt == OPT_HELP || optopt == OPT_VERSION || optopt == OPT_PRINT)
                                 return error_set(err, EINVAL, "option '%s' takes no value", argv[optind - 1]);
                         if (optopt)
                                 return error_set(err, EINVAL, "unknown option '-%c'; see --help", optopt);
@@ -1270,7 +1276,7 @@ int daemon_settings_load(struct daemon_settings *s, int argc, char **argv, bool 
                         *ret_usage = r != -ENOMEM;
                 goto fail;
         }
-        if (s->action != DAEMON_SETTINGS_RUN)
+        if (s->action == DAEMON_SETTINGS_HELP || s->action == DAEMON_SETTINGS_VERSION)
                 return 0;
         if ((r = daemon_settings_load_file(s, err)) < 0 || (r = daemon_settings_resolve(s, err)) < 0)
                 goto fail;
@@ -1405,7 +1411,8 @@ void daemon_settings_help(FILE *f, const char *program) {
                 fprintf(f, "  %-40s %s\n  %-40s (default: %s%s)\n", flag, st->help, "", value,
                         st->reloadable ? "; SIGHUP reloads it" : "");
         }
-        fprintf(f, "  %-40s %s\n  %-40s %s\n", "-h, --help", "show this help", "-V, --version", "show the version");
+        fprintf(f, "  %-40s %s\n  %-40s %s\n  %-40s %s\n", "-h, --help", "show this help", "-V, --version",
+                "show the version", "--print-settings", "show the settings in effect, as asyncllmd.conf, and exit");
         daemon_settings_done(&defaults);
 }
 

@@ -41,6 +41,7 @@ enum daemon_settings_action {
         DAEMON_SETTINGS_RUN,
         DAEMON_SETTINGS_HELP,    /* --help, -h: print daemon_settings_help() and exit 0 */
         DAEMON_SETTINGS_VERSION, /* --version, -V: print the version and exit 0 */
+        DAEMON_SETTINGS_PRINT,   /* --print-settings: load and resolve all, print daemon_settings_dump(), exit 0 */
 };
 
 struct daemon_settings {
