@@ -11,6 +11,8 @@
  *                                are neither counted nor failed (json-c: docs/reliability.md
  *                                says why);
  *   ASYNCLLM_FAIL_THREAD_AT=N    the N-th pthread_create fails with EAGAIN;
+ *   ASYNCLLM_FAIL_ACCEPT_FILE=P  accept4 fails with ENOMEM while the file P exists, the
+ *                                client left waiting in the backlog as the kernel leaves it;
  *   ASYNCLLM_FAIL_COUNT_FILE=P   at exit, the counts ("allocations N threads N") are written
  *                                to P, to size a sweep.
  * Memory comes from glibc's own entry points (__libc_malloc and kin), so no allocation is
@@ -28,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 void *__libc_malloc(size_t size);
@@ -41,6 +44,7 @@ int __libc_start_main(int (*main)(int, char **, char **), int argc, char **argv,
 
 static atomic_ulong allocations, threads;
 static unsigned long fail_alloc_at, fail_alloc_count = 1, fail_thread_at;
+static const char *fail_accept_file;
 static size_t fail_alloc_min;
 static const char *spared_library;
 
@@ -59,6 +63,7 @@ static void read_settings(void) {
         fail_alloc_count = env_number("ASYNCLLM_FAIL_ALLOC_COUNT", 1);
         fail_alloc_min = env_number("ASYNCLLM_FAIL_ALLOC_MIN", 0);
         fail_thread_at = env_number("ASYNCLLM_FAIL_THREAD_AT", 0);
+        fail_accept_file = getenv("ASYNCLLM_FAIL_ACCEPT_FILE");
         spared_library = getenv("ASYNCLLM_FAIL_ALLOC_SPARE");
 }
 
@@ -191,4 +196,15 @@ int pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*start)
         if (fail_thread_at != 0 && n == fail_thread_at)
                 return EAGAIN;
         return next(thread, attr, start, arg);
+}
+
+int accept4(int fd, struct sockaddr *addr, socklen_t *addr_len, int flags) {
+        static int (*next)(int, struct sockaddr *, socklen_t *, int);
+        if (!next)
+                next = (int (*)(int, struct sockaddr *, socklen_t *, int)) dlsym(RTLD_NEXT, "accept4");
+        if (in_main && fail_accept_file && access(fail_accept_file, F_OK) == 0) {
+                errno = ENOMEM;
+                return -1;
+        }
+        return next(fd, addr, addr_len, flags);
 }

@@ -6,7 +6,8 @@
 # fails; the N-th thread cannot be created. Each time the daemon either exits 1 with a line
 # that names what it could not get, or serves: the greedy answer is the reference's bit for
 # bit, or the request fails with an error; it never dies by a signal, never hangs, and a
-# SIGTERM ends it. json-c's own allocations are spared (docs/reliability.md: json-c 0.16
+# SIGTERM ends it. Then accept() fails with ENOMEM for 3 s: the waiting client is served
+# after, the shortage logged once, no spinning. json-c's own allocations are spared (docs/reliability.md: json-c 0.16
 # crashes or drops members when they fail). Exit 77 in a sanitizer build (its allocator
 # cannot be interposed) or without the interposer.
 set -u
@@ -110,6 +111,37 @@ extra=ASYNCLLM_FAIL_ALLOC_MIN=1048576
 sweep "the N-th allocation of 1 MiB or more fails ($big of them)" ASYNCLLM_FAIL_ALLOC_AT $(seq 1 "$big")
 extra=
 sweep "the N-th thread cannot start ($threads of them)" ASYNCLLM_FAIL_THREAD_AT $(seq 1 "$threads")
+
+# accept() failing with ENOMEM for 3 s while a client waits: it is served once accept works
+# again; the shortage is logged once; the daemon pauses its listening socket rather than
+# spin on it (spinning would burn the whole 3 s of a core).
+rm -f "$tmp/a.sock"
+ASYNCLLM_FAIL_ACCEPT_FILE="$tmp/no-accept" LD_PRELOAD="$preload" \
+    "$daemon" --model "$model" --threads 2 --bus none --socket "$tmp/a.sock" >"$tmp/a.log" 2>&1 &
+pid=$!
+pids+=("$pid")
+if wait_ready "$tmp/a.sock"; then
+    cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$pid/stat"; }
+    touch "$tmp/no-accept"
+    timeout "$(scaled 60)" "$ctl" --socket "$tmp/a.sock" generate --temperature 0 --max-tokens 8 "$prompt" \
+        >"$tmp/a.gen" 2>&1 </dev/null &
+    client=$!
+    sleep 0.5
+    before=$(cpu_ticks)
+    sleep 3
+    ticks=$(($(cpu_ticks) - before))
+    expect "the client waits while accept() fails" kill -0 "$client"
+    rm -f "$tmp/no-accept"
+    wait "$client"
+    rc=$?
+    expect "and is served once it works (exit $rc)" cmp -s "$tmp/a.gen" "$tmp/reference"
+    expect "the shortage is logged once" test "$(grep -c 'cannot accept connections' "$tmp/a.log")" -eq 1
+    expect "and its end" grep -q 'accepting connections again' "$tmp/a.log"
+    # ticks are 1/100 s: a spinning loop takes some 300 in 3 s
+    expect "no spinning meanwhile ($ticks ticks in 3 s)" test "$ticks" -lt 30
+else
+    fail "asyncllmd did not start under the accept fault: $(tail -n 3 "$tmp/a.log")"
+fi
 
 echo "$passed passed, $failed failed"
 ((failed == 0))
