@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# The chaos soak (tests/soak) for make check: 64 clients on the socket and 4 on D-Bus (a
-# private bus; none without dbus-daemon) for $ASYNCLLM_SOAK_SECONDS (default 120, 60 under
-# AddressSanitizer) against the daemon of this build under the slo policy
+# The chaos soak (tests/soak) for make check: 64 clients for $ASYNCLLM_SOAK_SECONDS (default
+# 120, 60 under AddressSanitizer) against the daemon of this build under the slo policy
 # (refusing what it cannot serve in time), with a KV cache of 12 MiB (some 530 tokens of
 # SmolLM2, a few sequences: preemption all along), sanitizers and all in a sanitizer build.
 # Longer runs: tests/soak --help.
@@ -15,10 +14,8 @@ command -v python3 >/dev/null || { echo "SKIP: no python3 (scripts/setup install
 # A minute is enough there to reach every kind of request and control several times.
 margin=0.05 seconds=120
 ldd "$daemon" 2>/dev/null | grep -q libasan && margin=0.5 seconds=60
-bus_clients=4
-command -v dbus-daemon >/dev/null || { bus_clients=0; echo "no dbus-daemon: the soak runs without D-Bus clients"; }
 if python3 "$ASYNCLLM_SRCDIR/tests/soak" --daemon "$daemon" --model "$model" --socket "$tmp/sock" --log "$tmp/log" \
-    --clients 64 --bus-clients "$bus_clients" --ctl "$ctl" --duration "${ASYNCLLM_SOAK_SECONDS:-$seconds}" --seed "${ASYNCLLM_SOAK_SEED:-1}" \
+    --clients 64 --duration "${ASYNCLLM_SOAK_SECONDS:-$seconds}" --seed "${ASYNCLLM_SOAK_SEED:-1}" \
     --timeout "$(scaled 60)" --rss-margin "$margin" -- --threads 2 --scheduling-policy slo --slo-admission reject \
     --kv-cache-space 12MiB; then
     pass "the soak: no violation"
