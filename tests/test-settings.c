@@ -901,12 +901,15 @@ START_TEST(test_dump_round_trip) {
         if (load(&b, ARGS("--config", dumped), NULL, true, &err) < 0)
                 ck_abort_msg("%s", err.message);
         /* an unset string is commented out, else "(none)" would read back as a value */
-        uint8_t *text;
+        uint8_t *bytes;
         size_t len;
-        ck_assert_int_eq(test_read_file(dumped, &text, &len), 0);
-        ck_assert_msg(strstr((char *) text, "\n# api-key = (none)\n"), "%s", text);
-        ck_assert_msg(!strstr((char *) text, "\napi-key = (none)"), "%s", text);
+        ck_assert_int_eq(test_read_file(dumped, &bytes, &len), 0);
+        char *text = strndup((char *) bytes, len); /* the file's bytes are not a C string */
+        ck_assert_ptr_nonnull(text);
+        ck_assert_msg(strstr(text, "\n# api-key = (none)\n"), "%s", text);
+        ck_assert_msg(!strstr(text, "\napi-key = (none)"), "%s", text);
         free(text);
+        free(bytes);
         for (size_t i = 0; daemon_settings_key(i); i++) {
                 const char *key = daemon_settings_key(i);
                 char va[512], vb[512];
