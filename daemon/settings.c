@@ -1368,13 +1368,13 @@ void daemon_settings_dump(const struct daemon_settings *s, FILE *f) {
                         const struct setting *st = &table[i];
                         bool is_string = st->type == SETTING_PATH || st->type == SETTING_GROUP ||
                                          st->type == SETTING_LIST || st->type == SETTING_NAME;
-                        const char *text = value;
-                        if (is_string && *(char *const *) field(s, st))
-                                text = *(char *const *) field(s, st);
-                        else
-                                format_value(s, st, value, sizeof(value));
+                        const char *text = is_string ? *(char *const *) field(s, st) : NULL;
                         /* an unset string is commented out: "(none)" would read back as that text */
-                        bool commented = i == KEY_CONFIG || (is_string && !*(char *const *) field(s, st));
+                        bool commented = i == KEY_CONFIG || (is_string && !text);
+                        if (!text) {
+                                format_value(s, st, value, sizeof(value));
+                                text = value;
+                        }
                         fprintf(f, "%s%s = %s\n", commented ? "# " : "", st->key, text);
                 }
         }
