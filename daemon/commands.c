@@ -294,7 +294,25 @@ struct pending_reply {
         struct connection *conn;
         char *id;
         enum client_op op;
+        double timeout;         /* collective_rpc's: seconds, 0 for none */
+        sd_event_source *timer; /* while the timeout runs */
+        bool answered;          /* the timeout answered for the engine, whose reply is dropped */
 };
+
+static void pending_free(struct pending_reply *p) {
+        sd_event_source_disable_unref(p->timer);
+        connection_unref(p->conn);
+        free(p->id);
+        free(p);
+}
+
+/* The answer is out: a half-closed client that waited for it is let go. */
+static void pending_answered(struct pending_reply *p) {
+        struct connection *c = p->conn;
+        c->pending_replies--;
+        if (c->closing && !c->first_request && !c->pending_replies)
+                connection_close_later(c);
+}
 
 /* The engine's refusals of a control op: a bad argument, or a state that does not allow it
  * now (blocks held, a pause already draining, a drain cancelled by resume). */
@@ -312,7 +330,11 @@ static const char *control_error_code(int rc) {
 static void on_reply(int rc, const char *message, struct json_object *result, void *userdata) {
         struct pending_reply *p = userdata;
         struct connection *c = p->conn;
-        c->pending_replies--;
+        if (p->answered) {
+                log_info("%s (requested by uid %u): answered after its timeout: %s", client_op_name(p->op),
+                         (unsigned) c->uid, rc < 0 ? message : "done");
+                return pending_free(p);
+        }
         if (!c->closed) {
                 if (rc < 0)
                         commands_send_error(c, p->id, control_error_code(rc), message && *message ? message : strerror(-rc));
@@ -324,11 +346,26 @@ static void on_reply(int rc, const char *message, struct json_object *result, vo
                 }
         }
         log_info("%s (requested by uid %u): %s", client_op_name(p->op), (unsigned) c->uid, rc < 0 ? message : "done");
-        if (c->closing && !c->first_request && !c->pending_replies)
-                connection_close_later(c); /* a half-closed client waited for this answer */
-        connection_unref(c);
-        free(p->id);
-        free(p);
+        pending_answered(p);
+        pending_free(p);
+}
+
+/* The workers did not answer in time: the client hears so now, and the reply, if it ever
+ * comes, is dropped. */
+static int on_control_timeout(sd_event_source *source, uint64_t usec, void *userdata) {
+        struct pending_reply *p = userdata;
+        struct connection *c = p->conn;
+        char message[160];
+        (void) source, (void) usec;
+        p->timer = sd_event_source_disable_unref(p->timer);
+        p->answered = true;
+        snprintf(message, sizeof(message), "%s: no answer from the engine's workers within %g s (timeout)",
+                 client_op_name(p->op), p->timeout);
+        log_warning("%s (requested by uid %u)", message, (unsigned) c->uid);
+        if (!c->closed)
+                commands_send_error(c, p->id, PROTOCOL_TIMED_OUT, message);
+        pending_answered(p);
+        return 0;
 }
 
 static struct pending_reply *pending_new(struct connection *c, const struct client_message *m) {
@@ -370,13 +407,18 @@ static void do_control(struct connection *c, struct client_message *m) {
         struct pending_reply *p = pending_new(c, m);
         if (!p)
                 return commands_send_error(c, m->id, PROTOCOL_INTERNAL_ERROR, "out of memory");
-        int r = commands_control(c->server, m, on_reply, p);
+        int r = 0;
+        if (m->op == CLIENT_OP_COLLECTIVE_RPC && m->collective_rpc.timeout > 0) {
+                p->timeout = m->collective_rpc.timeout;
+                r = sd_event_add_time_relative(c->server->event, &p->timer, CLOCK_MONOTONIC,
+                                               (uint64_t) (p->timeout * 1e6), 0, on_control_timeout, p);
+        }
+        if (r >= 0)
+                r = commands_control(c->server, m, on_reply, p);
         if (r < 0) {
                 c->pending_replies--;
                 commands_send_error(c, m->id, error_code_for(r), strerror(-r));
-                connection_unref(c);
-                free(p->id);
-                free(p);
+                pending_free(p);
         }
 }
 
@@ -452,6 +494,40 @@ static struct json_object *stats_json(struct server *s) {
         return o;
 }
 
+/* The tokenizer's side of the model: its special tokens and whether it has a chat template. */
+static struct json_object *tokenizer_json(const struct tokenizer *tk) {
+        struct json_object *o = json_object_new_object(), *eog = json_object_new_array();
+        size_t n_eog;
+        const int32_t *eog_ids = tokenizer_eog_ids(tk, &n_eog);
+        json_object_object_add(o, "vocab_size", json_object_new_int64(tokenizer_vocab_size(tk)));
+        const struct {
+                const char *name;
+                int32_t id;
+        } specials[] = {
+                { "bos_token", tokenizer_bos(tk) },
+                { "eos_token", tokenizer_eos(tk) },
+                { "unk_token", tokenizer_unk(tk) },
+                { "pad_token", tokenizer_pad(tk) },
+        };
+        for (size_t i = 0; i < sizeof(specials) / sizeof(*specials); i++) {
+                char key[32];
+                size_t len;
+                const char *text = tokenizer_valid_id(tk, specials[i].id) ? tokenizer_token_text(tk, specials[i].id, &len)
+                                                                          : NULL;
+                snprintf(key, sizeof(key), "%s_id", specials[i].name);
+                json_object_object_add(o, key, text ? json_object_new_int(specials[i].id) : NULL);
+                json_object_object_add(o, specials[i].name, text ? protocol_json_text(text, len) : NULL);
+        }
+        for (size_t i = 0; i < n_eog; i++)
+                json_object_array_add(eog, json_object_new_int(eog_ids[i]));
+        json_object_object_add(o, "eog_token_ids", eog);
+        json_object_object_add(o, "add_bos_token", json_object_new_boolean(tokenizer_add_bos(tk)));
+        const char *template = tokenizer_chat_template(tk);
+        json_object_object_add(o, "chat_template", template ? json_object_new_string(template) : NULL);
+        json_object_object_add(o, "chat_template_replaced", json_object_new_boolean(tokenizer_chat_template_replaced(tk)));
+        return o;
+}
+
 static struct json_object *model_json(struct server *s) {
         const struct model *md = s->model.model;
         struct json_object *o = json_object_new_object();
@@ -462,7 +538,95 @@ static struct json_object *model_json(struct server *s) {
         json_object_object_add(o, "max_model_len", json_object_new_int64(s->model.config.max_model_len));
         json_object_object_add(o, "vocab_size", json_object_new_int64(md->hp.n_vocab));
         json_object_object_add(o, "device", json_object_new_string(s->settings->device));
+        json_object_object_add(o, "tokenizer", tokenizer_json(s->model.tk));
         return o;
+}
+
+struct json_object *commands_tokenize_json(struct server *s, const int32_t *ids, size_t n) {
+        struct json_object *o = json_object_new_object(), *tokens = json_object_new_array();
+        for (size_t i = 0; i < n; i++)
+                json_object_array_add(tokens, json_object_new_int(ids[i]));
+        json_object_object_add(o, "count", json_object_new_int64((int64_t) n));
+        json_object_object_add(o, "max_model_len", json_object_new_int64(s->model.config.max_model_len));
+        json_object_object_add(o, "tokens", tokens);
+        return o;
+}
+
+static void do_tokenize(struct connection *c, const struct client_message *m) {
+        const struct generate_message *g = &m->generate;
+        struct error err = { 0 };
+        int32_t *ids;
+        size_t n;
+        int r = served_model_tokenize(&c->server->model, g->prompt_kind == PROMPT_TEXT ? g->prompt : NULL, g->messages,
+                                      g->n_messages, g->add_generation_prompt, &ids, &n, &err);
+        if (r < 0)
+                return commands_send_error(c, m->id, error_code_for(r), err.message);
+        struct json_object *o = commands_tokenize_json(c->server, ids, n);
+        free(ids);
+        send_result(c, m->id, o);
+}
+
+static void do_detokenize(struct connection *c, const struct client_message *m) {
+        struct error err = { 0 };
+        char *text;
+        size_t len;
+        int r = tokenizer_decode_text(c->server->model.tk, m->detokenize.tokens, m->detokenize.n, false, &text, &len, &err);
+        if (r < 0)
+                return commands_send_error(c, m->id, error_code_for(r), err.message);
+        struct json_object *o = json_object_new_object();
+        json_object_object_add(o, "prompt", protocol_json_text(text, len));
+        free(text);
+        send_result(c, m->id, o);
+}
+
+/* What the served model can do, as vLLM's get_supported_tasks names it. */
+static struct json_object *supported_tasks_json(void) {
+        struct json_object *o = json_object_new_object(), *tasks = json_object_new_array();
+        json_object_array_add(tasks, json_object_new_string("generate"));
+        json_object_object_add(o, "tasks", tasks);
+        return o;
+}
+
+/* vLLM's reset_mm_cache and reset_encoder_cache, for its clients' sake: a text-only model
+ * has neither cache, so there is nothing to reset. */
+static struct json_object *no_cache_json(const char *which) {
+        char message[96];
+        struct json_object *o = json_object_new_object();
+        snprintf(message, sizeof(message), "the model has no %s cache: nothing to reset", which);
+        json_object_object_add(o, "reset", json_object_new_boolean(false));
+        json_object_object_add(o, "message", json_object_new_string(message));
+        return o;
+}
+
+static void on_drained(int result, void *userdata) {
+        struct pending_reply *p = userdata;
+        struct connection *c = p->conn;
+        if (result != -ESHUTDOWN && !c->closed) {
+                if (result == 0) {
+                        struct json_object *o = json_object_new_object();
+                        json_object_object_add(o, "drained", json_object_new_boolean(true));
+                        send_result(c, p->id, o);
+                } else {
+                        char message[160];
+                        snprintf(message, sizeof(message), "%u requests still in flight after %g s (timeout)",
+                                 server_in_flight(c->server), p->timeout);
+                        commands_send_error(c, p->id, PROTOCOL_TIMED_OUT, message);
+                }
+        }
+        pending_answered(p);
+        pending_free(p);
+}
+
+static void do_drain(struct connection *c, const struct client_message *m) {
+        struct pending_reply *p = pending_new(c, m);
+        if (!p)
+                return commands_send_error(c, m->id, PROTOCOL_INTERNAL_ERROR, "out of memory");
+        p->timeout = m->drain.timeout;
+        if (drain_wait(c->server, p->timeout, on_drained, p) < 0) {
+                c->pending_replies--;
+                commands_send_error(c, m->id, PROTOCOL_INTERNAL_ERROR, "out of memory");
+                pending_free(p);
+        }
 }
 
 struct listing {
@@ -568,6 +732,12 @@ void commands_handle_line(struct connection *c, const char *line, size_t len) {
                 case CLIENT_OP_MODEL: send_result(c, m.id, model_json(c->server)); break;
                 case CLIENT_OP_LIST: send_result(c, m.id, list_json(c)); break;
                 case CLIENT_OP_METRICS: do_metrics(c, &m); break;
+                case CLIENT_OP_TOKENIZE: do_tokenize(c, &m); break;
+                case CLIENT_OP_DETOKENIZE: do_detokenize(c, &m); break;
+                case CLIENT_OP_GET_SUPPORTED_TASKS: send_result(c, m.id, supported_tasks_json()); break;
+                case CLIENT_OP_WAIT_FOR_REQUESTS_TO_DRAIN: do_drain(c, &m); break;
+                case CLIENT_OP_RESET_MM_CACHE: send_result(c, m.id, no_cache_json("multimodal")); break;
+                case CLIENT_OP_RESET_ENCODER_CACHE: send_result(c, m.id, no_cache_json("encoder")); break;
                 case CLIENT_OP_HELLO: do_hello(c, &m); break;
                 case _CLIENT_OP_MAX: break;
                 }

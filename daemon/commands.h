@@ -2,10 +2,14 @@
 #pragma once
 
 /* What the daemon does with each client line: parse it, check who may, and run the op
- * (generate, abort, the control plane, health, stats, model, list, metrics, hello); and how
+ * (generate, abort, the control plane, health, stats, model, list, metrics, the tokenizer,
+ * the drain, hello); and how
  * a request's outputs go back to its client. */
 
 #include <stddef.h>
+#include <stdint.h>
+
+#include <json-c/json.h>
 
 #include "async-llm.h"
 #include "connection.h"
@@ -50,5 +54,7 @@ struct stats_entry {
 size_t commands_stats(struct server *s, struct stats_entry ret[static COMMANDS_STATS_MAX]);
 /* The engine's state as the stats and D-Bus's State say it: running, paused, sleeping or dead. */
 const char *commands_engine_state(const struct async_llm_stats *st);
+/* The tokenize op's result (HTTP /tokenize's too): {"count", "max_model_len", "tokens"}. */
+struct json_object *commands_tokenize_json(struct server *s, const int32_t *ids, size_t n);
 /* The metrics op's text (GetMetrics's too), malloc()ed; NULL when out of memory. */
 char *commands_metrics_text(struct server *s);

@@ -233,7 +233,6 @@ static enum MHD_Result answer_tokenize(struct http_exchange *ex) {
                 return http_queue_error(ex, &e, 0);
         const struct generate_message *g = &req.msg.generate;
         struct error err = { 0 };
-        char *rendered = NULL;
         int32_t *ids = NULL;
         size_t n = 0;
         int r = 0;
@@ -244,27 +243,16 @@ static enum MHD_Result answer_tokenize(struct http_exchange *ex) {
                         memcpy(ids, g->prompt_token_ids, n * sizeof(*ids));
                 else
                         r = error_set(&err, ENOMEM, "out of memory");
-        } else {
-                const char *text = g->prompt;
-                if (g->prompt_kind == PROMPT_MESSAGES &&
-                    (r = chat_render(s->model.tk, g->messages, g->n_messages, generation_prompt, &rendered, &err)) == 0)
-                        text = rendered;
-                if (r == 0)
-                        r = tokenizer_encode_prompt(s->model.tk, text, strlen(text), true, &ids, &n, &err);
-        }
+        } else
+                r = served_model_tokenize(&s->model, g->prompt_kind == PROMPT_TEXT ? g->prompt : NULL, g->messages,
+                                          g->n_messages, generation_prompt, &ids, &n, &err);
         openai_request_free(&req);
-        free(rendered);
         if (r < 0) {
                 free(ids);
                 return http_reply_error(ex, r == -ENOMEM ? 500 : 400, "invalid_request_error", NULL, err.message);
         }
-        struct json_object *o = json_object_new_object(), *tokens = json_object_new_array();
-        for (size_t i = 0; i < n; i++)
-                json_object_array_add(tokens, json_object_new_int(ids[i]));
+        struct json_object *o = commands_tokenize_json(s, ids, n);
         free(ids);
-        json_object_object_add(o, "count", json_object_new_int64((int64_t) n));
-        json_object_object_add(o, "max_model_len", json_object_new_int64(s->model.config.max_model_len));
-        json_object_object_add(o, "tokens", tokens);
         json_object_object_add(o, "token_strs", NULL);
         return http_queue_json(ex, MHD_HTTP_OK, o);
 }

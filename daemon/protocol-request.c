@@ -43,6 +43,12 @@ static const char *const op_names[_CLIENT_OP_MAX] = {
         [CLIENT_OP_MODEL] = "model",
         [CLIENT_OP_LIST] = "list",
         [CLIENT_OP_METRICS] = "metrics",
+        [CLIENT_OP_TOKENIZE] = "tokenize",
+        [CLIENT_OP_DETOKENIZE] = "detokenize",
+        [CLIENT_OP_GET_SUPPORTED_TASKS] = "get_supported_tasks",
+        [CLIENT_OP_WAIT_FOR_REQUESTS_TO_DRAIN] = "wait_for_requests_to_drain",
+        [CLIENT_OP_RESET_MM_CACHE] = "reset_mm_cache",
+        [CLIENT_OP_RESET_ENCODER_CACHE] = "reset_encoder_cache",
         [CLIENT_OP_HELLO] = "hello",
 };
 
@@ -66,6 +72,8 @@ bool client_op_is_admin(enum client_op op) {
         case CLIENT_OP_WAKE_UP:
         case CLIENT_OP_COLLECTIVE_RPC:
         case CLIENT_OP_RESET_PREFIX_CACHE:
+        case CLIENT_OP_RESET_MM_CACHE:
+        case CLIENT_OP_RESET_ENCODER_CACHE:
                 return true;
         default:
                 return false;
@@ -159,6 +167,8 @@ struct parser {
         bool has_latency_sensitive; /* generate: under either of its names */
         bool has_request; /* abort */
         bool has_method;  /* collective_rpc */
+        struct json_object *args, *kwargs; /* collective_rpc, as given */
+        bool has_tokens;  /* detokenize */
 };
 
 static int invalid_params(struct parser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -831,27 +841,117 @@ static int wake_up_field(struct parser *p, const char *key, struct json_object *
         return 0;
 }
 
+/* preempt, or vLLM's name for it, reset_running_requests */
 static int reset_prefix_cache_field(struct parser *p, const char *key, struct json_object *v) {
-        if (strcmp(key, "preempt") != 0)
+        if (strcmp(key, "preempt") != 0 && strcmp(key, "reset_running_requests") != 0)
                 return -ENOENT;
-        return get_bool(p, key, v, &p->m->reset_prefix_cache.preempt);
+        bool preempt = false;
+        int r = get_bool(p, key, v, &preempt);
+        if (r == 0)
+                p->m->reset_prefix_cache.preempt |= preempt;
+        return r;
+}
+
+/* A timeout in seconds: more than 0 and at most a day; null for the default. */
+static int get_timeout(struct parser *p, const char *key, struct json_object *v, double none, double *ret) {
+        double x;
+        int r;
+
+        if (!v) {
+                *ret = none;
+                return 0;
+        }
+        if ((r = get_number(p, key, v, &x)) < 0)
+                return r;
+        if (!(x > 0 && x <= PROTOCOL_TIMEOUT_MAX))
+                return invalid_params(p, "%s must be seconds, more than 0 and at most %d, got %g", key,
+                                      PROTOCOL_TIMEOUT_MAX, x);
+        *ret = x;
+        return 0;
 }
 
 static int collective_rpc_field(struct parser *p, const char *key, struct json_object *v) {
         if (strcmp(key, "args") == 0) {
-                p->m->collective_rpc.args = v;
+                p->args = v;
                 return 0;
         }
+        if (strcmp(key, "kwargs") == 0) {
+                if (v && !json_object_is_type(v, json_type_object))
+                        return want(p, key, v, "an object of named arguments");
+                p->kwargs = v;
+                return 0;
+        }
+        if (strcmp(key, "timeout") == 0)
+                return get_timeout(p, key, v, 0, &p->m->collective_rpc.timeout);
         if (strcmp(key, "method") != 0)
                 return -ENOENT;
         p->has_method = true;
         return get_string(p, key, v, &p->m->collective_rpc.method);
 }
 
+/* Whether a collective_rpc argument says something: vLLM's clients send [] and {} for none. */
+static bool rpc_argument_given(struct json_object *v) {
+        return v && !(json_object_is_type(v, json_type_array) && json_object_array_length(v) == 0) &&
+               !(json_object_is_type(v, json_type_object) && json_object_object_length(v) == 0);
+}
+
+/* A worker method takes one argument: kwargs when given, else args. */
 static int collective_rpc_finish(struct parser *p) {
         if (!p->has_method)
                 return invalid_params(p, "method is required");
+        if (rpc_argument_given(p->args) && rpc_argument_given(p->kwargs))
+                return invalid_params(p, "give args or kwargs, not both: a worker method takes one argument");
+        p->m->collective_rpc.args = rpc_argument_given(p->kwargs) ? p->kwargs : p->args;
         return 0;
+}
+
+/* tokenize: a prompt or messages, as generate takes them, and add_generation_prompt. */
+static int tokenize_field(struct parser *p, const char *key, struct json_object *v) {
+        if (strcmp(key, "add_generation_prompt") == 0)
+                return get_bool(p, key, v, &p->m->generate.add_generation_prompt);
+        if (strcmp(key, "prompt") == 0) {
+                p->prompts |= 1u << PROMPT_TEXT;
+                return get_string(p, key, v, &p->m->generate.prompt);
+        }
+        if (strcmp(key, "messages") == 0) {
+                p->prompts |= 1u << PROMPT_MESSAGES;
+                return parse_messages(p, v);
+        }
+        return -ENOENT;
+}
+
+static int tokenize_finish(struct parser *p) {
+        switch (p->prompts) {
+        case 1u << PROMPT_TEXT:
+                p->m->generate.prompt_kind = PROMPT_TEXT;
+                return 0;
+        case 1u << PROMPT_MESSAGES:
+                p->m->generate.prompt_kind = PROMPT_MESSAGES;
+                return 0;
+        case 0:
+                return invalid_params(p, "prompt or messages is required");
+        default:
+                return invalid_params(p, "give only one of prompt and messages");
+        }
+}
+
+static int detokenize_field(struct parser *p, const char *key, struct json_object *v) {
+        if (strcmp(key, "tokens") != 0)
+                return -ENOENT;
+        p->has_tokens = true;
+        return get_int32_array(p, key, v, &p->m->detokenize.tokens, &p->m->detokenize.n);
+}
+
+static int detokenize_finish(struct parser *p) {
+        if (!p->has_tokens)
+                return invalid_params(p, "tokens is required: an array of token ids");
+        return 0;
+}
+
+static int drain_field(struct parser *p, const char *key, struct json_object *v) {
+        if (strcmp(key, "timeout") != 0)
+                return -ENOENT;
+        return get_timeout(p, key, v, PROTOCOL_DRAIN_TIMEOUT_DEFAULT, &p->m->drain.timeout);
 }
 
 static int hello_field(struct parser *p, const char *key, struct json_object *v) {
@@ -881,6 +981,9 @@ static const struct op_parser op_parsers[_CLIENT_OP_MAX] = {
         [CLIENT_OP_WAKE_UP] = { wake_up_field, NULL },
         [CLIENT_OP_RESET_PREFIX_CACHE] = { reset_prefix_cache_field, NULL },
         [CLIENT_OP_COLLECTIVE_RPC] = { collective_rpc_field, collective_rpc_finish },
+        [CLIENT_OP_TOKENIZE] = { tokenize_field, tokenize_finish },
+        [CLIENT_OP_DETOKENIZE] = { detokenize_field, detokenize_finish },
+        [CLIENT_OP_WAIT_FOR_REQUESTS_TO_DRAIN] = { drain_field, NULL },
         [CLIENT_OP_HELLO] = { hello_field, NULL },
 };
 
@@ -889,6 +992,13 @@ static void init_defaults(struct client_message *m) {
         case CLIENT_OP_GENERATE:
                 sampling_params_init_default(&m->generate.params);
                 m->generate.params.output_kind = OUTPUT_DELTA; /* a stream wants what is new */
+                m->generate.add_generation_prompt = true;
+                break;
+        case CLIENT_OP_TOKENIZE:
+                m->generate.add_generation_prompt = true; /* vLLM's /tokenize default */
+                break;
+        case CLIENT_OP_WAIT_FOR_REQUESTS_TO_DRAIN:
+                m->drain.timeout = PROTOCOL_DRAIN_TIMEOUT_DEFAULT;
                 break;
         case CLIENT_OP_PAUSE:
                 m->pause.mode = PAUSE_ABORT; /* vLLM's defaults, as pause_generation has them */
@@ -1111,6 +1221,10 @@ void client_message_free(struct client_message *m) {
         if (!m)
                 return;
         switch (m->op) {
+        case CLIENT_OP_DETOKENIZE:
+                free(m->detokenize.tokens);
+                break;
+        case CLIENT_OP_TOKENIZE: /* its prompt fields only: the others stay NULL */
         case CLIENT_OP_GENERATE:
                 free(m->generate.prompt_token_ids);
                 free(m->generate.messages);

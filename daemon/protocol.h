@@ -57,9 +57,14 @@
 #define PROTOCOL_NOT_FOUND "not_found"
 #define PROTOCOL_INTERNAL_ERROR "internal_error"
 #define PROTOCOL_OVERLOADED "overloaded"
+#define PROTOCOL_TIMED_OUT "timed_out"
 
 /* The longest slo or ttft_slo a request may ask for, in seconds (the engine's limit). */
 #define PROTOCOL_SLO_MAX 3600
+/* The longest wait_for_requests_to_drain or collective_rpc timeout, in seconds: a day. */
+#define PROTOCOL_TIMEOUT_MAX 86400
+/* wait_for_requests_to_drain's default timeout, as vLLM's drain_timeout. */
+#define PROTOCOL_DRAIN_TIMEOUT_DEFAULT 300
 
 enum client_op {
         CLIENT_OP_GENERATE,
@@ -77,6 +82,12 @@ enum client_op {
         CLIENT_OP_MODEL,
         CLIENT_OP_LIST,
         CLIENT_OP_METRICS,
+        CLIENT_OP_TOKENIZE,
+        CLIENT_OP_DETOKENIZE,
+        CLIENT_OP_GET_SUPPORTED_TASKS,
+        CLIENT_OP_WAIT_FOR_REQUESTS_TO_DRAIN,
+        CLIENT_OP_RESET_MM_CACHE,
+        CLIENT_OP_RESET_ENCODER_CACHE,
         CLIENT_OP_HELLO,
         _CLIENT_OP_MAX,
 };
@@ -84,8 +95,9 @@ enum client_op {
 /* The op's name on the wire ("generate", "wake_up", ...); NULL when out of range. */
 const char *client_op_name(enum client_op op);
 int client_op_from_string(const char *s, enum client_op *ret);
-/* pause, resume, sleep, wake_up, collective_rpc and reset_prefix_cache: root and the admin
- * group only. Everything else is for the service group. */
+/* pause, resume, sleep, wake_up, collective_rpc, reset_prefix_cache, reset_mm_cache and
+ * reset_encoder_cache: root and the admin group only. Everything else is for the service
+ * group. */
 bool client_op_is_admin(enum client_op op);
 
 enum prompt_kind {
@@ -94,6 +106,7 @@ enum prompt_kind {
         PROMPT_MESSAGES,  /* "messages", to render with the chat template */
 };
 
+/* generate's, and tokenize's prompt fields (prompt or messages) with add_generation_prompt. */
 struct generate_message {
         enum prompt_kind prompt_kind;
         const char *prompt;             /* PROMPT_TEXT; no NUL inside */
@@ -101,6 +114,9 @@ struct generate_message {
         uint32_t n_prompt_token_ids;
         struct chat_message *messages;  /* PROMPT_MESSAGES: (n_messages), roles unchecked */
         size_t n_messages;
+        /* messages: the rendering ends with the assistant's turn opened. Always for generate;
+         * tokenize's option, true unless given false. */
+        bool add_generation_prompt;
 
         /* vLLM's defaults, but output_kind OUTPUT_DELTA (the socket's default). Its arrays
          * point into the storage below; unvalidated (sampling_params_validate() does that). */
@@ -125,7 +141,14 @@ struct client_message {
         enum client_op op;
         const char *id; /* 1 to PROTOCOL_ID_MAX bytes, valid UTF-8, no NUL */
         union {
-                struct generate_message generate;
+                struct generate_message generate; /* generate and tokenize */
+                struct {
+                        int32_t *tokens; /* (n) owned, ranges unchecked */
+                        size_t n;
+                } detokenize;
+                struct {
+                        double timeout; /* seconds, (0, PROTOCOL_TIMEOUT_MAX]; default 300 */
+                } drain;
                 struct {
                         /* the ids to abort (no NUL), as AsyncLLM.abort takes them: one
                          * string (list false, n 1) or a list of them; owned */
@@ -152,6 +175,9 @@ struct client_message {
                          * Borrowed: async_llm_collective_rpc() takes its argument over, so
                          * pass json_object_get(args). */
                         struct json_object *args;
+                        /* seconds to wait for the workers' answer, (0, PROTOCOL_TIMEOUT_MAX];
+                         * 0: as long as it takes */
+                        double timeout;
                 } collective_rpc;
                 struct {
                         bool has_versions;  /* false: no "protocol" given, i.e. [1] */

@@ -91,3 +91,19 @@ void served_model_unload(struct served_model *m) {
         free(m->name);
         *m = (struct served_model) { 0 };
 }
+
+int served_model_tokenize(const struct served_model *m, const char *text, const struct chat_message *messages,
+                          size_t n_messages, bool add_generation_prompt, int32_t **ret, size_t *ret_n,
+                          struct error *err) {
+        char *rendered = NULL;
+        int r = 0;
+        *ret = NULL;
+        *ret_n = 0;
+        if (!text && (r = chat_render(m->tk, messages, n_messages, add_generation_prompt, &rendered, err)) < 0)
+                return r;
+        r = tokenizer_encode_prompt(m->tk, text ? text : rendered, strlen(text ? text : rendered), true, ret, ret_n, err);
+        free(rendered);
+        if (r >= 0 && !*ret && !(*ret = malloc(sizeof(**ret))))
+                r = error_set(err, ENOMEM, "out of memory");
+        return r < 0 ? r : 0;
+}

@@ -6,6 +6,7 @@
 
 #include "async-llm.h"
 #include "backend.h"
+#include "chat-template.h"
 #include "engine-config.h"
 #include "error.h"
 #include "fault-injection.h"
@@ -31,3 +32,11 @@ struct served_model {
 int served_model_load(const char *path, const char *device, unsigned threads, const struct engine_config *config,
                       const char *chat_template, struct served_model *ret, struct error *err);
 void served_model_unload(struct served_model *m);
+
+/* The token ids a generate request of this prompt starts from: text (NULL: messages) as the
+ * engine encodes a prompt, messages rendered with the chat template first, the assistant's
+ * turn opened when add_generation_prompt. *ret is malloc()ed (never NULL on success).
+ * -EINVAL with the reason (a template that does not render), -ENOMEM. */
+int served_model_tokenize(const struct served_model *m, const char *text, const struct chat_message *messages,
+                          size_t n_messages, bool add_generation_prompt, int32_t **ret, size_t *ret_n,
+                          struct error *err);

@@ -323,6 +323,7 @@ int server_run(struct server *s) {
 }
 
 void server_done(struct server *s) {
+        drain_release_all(s); /* before the connections they would answer go */
         connections_free_all(s);
         http_front_free(s->http); /* its requests end before the engine does */
         s->http = NULL;

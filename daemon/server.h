@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <systemd/sd-event.h>
 
+#include "drain.h"
 #include "id-map.h"
 #include "metrics.h"
 #include "served-model.h"
@@ -48,6 +49,7 @@ struct server {
         struct bus_state *bus;    /* NULL without --bus */
         struct http_front *http;  /* NULL without --host or --port */
         uint32_t http_in_flight;  /* its generate requests submitted and not yet answered */
+        struct drain_waiter *drain_waiters; /* wait_for_requests_to_drain callers */
 
         bool shutting_down;
         bool engine_dead_seen;
@@ -62,8 +64,10 @@ static inline uint32_t server_in_flight(const struct server *s) {
         return s->requests.n + s->http_in_flight;
 }
 
-/* A request of any front ended: the daemon exits once the last one does while it stops. */
+/* A request of any front ended: the drain waiters are answered, and the daemon exits, once
+ * the last one does. */
 static inline void server_request_ended(struct server *s) {
+        drain_check(s);
         if (s->shutting_down && server_in_flight(s) == 0)
                 sd_event_exit(s->event, s->exit_status);
 }

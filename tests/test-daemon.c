@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The real daemon (asyncllmd) on a real socket with the real model: streaming, 64 clients at
  * once, abusive lines, vanished clients, SIGTERM under load, engine death and a hung engine
- * (with the watchdog), socket activation, and who may do what. */
+ * (with the watchdog), the tokenizer and drain ops, socket activation, and who may do what. */
 #include "config.h"
 
 #include <check.h>
@@ -871,6 +871,109 @@ START_TEST(test_hung_engine) {
 }
 END_TEST
 
+/* The ops around generation: tokenize as generate counts the prompt, detokenize back, the
+ * tokenizer in model, the tasks, and the waits that end by their timeouts while a step hangs
+ * (wait_for_requests_to_drain, collective_rpc) with the late answer dropped. */
+START_TEST(test_engine_ops) {
+        struct daemon d = { 0 };
+        char env_file[600], env_stall[64];
+        char *dir = test_tmpdir(), *stall = test_path_join(dir, "stall");
+        snprintf(env_file, sizeof(env_file), "ASYNCLLMD_FAULT_STALL_FILE=%s", stall);
+        snprintf(env_stall, sizeof(env_stall), "ASYNCLLMD_FAULT_STALL_MS=%.0f", test_scaled(2) * 1000);
+        const char *const env[] = { env_stall, env_file, NULL };
+        daemon_start_with(&d, NULL, env, false);
+        struct client c, h;
+        client_hello(&c, d.socket);
+        client_hello(&h, d.socket);
+
+        struct json_object *o = call(&h, "{\"op\":\"tokenize\",\"id\":\"t\",\"prompt\":\"The cat sat on the mat.\"}\n", "t");
+        long count = atol(str_at(o, "result.count"));
+        struct json_object *tokens = at(at(o, "result"), "tokens");
+        ck_assert_int_eq(json_object_array_length(tokens), count);
+        ck_assert_int_gt(count, 3);
+        char line[1024];
+        snprintf(line, sizeof(line), "{\"op\":\"detokenize\",\"id\":\"dt\",\"tokens\":%s}\n",
+                 json_object_to_json_string_ext(tokens, JSON_C_TO_STRING_PLAIN));
+        json_object_put(o);
+        o = call(&h, line, "dt");
+        ck_assert_str_eq(str_at(o, "result.prompt"), "The cat sat on the mat.");
+        json_object_put(o);
+        /* generate counts the same prompt tokens */
+        client_send(&c, "{\"op\":\"generate\",\"id\":\"g0\",\"prompt\":\"The cat sat on the mat.\",\"params\":{\"max_tokens\":1,"
+                        "\"output_kind\":\"final\"}}\n");
+        o = client_read(&c, 60);
+        ck_assert_ptr_nonnull(o);
+        ck_assert_int_eq(atol(str_at(o, "usage.prompt_tokens")), count);
+        json_object_put(o);
+        /* messages: the opened assistant turn adds tokens */
+        o = call(&h, "{\"op\":\"tokenize\",\"id\":\"m1\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}\n", "m1");
+        long with = atol(str_at(o, "result.count"));
+        json_object_put(o);
+        o = call(&h, "{\"op\":\"tokenize\",\"id\":\"m2\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+                     "\"add_generation_prompt\":false}\n", "m2");
+        ck_assert_int_gt(with, atol(str_at(o, "result.count")));
+        json_object_put(o);
+        expect_error(&h, "{\"op\":\"detokenize\",\"id\":\"bad\",\"tokens\":[1,99999999]}\n", "invalid_params", "99999999");
+        expect_error(&h, "{\"op\":\"tokenize\",\"id\":\"bad\"}\n", "invalid_params", "prompt or messages");
+        expect_error(&h, "{\"op\":\"tokenize\",\"id\":\"bad\",\"prompt\":\"a\",\"params\":{}}\n", "invalid_params", "params");
+
+        o = call(&h, "{\"op\":\"model\",\"id\":\"md\"}\n", "md");
+        long eos = atol(str_at(o, "result.tokenizer.eos_token_id"));
+        ck_assert_int_eq(atol(str_at(o, "result.tokenizer.vocab_size")), atol(str_at(o, "result.vocab_size")));
+        bool eos_ends = false;
+        struct json_object *eog = at(at(at(o, "result"), "tokenizer"), "eog_token_ids");
+        for (size_t i = 0; eog && i < json_object_array_length(eog); i++)
+                eos_ends |= json_object_get_int(json_object_array_get_idx(eog, i)) == eos;
+        ck_assert_msg(eos_ends, "eos_token_id %ld is not among eog_token_ids", eos);
+        ck_assert_ptr_nonnull(str_at(o, "result.tokenizer.chat_template"));
+        json_object_put(o);
+        o = call(&h, "{\"op\":\"get_supported_tasks\",\"id\":\"k\"}\n", "k");
+        ck_assert_str_eq(json_object_to_json_string_ext(at(at(o, "result"), "tasks"), JSON_C_TO_STRING_PLAIN), "[\"generate\"]");
+        json_object_put(o);
+        o = call(&h, "{\"op\":\"reset_mm_cache\",\"id\":\"mm\"}\n", "mm");
+        ck_assert_str_eq(str_at(o, "result.reset"), "false");
+        json_object_put(o);
+        o = call(&h, "{\"op\":\"wait_for_requests_to_drain\",\"id\":\"w0\"}\n", "w0");
+        ck_assert_str_eq(str_at(o, "result.drained"), "true");
+        json_object_put(o);
+
+        /* a step that hangs: the waits end by their timeouts */
+        ck_assert_int_eq(test_write_file(stall, "", 0), 0);
+        client_send(&c, "{\"op\":\"generate\",\"id\":\"g\",\"prompt\":\"Hi\",\"params\":{\"max_tokens\":2,\"ignore_eos\":true}}\n");
+        while (stat_value(&h, "result.requests_in_flight") == 0)
+                usleep(10000);
+        double t0 = monotonic_seconds();
+        expect_error(&h, "{\"op\":\"wait_for_requests_to_drain\",\"id\":\"w1\",\"timeout\":0.3}\n", "timed_out",
+                     "1 requests still in flight");
+        expect_error(&h, "{\"op\":\"collective_rpc\",\"id\":\"r1\",\"method\":\"ping\",\"timeout\":0.3}\n", "timed_out",
+                     "0.3 s");
+        ck_assert_msg(monotonic_seconds() - t0 < test_scaled(1.9), "the timeouts waited for the hung step");
+        /* a drain that outlives the stall is answered when the request ends */
+        client_send(&h, "{\"op\":\"wait_for_requests_to_drain\",\"id\":\"w2\",\"timeout\":600}\n");
+        unlink(stall);
+        struct gen g;
+        gen_run(&c, "g", &g);
+        ck_assert_int_eq(g.tokens, 2);
+        o = client_read(&h, 60);
+        ck_assert_ptr_nonnull(o);
+        ck_assert_str_eq(str_at(o, "id"), "w2");
+        ck_assert_str_eq(str_at(o, "result.drained"), "true");
+        json_object_put(o);
+        /* the rpc's late answer was dropped: the next line is the next op's */
+        o = client_read(&h, 0.5);
+        ck_assert_msg(!o, "a line after the timeout's answer: %s", o ? json_object_to_json_string(o) : "");
+        o = call(&h, "{\"op\":\"collective_rpc\",\"id\":\"r2\",\"method\":\"reset_prefix_cache\",\"kwargs\":{\"preempt\":true},"
+                     "\"timeout\":60}\n", "r2");
+        ck_assert_str_eq(json_object_to_json_string_ext(at(o, "result"), JSON_C_TO_STRING_PLAIN), "[true]");
+        json_object_put(o);
+        close(c.fd);
+        close(h.fd);
+        daemon_stop(&d);
+        free(stall);
+        test_tmpdir_remove(dir);
+}
+END_TEST
+
 /* Socket activation: systemd-socket-activate passes the listening socket. */
 START_TEST(test_socket_activation) {
         if (access("/usr/bin/systemd-socket-activate", X_OK) != 0 && access("/bin/systemd-socket-activate", X_OK) != 0) {
@@ -1400,6 +1503,7 @@ int main(void) {
         add_test(tc, test_sigterm_under_load);
         add_test(tc, test_engine_death);
         add_test(tc, test_hung_engine);
+        add_test(tc, test_engine_ops);
         add_test(tc, test_socket_activation);
         add_test(tc, test_dbus);
         add_test(tc, test_slo_policy);

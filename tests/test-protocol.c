@@ -344,6 +344,41 @@ START_TEST(test_control_ops) {
         client_message_free(&m);
         parse_ok("{\"op\": \"collective_rpc\", \"id\": \"c\", \"method\": \"ping\", \"args\": null}", &m);
         ck_assert_ptr_null(m.collective_rpc.args);
+        ck_assert(m.collective_rpc.timeout == 0);
+        client_message_free(&m);
+        /* kwargs is the method's argument; vLLM's empty args beside it say nothing */
+        parse_ok("{\"op\": \"collective_rpc\", \"id\": \"c\", \"method\": \"reset_prefix_cache\", \"args\": [], "
+                 "\"kwargs\": {\"preempt\": true}, \"timeout\": 2.5}", &m);
+        ck_assert_str_eq(json_object_to_json_string_ext(m.collective_rpc.args, JSON_C_TO_STRING_PLAIN), "{\"preempt\":true}");
+        ck_assert(m.collective_rpc.timeout == 2.5);
+        client_message_free(&m);
+        parse_ok("{\"op\": \"reset_prefix_cache\", \"id\": \"r\", \"reset_running_requests\": true}", &m);
+        ck_assert(m.reset_prefix_cache.preempt);
+        client_message_free(&m);
+
+        parse_ok("{\"op\": \"tokenize\", \"id\": \"t\", \"prompt\": \"a b\"}", &m);
+        ck_assert_int_eq(m.op, CLIENT_OP_TOKENIZE);
+        ck_assert_int_eq(m.generate.prompt_kind, PROMPT_TEXT);
+        ck_assert_str_eq(m.generate.prompt, "a b");
+        client_message_free(&m);
+        parse_ok("{\"op\": \"tokenize\", \"id\": \"t\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}", &m);
+        ck_assert_int_eq(m.generate.prompt_kind, PROMPT_MESSAGES);
+        ck_assert_uint_eq(m.generate.n_messages, 1);
+        ck_assert(m.generate.add_generation_prompt);
+        client_message_free(&m);
+        parse_ok("{\"op\": \"tokenize\", \"id\": \"t\", \"messages\": [], \"add_generation_prompt\": false}", &m);
+        ck_assert(!m.generate.add_generation_prompt);
+        client_message_free(&m);
+        parse_ok("{\"op\": \"detokenize\", \"id\": \"d\", \"tokens\": [1, 2, 3]}", &m);
+        ck_assert_int_eq(m.op, CLIENT_OP_DETOKENIZE);
+        ck_assert_uint_eq(m.detokenize.n, 3);
+        ck_assert_int_eq(m.detokenize.tokens[2], 3);
+        client_message_free(&m);
+        parse_ok("{\"op\": \"wait_for_requests_to_drain\", \"id\": \"w\"}", &m);
+        ck_assert(m.drain.timeout == PROTOCOL_DRAIN_TIMEOUT_DEFAULT);
+        client_message_free(&m);
+        parse_ok("{\"op\": \"wait_for_requests_to_drain\", \"id\": \"w\", \"timeout\": 1}", &m);
+        ck_assert(m.drain.timeout == 1);
         client_message_free(&m);
 
         static const struct {
@@ -353,6 +388,9 @@ START_TEST(test_control_ops) {
                 { "resume", CLIENT_OP_RESUME },   { "is_paused", CLIENT_OP_IS_PAUSED }, { "is_sleeping", CLIENT_OP_IS_SLEEPING },
                 { "health", CLIENT_OP_HEALTH },   { "stats", CLIENT_OP_STATS },         { "model", CLIENT_OP_MODEL },
                 { "list", CLIENT_OP_LIST },       { "metrics", CLIENT_OP_METRICS },
+                { "get_supported_tasks", CLIENT_OP_GET_SUPPORTED_TASKS },
+                { "reset_mm_cache", CLIENT_OP_RESET_MM_CACHE },
+                { "reset_encoder_cache", CLIENT_OP_RESET_ENCODER_CACHE },
         };
         for (size_t i = 0; i < sizeof(plain) / sizeof(*plain); i++) {
                 char line[128];
@@ -415,6 +453,12 @@ START_TEST(test_ops_and_admin) {
         ck_assert(!client_op_is_admin(CLIENT_OP_ABORT));
         ck_assert(!client_op_is_admin(CLIENT_OP_IS_PAUSED));
         ck_assert(!client_op_is_admin(CLIENT_OP_HELLO));
+        ck_assert(client_op_is_admin(CLIENT_OP_RESET_MM_CACHE));
+        ck_assert(client_op_is_admin(CLIENT_OP_RESET_ENCODER_CACHE));
+        ck_assert(!client_op_is_admin(CLIENT_OP_TOKENIZE));
+        ck_assert(!client_op_is_admin(CLIENT_OP_DETOKENIZE));
+        ck_assert(!client_op_is_admin(CLIENT_OP_GET_SUPPORTED_TASKS));
+        ck_assert(!client_op_is_admin(CLIENT_OP_WAIT_FOR_REQUESTS_TO_DRAIN));
 
         struct client_message zero = { 0 };
         client_message_free(&zero);
@@ -680,6 +724,26 @@ static const struct bad_line {
         { "{\"op\": \"collective_rpc\", \"id\": \"x\", \"args\": {}}", PROTOCOL_INVALID_PARAMS, "x", "method is required" },
         { "{\"op\": \"collective_rpc\", \"id\": \"x\", \"method\": [\"ping\"]}", PROTOCOL_INVALID_PARAMS, "x",
           "method must be a string, got array" },
+        { "{\"op\": \"collective_rpc\", \"id\": \"x\", \"method\": \"m\", \"args\": [1], \"kwargs\": {\"a\": 1}}",
+          PROTOCOL_INVALID_PARAMS, "x", "give args or kwargs, not both" },
+        { "{\"op\": \"collective_rpc\", \"id\": \"x\", \"method\": \"m\", \"kwargs\": [1]}", PROTOCOL_INVALID_PARAMS,
+          "x", "kwargs must be an object of named arguments, got array" },
+        { "{\"op\": \"collective_rpc\", \"id\": \"x\", \"method\": \"m\", \"timeout\": 0}", PROTOCOL_INVALID_PARAMS,
+          "x", "timeout must be seconds, more than 0 and at most 86400, got 0" },
+        { "{\"op\": \"collective_rpc\", \"id\": \"x\", \"method\": \"m\", \"timeout\": \"1\"}", PROTOCOL_INVALID_PARAMS,
+          "x", "timeout must be a number, got string" },
+        { "{\"op\": \"wait_for_requests_to_drain\", \"id\": \"x\", \"timeout\": 1e6}", PROTOCOL_INVALID_PARAMS, "x",
+          "at most 86400, got 1e+06" },
+        { "{\"op\": \"wait_for_requests_to_drain\", \"id\": \"x\", \"drain_timeout\": 1}", PROTOCOL_INVALID_PARAMS,
+          "x", "unknown field \"drain_timeout\"" },
+        { "{\"op\": \"tokenize\", \"id\": \"x\"}", PROTOCOL_INVALID_PARAMS, "x", "prompt or messages is required" },
+        { "{\"op\": \"tokenize\", \"id\": \"x\", \"prompt\": \"a\", \"messages\": []}", PROTOCOL_INVALID_PARAMS, "x",
+          "give only one of prompt and messages" },
+        { "{\"op\": \"tokenize\", \"id\": \"x\", \"prompt_token_ids\": [1]}", PROTOCOL_INVALID_PARAMS, "x",
+          "unknown field \"prompt_token_ids\" for op tokenize" },
+        { "{\"op\": \"detokenize\", \"id\": \"x\"}", PROTOCOL_INVALID_PARAMS, "x", "tokens is required" },
+        { "{\"op\": \"detokenize\", \"id\": \"x\", \"tokens\": [1, \"2\"]}", PROTOCOL_INVALID_PARAMS, "x",
+          "tokens[1] must be an integer, got string" },
         { "{\"op\": \"hello\", \"id\": \"x\", \"protocol\": 1}", PROTOCOL_INVALID_PARAMS, "x",
           "protocol must be an array of integers, got integer" },
         { "{\"op\": \"hello\", \"id\": \"x\", \"protocol\": [\"1\"]}", PROTOCOL_INVALID_PARAMS, "x",
