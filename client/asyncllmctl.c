@@ -26,6 +26,9 @@ static const struct {
         { "wake-up", ctl_wake_up, "wake-up", "take back what sleep gave back" },
         { "rpc", ctl_rpc, "rpc METHOD [JSON]", "call a method on every worker (collective_rpc)" },
         { "reset-prefix-cache", ctl_reset_prefix_cache, "reset-prefix-cache", "empty the prefix cache" },
+        { "drain", ctl_drain, "drain", "wait until no request is in flight" },
+        { "tokenize", ctl_tokenize, "tokenize [TEXT|-]", "the token ids of a text" },
+        { "detokenize", ctl_detokenize, "detokenize ID...", "the text of token ids" },
         { "health", ctl_health, "health", "whether the engine is healthy, as the exit status" },
         { "status", ctl_status, "status", "model, state, requests, cache use and tokens/s" },
         { "list", ctl_list, "list", "the requests in flight" },
@@ -65,6 +68,7 @@ static void help(void) {
                "  5    health: the engine is stalled\n"
                "  75   the daemon is overloaded: it refused a latency-sensitive request for now; try\n"
                "       again after the number of seconds the message gives\n"
+               "  124  drain or rpc: the wait ended by its --timeout\n"
                "  130  interrupted by SIGINT (Ctrl-C), after aborting the request in the daemon\n"
                "  143  terminated by SIGTERM, likewise\n");
 }

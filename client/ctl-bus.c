@@ -60,6 +60,8 @@ static int bus_failure(struct ctl *ctl, const char *method, const sd_bus_error *
                 return ctl_fail(ctl, CTL_EXIT_ENGINE_DEAD, "%s", message);
         if (strcmp(name, BUS_ERROR_PREFIX "Overloaded") == 0) /* the message carries the retry hint */
                 return ctl_fail(ctl, CTL_EXIT_TEMPFAIL, "%s", message);
+        if (strcmp(name, BUS_ERROR_PREFIX "TimedOut") == 0)
+                return ctl_fail(ctl, CTL_EXIT_TIMEOUT, "%s", message);
         if (strcmp(name, BUS_ERROR_PREFIX "PermissionDenied") == 0)
                 return ctl_fail(ctl, CTL_EXIT_REQUEST, "%s (control commands need root or the asyncllm-admin group)",
                                 message);
@@ -296,6 +298,22 @@ static int reply_to_result(const char *op, sd_bus_message *reply, struct json_ob
                 free(ids);
                 *ret = json_object_new_object();
                 json_object_object_add(*ret, "requests", array);
+        } else if (strcmp(op, "tokenize") == 0) {
+                const int32_t *ids;
+                size_t size;
+                if ((r = sd_bus_message_read_array(reply, 'i', (const void **) &ids, &size)) < 0)
+                        return r;
+                struct json_object *tokens = json_object_new_array();
+                for (size_t i = 0; i < size / sizeof(*ids); i++)
+                        json_object_array_add(tokens, json_object_new_int(ids[i]));
+                *ret = json_object_new_object();
+                json_object_object_add(*ret, "count", json_object_new_int64((int64_t) (size / sizeof(*ids))));
+                json_object_object_add(*ret, "tokens", tokens);
+        } else if (strcmp(op, "detokenize") == 0) {
+                if ((r = sd_bus_message_read(reply, "s", &text)) < 0)
+                        return r;
+                *ret = json_object_new_object();
+                json_object_object_add(*ret, "prompt", json_object_new_string(text));
         } else if (strcmp(op, "metrics") == 0) {
                 if ((r = sd_bus_message_read(reply, "s", &text)) < 0)
                         return r;
@@ -338,6 +356,17 @@ static int append_arguments(const char *op, sd_bus_message *m, struct json_objec
                 return append_strv(m, member(args, "tags"));
         if (strcmp(op, "reset_prefix_cache") == 0)
                 return sd_bus_message_append(m, "b", (int) json_object_get_boolean(member(args, "preempt")));
+        if (strcmp(op, "tokenize") == 0)
+                return sd_bus_message_append(m, "s", json_object_get_string(member(args, "prompt")));
+        if (strcmp(op, "detokenize") == 0) {
+                struct json_object *tokens = member(args, "tokens");
+                int r = sd_bus_message_open_container(m, 'a', "i");
+                for (size_t i = 0; r >= 0 && i < json_object_array_length(tokens); i++)
+                        r = sd_bus_message_append(m, "i", json_object_get_int(json_object_array_get_idx(tokens, i)));
+                return r < 0 ? r : sd_bus_message_close_container(m);
+        }
+        if (strcmp(op, "wait_for_requests_to_drain") == 0)
+                return sd_bus_message_append(m, "d", json_object_get_double(member(args, "timeout")));
         if (strcmp(op, "collective_rpc") == 0) {
                 v = member(args, "args");
                 return sd_bus_message_append(m, "ss", json_object_get_string(member(args, "method")),
@@ -361,6 +390,10 @@ static const struct {
         { "stats", "GetStats", ANSWER_AT_ONCE_USEC },
         { "list", "ListRequests", ANSWER_AT_ONCE_USEC },
         { "metrics", "GetMetrics", ANSWER_AT_ONCE_USEC },
+        { "tokenize", "Tokenize", ANSWER_AT_ONCE_USEC },
+        { "detokenize", "Detokenize", ANSWER_AT_ONCE_USEC },
+        /* its own timeout ends it with TimedOut */
+        { "wait_for_requests_to_drain", "WaitForRequestsToDrain", WAIT_FOR_ENGINE_USEC },
 };
 
 int ctl_bus_call(struct ctl *ctl, const char *op, struct json_object *args, struct json_object **ret_result) {

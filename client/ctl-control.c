@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* The commands that act on the engine or on one request: abort, pause, resume, sleep,
- * wake-up, rpc and reset-prefix-cache. They print nothing on success (rpc prints its
+ * wake-up, rpc, reset-prefix-cache and drain. They print nothing on success (rpc prints its
  * result); the exit status tells. */
 #include "config.h"
 
+#include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -251,17 +253,50 @@ static void rpc_help(void) {
                "memory_usage, kv_cache_info, reset_prefix_cache. Needs root or the admin group.\n"
                "\n"
                "Options:\n"
+               "      --timeout SECONDS             give up when the workers have not answered by then\n"
+               "                                    (exit status 124); not over D-Bus\n"
                "  -h, --help                        show this help\n");
+}
+
+/* Options of commands with --help and --timeout SECONDS (more than 0 and at most a day, as
+ * the daemon takes them); returns -1 to go on, else an exit status. */
+static int parse_timeout_option(struct ctl *ctl, int argc, char **argv, void (*help)(void), double *timeout) {
+        static const struct option options[] = {
+                { "help", no_argument, NULL, 'h' },
+                { "timeout", required_argument, NULL, 't' },
+                {},
+        };
+        int opt;
+        ctl_options_begin();
+        while ((opt = getopt_long(argc, argv, ":h", options, NULL)) >= 0) {
+                if (opt == 'h') {
+                        help();
+                        return CTL_EXIT_OK;
+                }
+                if (opt != 't')
+                        return ctl_option_failure(ctl, opt, argv);
+                char *end;
+                errno = 0;
+                double x = strtod(optarg, &end);
+                if (errno || end == optarg || *end || !isfinite(x) || !(x > 0 && x <= 86400))
+                        return ctl_fail(ctl, CTL_EXIT_USAGE,
+                                        "--timeout takes seconds, more than 0 and at most 86400, got '%s'", optarg);
+                *timeout = x;
+        }
+        return -1;
 }
 
 int ctl_rpc(struct ctl *ctl, int argc, char **argv) {
         struct json_object *result = NULL, *call_args = NULL;
-        int status = parse_help_only(ctl, argc, argv, rpc_help);
+        double timeout = 0;
+        int status = parse_timeout_option(ctl, argc, argv, rpc_help, &timeout);
         if (status >= 0)
                 return status;
         if (argc - optind < 1 || argc - optind > 2)
                 return ctl_fail(ctl, CTL_EXIT_USAGE, "takes METHOD and optionally its arguments as JSON, such as: "
                                 "asyncllmctl rpc ping, asyncllmctl rpc reset_prefix_cache '{\"preempt\": true}'");
+        if (timeout > 0 && ctl->bus != CTL_BUS_NONE)
+                return ctl_fail(ctl, CTL_EXIT_USAGE, "--timeout is the socket's: D-Bus's CollectiveRpc waits for the workers");
         if (argc - optind == 2) {
                 enum json_tokener_error e;
                 call_args = json_tokener_parse_verbose(argv[optind + 1], &e);
@@ -273,6 +308,8 @@ int ctl_rpc(struct ctl *ctl, int argc, char **argv) {
         json_object_object_add(args, "method", json_object_new_string(argv[optind]));
         if (call_args)
                 json_object_object_add(args, "args", call_args);
+        if (timeout > 0)
+                json_object_object_add(args, "timeout", json_object_new_double(timeout));
         status = ctl_call(ctl, "collective_rpc", args, &result);
         json_object_put(args);
         if (status == CTL_EXIT_OK)
@@ -316,4 +353,28 @@ int ctl_reset_prefix_cache(struct ctl *ctl, int argc, char **argv) {
         struct json_object *args = json_object_new_object();
         json_object_object_add(args, "preempt", json_object_new_boolean(preempt));
         return call_quietly(ctl, "reset_prefix_cache", args);
+}
+
+/* ---- drain ---- */
+
+static void drain_help(void) {
+        printf("Usage: asyncllmctl [--socket PATH | --bus system|user] drain [OPTIONS]\n"
+               "\n"
+               "Waits until no request is in flight on any of the daemon's fronts (vLLM's\n"
+               "wait_for_requests_to_drain). It neither pauses the engine nor refuses new requests:\n"
+               "pause first for that. Exit status 124 when requests are still in flight at the timeout.\n"
+               "\n"
+               "Options:\n"
+               "      --timeout SECONDS             how long to wait (default 300)\n"
+               "  -h, --help                        show this help\n");
+}
+
+int ctl_drain(struct ctl *ctl, int argc, char **argv) {
+        double timeout = 300;
+        int status = parse_timeout_option(ctl, argc, argv, drain_help, &timeout);
+        if (status >= 0 || (status = no_more_arguments(ctl, argc, argv, 0)) >= 0)
+                return status;
+        struct json_object *args = json_object_new_object();
+        json_object_object_add(args, "timeout", json_object_new_double(timeout));
+        return call_quietly(ctl, "wait_for_requests_to_drain", args);
 }

@@ -30,5 +30,7 @@ int ctl_exit_for_code(const char *code) {
                 return CTL_EXIT_ENGINE_DEAD;
         if (strcmp(code, "overloaded") == 0)
                 return CTL_EXIT_TEMPFAIL;
+        if (strcmp(code, "timed_out") == 0)
+                return CTL_EXIT_TIMEOUT;
         return CTL_EXIT_REQUEST;
 }

@@ -156,43 +156,6 @@ static int print_output(asyncllm_client *client, const asyncllm_output *o, void 
         return 0;
 }
 
-/* All of standard input, without one trailing newline. */
-static int read_prompt(const struct ctl *ctl, char **ret) {
-        size_t len = 0, cap = 4096;
-        char *buf = malloc(cap);
-        if (!buf)
-                return ctl_fail(ctl, CTL_EXIT_REQUEST, "out of memory");
-        for (;;) {
-                ssize_t n = read(STDIN_FILENO, buf + len, cap - len - 1);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0) {
-                        free(buf);
-                        return ctl_fail(ctl, CTL_EXIT_USAGE, "cannot read the prompt from standard input: %s",
-                                        strerror(errno));
-                }
-                if (n == 0)
-                        break;
-                len += (size_t) n;
-                if (cap - len < 2) {
-                        char *bigger = realloc(buf, cap * 2);
-                        if (!bigger) {
-                                free(buf);
-                                return ctl_fail(ctl, CTL_EXIT_REQUEST, "out of memory");
-                        }
-                        buf = bigger;
-                        cap *= 2;
-                }
-        }
-        if (len > 0 && buf[len - 1] == '\n')
-                len--;
-        if (len > 0 && buf[len - 1] == '\r')
-                len--;
-        buf[len] = 0;
-        *ret = buf;
-        return CTL_EXIT_OK;
-}
-
 int ctl_generate(struct ctl *ctl, int argc, char **argv) {
         struct ctl_generation g;
         struct printer printer = { .terminal = ctl_is_terminal(stdout) };
@@ -269,7 +232,7 @@ int ctl_generate(struct ctl *ctl, int argc, char **argv) {
                 status = ctl_fail(ctl, CTL_EXIT_USAGE, "needs a prompt: give it as an argument, or - to read standard input");
                 goto finish;
         } else {
-                if ((status = read_prompt(ctl, &stdin_prompt)) != CTL_EXIT_OK)
+                if ((status = ctl_read_stdin(ctl, "the prompt", &stdin_prompt)) != CTL_EXIT_OK)
                         goto finish;
                 g.prompt = stdin_prompt;
         }

@@ -20,6 +20,7 @@ enum {
         CTL_EXIT_ENGINE_DEAD = 4, /* the engine has failed */
         CTL_EXIT_UNHEALTHY = 5,   /* health: alive but stalled */
         CTL_EXIT_TEMPFAIL = 75,   /* overloaded: try again later (sysexits.h's EX_TEMPFAIL) */
+        CTL_EXIT_TIMEOUT = 124,   /* a wait ended by its --timeout (timeout(1)'s status) */
         CTL_EXIT_SIGINT = 130,
         CTL_EXIT_SIGTERM = 143,
 };
@@ -53,6 +54,10 @@ int ctl_option_failure(const struct ctl *ctl, int opt, char *const *argv);
 /* The exit status for a failure the daemon reported with this protocol error code (NULL: a
  * local failure of the connection). */
 int ctl_exit_for_code(const char *code);
+
+/* All of standard input, without one trailing newline, in *ret (malloc()ed); what names it
+ * in the error ("the prompt"). */
+int ctl_read_stdin(const struct ctl *ctl, const char *what, char **ret);
 
 /* Whether output to f is for a person: a terminal, and colour only without $NO_COLOR. */
 bool ctl_is_terminal(FILE *f);

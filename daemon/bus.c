@@ -492,6 +492,98 @@ static int method_get_metrics(sd_bus_message *m, void *userdata, sd_bus_error *e
         return r;
 }
 
+/* Tokenize(s prompt) -> (ai tokens): the ids a Generate of this prompt starts from. */
+static int method_tokenize(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        struct server *s = userdata;
+        struct connection creds;
+        struct error err = { 0 };
+        sd_bus_message *reply = NULL;
+        const char *prompt;
+        int32_t *ids = NULL;
+        size_t n;
+        int r;
+        if ((r = require(m, s, false, &creds, error)) < 0 || (r = sd_bus_message_read(m, "s", &prompt)) < 0)
+                return r;
+        if ((r = served_model_tokenize(&s->model, prompt, NULL, 0, true, &ids, &n, &err)) < 0)
+                return sd_bus_error_set(error, r == -ENOMEM ? BUS_ERROR("Internal") : BUS_ERROR("InvalidParams"), err.message);
+        if ((r = sd_bus_message_new_method_return(m, &reply)) >= 0 &&
+            (r = sd_bus_message_append_array(reply, 'i', ids, n * sizeof(*ids))) >= 0)
+                r = sd_bus_send(NULL, reply, NULL);
+        sd_bus_message_unref(reply);
+        free(ids);
+        return r;
+}
+
+/* Detokenize(ai tokens) -> (s text): valid UTF-8, as D-Bus strings must be (ill-formed bytes
+ * become U+FFFD), up to a NUL byte, which no D-Bus string holds. */
+static int method_detokenize(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        struct server *s = userdata;
+        struct connection creds;
+        struct error err = { 0 };
+        const void *ids;
+        size_t size, len;
+        char *text;
+        int r;
+        if ((r = require(m, s, false, &creds, error)) < 0 || (r = sd_bus_message_read_array(m, 'i', &ids, &size)) < 0)
+                return r;
+        if ((r = tokenizer_decode_text(s->model.tk, ids, size / sizeof(int32_t), false, &text, &len, &err)) < 0)
+                return sd_bus_error_set(error, r == -ENOMEM ? BUS_ERROR("Internal") : BUS_ERROR("InvalidParams"), err.message);
+        struct json_object *valid = protocol_json_text(text, len);
+        free(text);
+        if (!valid)
+                return -ENOMEM;
+        r = sd_bus_reply_method_return(m, "s", json_object_get_string(valid));
+        json_object_put(valid);
+        return r;
+}
+
+static int method_get_supported_tasks(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        struct connection creds;
+        int r;
+        if ((r = require(m, userdata, false, &creds, error)) < 0)
+                return r;
+        return sd_bus_reply_method_return(m, "as", 1, "generate");
+}
+
+static void on_drained(int result, void *userdata) {
+        sd_bus_message *call = userdata;
+        if (result == 0)
+                sd_bus_reply_method_return(call, "");
+        else if (result == -ETIMEDOUT)
+                sd_bus_reply_method_errorf(call, BUS_ERROR("TimedOut"), "requests still in flight at the timeout");
+        else
+                sd_bus_reply_method_errorf(call, BUS_ERROR("ShuttingDown"), "the daemon is stopping");
+        sd_bus_message_unref(call);
+}
+
+/* WaitForRequestsToDrain(d timeout): answers once no request is in flight on any front. */
+static int method_wait_for_requests_to_drain(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        struct server *s = userdata;
+        struct connection creds;
+        double timeout;
+        int r;
+        if ((r = require(m, s, false, &creds, error)) < 0 || (r = sd_bus_message_read(m, "d", &timeout)) < 0)
+                return r;
+        if (!(timeout > 0 && timeout <= PROTOCOL_TIMEOUT_MAX))
+                return sd_bus_error_setf(error, BUS_ERROR("InvalidParams"),
+                                         "timeout must be seconds, more than 0 and at most %d, got %g", PROTOCOL_TIMEOUT_MAX,
+                                         timeout);
+        sd_bus_message_ref(m);
+        if ((r = drain_wait(s, timeout, on_drained, m)) < 0)
+                sd_bus_message_unref(m);
+        return r < 0 ? r : 1;
+}
+
+/* ResetMmCache() and ResetEncoderCache() -> (b reset): false, a text-only model has
+ * neither cache; there for vLLM's clients. */
+static int method_reset_absent_cache(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        struct connection creds;
+        int r;
+        if ((r = require(m, userdata, true, &creds, error)) < 0)
+                return r;
+        return sd_bus_reply_method_return(m, "b", 0);
+}
+
 static int property_get(sd_bus *bus, const char *path, const char *interface, const char *property,
                         sd_bus_message *reply, void *userdata, sd_bus_error *error) {
         struct server *s = userdata;
@@ -536,6 +628,18 @@ static const sd_bus_vtable vtable[] = {
         SD_BUS_METHOD_WITH_ARGS("ListRequests", SD_BUS_NO_ARGS, SD_BUS_RESULT("as", request_ids), method_list_requests,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("GetMetrics", SD_BUS_NO_ARGS, SD_BUS_RESULT("s", text), method_get_metrics,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("Tokenize", SD_BUS_ARGS("s", prompt), SD_BUS_RESULT("ai", tokens), method_tokenize,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("Detokenize", SD_BUS_ARGS("ai", tokens), SD_BUS_RESULT("s", text), method_detokenize,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("GetSupportedTasks", SD_BUS_NO_ARGS, SD_BUS_RESULT("as", tasks), method_get_supported_tasks,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("WaitForRequestsToDrain", SD_BUS_ARGS("d", timeout), SD_BUS_NO_RESULT,
+                                method_wait_for_requests_to_drain, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ResetMmCache", SD_BUS_NO_ARGS, SD_BUS_RESULT("b", reset), method_reset_absent_cache,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ResetEncoderCache", SD_BUS_NO_ARGS, SD_BUS_RESULT("b", reset), method_reset_absent_cache,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_PROPERTY("Model", "s", property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
         SD_BUS_PROPERTY("State", "s", property_get, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),

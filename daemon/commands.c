@@ -608,8 +608,9 @@ static void on_drained(int result, void *userdata) {
                         send_result(c, p->id, o);
                 } else {
                         char message[160];
-                        snprintf(message, sizeof(message), "%u requests still in flight after %g s (timeout)",
-                                 server_in_flight(c->server), p->timeout);
+                        uint32_t n = server_in_flight(c->server);
+                        snprintf(message, sizeof(message), "%u request%s still in flight after %g s (timeout)", n,
+                                 n == 1 ? "" : "s", p->timeout);
                         commands_send_error(c, p->id, PROTOCOL_TIMED_OUT, message);
                 }
         }

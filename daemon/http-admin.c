@@ -332,6 +332,15 @@ enum MHD_Result http_admin_is_sleeping(struct http_exchange *ex) {
         return http_queue_json(ex, MHD_HTTP_OK, o);
 }
 
+/* vLLM's /reset_mm_cache: a text-only model has no multimodal cache; 200 so that its
+ * clients go on, and the socket's result saying so. */
+enum MHD_Result http_admin_reset_mm_cache(struct http_exchange *ex) {
+        struct json_object *o = json_object_new_object();
+        json_object_object_add(o, "reset", json_object_new_boolean(false));
+        json_object_object_add(o, "message", json_object_new_string("the model has no multimodal cache: nothing to reset"));
+        return http_queue_json(ex, MHD_HTTP_OK, o);
+}
+
 void http_admin_exchange_done(struct http_exchange *ex) {
         sd_event_source_disable_unref(ex->deadline);
         if (ex->call)

@@ -448,6 +448,7 @@ static enum MHD_Result route(struct http_exchange *ex, const char *url, const ch
                 { "/is_sleeping", "GET", -1, http_admin_is_sleeping, ROUTE_ADMIN },
                 { "/reset_prefix_cache", "POST", -1, http_admin_reset_prefix_cache, ROUTE_ADMIN },
                 { "/collective_rpc", "POST", -1, http_admin_collective_rpc, ROUTE_ADMIN },
+                { "/reset_mm_cache", "POST", -1, http_admin_reset_mm_cache, ROUTE_ADMIN },
         };
         struct http_front *h = ex->front;
         if (http_cors_is_preflight(ex, method)) {

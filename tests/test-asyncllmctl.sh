@@ -64,7 +64,7 @@ check "--help" 0 "" "$ctl" --help
 expect "--help lists the commands and exit statuses" bash -c "grep -q '^Commands:' '$tmp/out' && grep -q 'reset-prefix-cache' '$tmp/out' && grep -q '130' '$tmp/out' && grep -q '^  75 ' '$tmp/out'"
 check "--version" 0 "" "$ctl" --version
 expect "--version prints the version" grep -qE '^asyncllmctl [0-9]' "$tmp/out"
-for command in generate chat abort pause resume sleep wake-up rpc reset-prefix-cache health status list metrics; do
+for command in generate chat abort pause resume sleep wake-up rpc reset-prefix-cache drain tokenize detokenize health status list metrics; do
     check "$command --help" 0 "" "$ctl" "$command" --help
 done
 check "no command" 2 "no command given" "$ctl"
@@ -90,6 +90,11 @@ check "bad wake-up tag" 2 "'brain' is neither" "$ctl" wake-up --tags weights,bra
 check "rpc without a method" 2 "takes METHOD" "$ctl" rpc
 check "rpc with bad JSON" 2 "the arguments are not JSON" "$ctl" rpc ping '{bad'
 check "abort without an id" 2 "missing argument" "$ctl" abort
+check "detokenize without ids" 2 "needs token ids" "$ctl" detokenize
+check "detokenize of a word" 2 "'one' is not a token id" "$ctl" detokenize 1 one
+check "tokenize of two texts" 2 "quote a text of several words" "$ctl" tokenize one two
+check "drain with a timeout of 0" 2 "--timeout takes seconds, more than 0" "$ctl" drain --timeout 0
+check "rpc --timeout over D-Bus" 2 "--timeout is the socket's" "$ctl" --bus user rpc --timeout 1 ping
 check "status with an argument" 2 "takes no arguments" "$ctl" status now
 check "--id over D-Bus" 2 "--id does not go with --bus" "$ctl" --bus user generate --id x hi
 
@@ -170,6 +175,30 @@ check "the scheduling class reaches the daemon" 0 "" "$ctl" "${S[@]}" generate -
 expect "a latency-sensitive request finishes" grep -qF '"finished":true' "$tmp/out"
 check "best-effort with SLOs" 0 "" "$ctl" "${S[@]}" generate --slo 0.05 --ttft-slo 0.5 --max-tokens 2 "Hi"
 expect "only the allowed tokens come" bash -c "! grep -oE '\"token_ids\":\\[[0-9,]*\\]' '$tmp/out' | grep -oE '[0-9]+' | grep -qvxE '260|281|284'"
+
+echo "== the tokenizer and the drain"
+check "tokenize" 0 "" "$ctl" "${S[@]}" tokenize "The capital of France is"
+cp "$tmp/out" "$tmp/ids"
+check "tokenize from stdin" 0 "" bash -c "echo 'The capital of France is' | '$ctl' --socket '$sock' tokenize"
+expect "the same ids from stdin" cmp -s "$tmp/out" "$tmp/ids"
+check "the ids as a prompt" 0 "" "$ctl" "${S[@]}" generate --prompt-token-ids "$(tr ' ' , <"$tmp/ids")" --temperature 0 \
+    --max-tokens 8
+expect "give the text of the prompt" cmp -s "$tmp/out" "$tmp/greedy"
+check "detokenize" 0 "" "$ctl" "${S[@]}" detokenize $(cat "$tmp/ids")
+expect "the text back" test "$(cat "$tmp/out")" = "The capital of France is"
+check "detokenize out of range" 1 "out of range" "$ctl" "${S[@]}" detokenize 99999999
+check "drain with nothing in flight" 0 "" "$ctl" "${S[@]}" drain --timeout 5
+"$ctl" "${S[@]}" generate --id drain1 --ignore-eos --max-tokens 900 "Once upon a time" >/dev/null 2>&1 &
+job=$!
+if wait_list "/drain1" "${S[@]}"; then
+    check "drain times out while a request runs" 124 "1 request still in flight after 0.1 s" "$ctl" "${S[@]}" drain --timeout 0.1
+    check "rpc within its timeout" 0 "" "$ctl" "${S[@]}" rpc --timeout 60 ping
+    "$ctl" "${S[@]}" abort "$("$ctl" "${S[@]}" list | grep /drain1)"
+    check "drain once it ends" 0 "" "$ctl" "${S[@]}" drain --timeout 60
+else
+    fail "list never showed the request: $("$ctl" "${S[@]}" list 2>&1)"
+fi
+wait_job "$job"
 
 echo "== the daemon refuses (exit 1)"
 check "invalid temperature" 1 "temperature must be in [0, 2]" "$ctl" "${S[@]}" generate --temperature -1 hi
@@ -296,6 +325,12 @@ if [[ -n $bus_address ]]; then
         --temperature 0 --max-tokens 4 --stop zzz --logit-bias 28=-100 --priority 1 --latency-sensitive --slo 1
     expect "bus: three prompt tokens" grep -qF '"prompt_tokens":3' "$tmp/out"
     check "bus: invalid params" 1 "temperature must be in [0, 2]" "$ctl" "${B[@]}" generate --temperature 3 hi
+    check "bus: tokenize" 0 "" "$ctl" "${B[@]}" tokenize "The capital of France is"
+    expect "bus: the socket's ids" cmp -s "$tmp/out" "$tmp/ids"
+    check "bus: detokenize" 0 "" "$ctl" "${B[@]}" detokenize $(cat "$tmp/ids")
+    expect "bus: the text back" test "$(cat "$tmp/out")" = "The capital of France is"
+    check "bus: detokenize out of range" 1 "out of range" "$ctl" "${B[@]}" detokenize 99999999
+    check "bus: drain" 0 "" "$ctl" "${B[@]}" drain --timeout 5
     check "bus: the scheduling class" 0 "" "$ctl" "${B[@]}" generate --latency-sensitive --slo 0.5 --ttft-slo 2 \
         --max-tokens 2 "Hi"
     check "bus: invalid --slo" 1 "slo must be a number of seconds per output token, more than 0 and at most 3600, got 0" \

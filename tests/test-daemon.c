@@ -944,7 +944,7 @@ START_TEST(test_engine_ops) {
                 usleep(10000);
         double t0 = monotonic_seconds();
         expect_error(&h, "{\"op\":\"wait_for_requests_to_drain\",\"id\":\"w1\",\"timeout\":0.3}\n", "timed_out",
-                     "1 requests still in flight");
+                     "1 request still in flight");
         expect_error(&h, "{\"op\":\"collective_rpc\",\"id\":\"r1\",\"method\":\"ping\",\"timeout\":0.3}\n", "timed_out",
                      "0.3 s");
         ck_assert_msg(monotonic_seconds() - t0 < test_scaled(1.9), "the timeouts waited for the hung step");
@@ -1365,6 +1365,42 @@ START_TEST(test_dbus) {
         wait_state(bus, &w, "paused");
         bus_call_ok(bus, "Resume", "");
         wait_state(bus, &w, "running");
+
+        /* the tokenizer's methods, the tasks, the absent caches and the drain, as busctl calls them */
+        static const struct {
+                const char *call, *want;
+        } calls[] = {
+                { "Tokenize s 'Hello world'", "ai 2 19556 905" },
+                { "Detokenize ai 2 19556 905", "s \"Hello world\"" },
+                { "GetSupportedTasks", "as 1 \"generate\"" },
+                { "ResetMmCache", "b false" },
+                { "ResetEncoderCache", "b false" },
+                { "WaitForRequestsToDrain d 5", "" },
+        };
+        for (size_t i = 0; i < sizeof(calls) / sizeof(*calls); i++) {
+                char *call_out = test_path_join(b.dir, "call.out");
+                pid_t pid = busctl_spawn(b.address, calls[i].call, call_out);
+                ck_assert_msg(busctl_wait(pid, call_out, out, sizeof(out)) == 0, "busctl %s: %s", calls[i].call, out);
+                out[strcspn(out, "\n")] = 0;
+                ck_assert_msg(strcmp(out, calls[i].want) == 0, "busctl %s printed '%s', not '%s'", calls[i].call, out,
+                              calls[i].want);
+                free(call_out);
+        }
+        r = sd_bus_call_method(bus, ENGINE, "Detokenize", &error, NULL, "ai", 1, 99999999);
+        ck_assert_msg(r < 0 && sd_bus_error_has_name(&error, "org.asyncllm.Engine1.Error.InvalidParams") &&
+                      strstr(error.message, "99999999"), "Detokenize of an id out of range: %s", error.message);
+        sd_bus_error_free(&error);
+        char *busy_out = test_path_join(b.dir, "busy.out");
+        pid_t busy = busctl_spawn(b.address, "Complete 'sa{sv}' 'Tell me a story' 2 max_tokens i 48 ignore_eos b true", busy_out);
+        wait_in_flight(bus, 1);
+        r = sd_bus_call_method(bus, ENGINE, "WaitForRequestsToDrain", &error, NULL, "d", 0.01);
+        ck_assert_msg(r < 0 && sd_bus_error_has_name(&error, "org.asyncllm.Engine1.Error.TimedOut"),
+                      "WaitForRequestsToDrain with a request in flight: %s", error.message ? error.message : "no error");
+        sd_bus_error_free(&error);
+        bus_call_ok(bus, "WaitForRequestsToDrain", "d", 600.0);
+        ck_assert_uint_eq(bus_stat(bus, "requests_in_flight"), 0);
+        ck_assert_msg(busctl_wait(busy, busy_out, out, sizeof(out)) == 0, "busctl: %s", out);
+        free(busy_out);
 
         /* nobody is refused the admin methods */
         if (geteuid() == 0) {

@@ -48,7 +48,7 @@ expect "CORS off: a preflight is handled as any OPTIONS is (405), without CORS h
 call POST /nothing
 cp "$tmp/out" "$tmp/unknown"
 for route in "POST /pause" "POST /resume" "GET /is_paused" "POST /sleep" "POST /wake_up" "GET /is_sleeping" \
-        "POST /reset_prefix_cache" "POST /collective_rpc"; do
+        "POST /reset_prefix_cache" "POST /collective_rpc" "POST /reset_mm_cache"; do
         call $route
         expect "without --enable-admin-http, $route is 404 as an unknown route" \
                 json "d['error']['code'] == 404 and d['error']['type'] == 'NotFoundError' and d['error']['message'].startswith('no route ')"
@@ -186,6 +186,8 @@ call POST /collective_rpc "${adm[@]}" -d '{"method": "kv_cache_info", "timeout":
 expect "POST /collective_rpc kv_cache_info" json "d['results'][0]['num_blocks'] > 0"
 call POST /collective_rpc "${adm[@]}" -d '{"method": "reset_prefix_cache", "kwargs": {"preempt": true}}'
 expect "POST /collective_rpc with kwargs: its argument" json "d['results'][0] is True"
+call POST /reset_mm_cache "${adm[@]}"
+expect "POST /reset_mm_cache: 200, nothing to reset ($status)" json "d['reset'] is False and 'multimodal' in d['message']"
 call POST /collective_rpc "${adm[@]}" -d '{"method": "no_such_method"}'
 expect "POST /collective_rpc of an unknown method: 400 naming method" json "d['error']['code'] == 400 and d['error']['param'] == 'method'"
 call POST /collective_rpc "${adm[@]}" -d '{"args": []}'
