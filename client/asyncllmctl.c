@@ -27,6 +27,7 @@ static const struct {
         { "rpc", ctl_rpc, "rpc METHOD [JSON]", "call a method on every worker (collective_rpc)" },
         { "reset-prefix-cache", ctl_reset_prefix_cache, "reset-prefix-cache", "empty the prefix cache" },
         { "drain", ctl_drain, "drain", "wait until no request is in flight" },
+        { "profile", ctl_profile, "profile start|stop", "record the engine's steps as a trace" },
         { "tokenize", ctl_tokenize, "tokenize [TEXT|-]", "the token ids of a text" },
         { "detokenize", ctl_detokenize, "detokenize ID...", "the text of token ids" },
         { "health", ctl_health, "health", "whether the engine is healthy, as the exit status" },

@@ -309,6 +309,14 @@ static int reply_to_result(const char *op, sd_bus_message *reply, struct json_ob
                 *ret = json_object_new_object();
                 json_object_object_add(*ret, "count", json_object_new_int64((int64_t) (size / sizeof(*ids))));
                 json_object_object_add(*ret, "tokens", tokens);
+        } else if (strcmp(op, "stop_profile") == 0) {
+                uint64_t spans;
+                if ((r = sd_bus_message_read(reply, "stb", &text, &spans, &flag)) < 0)
+                        return r;
+                *ret = json_object_new_object();
+                json_object_object_add(*ret, "path", json_object_new_string(text));
+                json_object_object_add(*ret, "spans", json_object_new_int64((int64_t) spans));
+                json_object_object_add(*ret, "truncated", json_object_new_boolean(flag));
         } else if (strcmp(op, "detokenize") == 0) {
                 if ((r = sd_bus_message_read(reply, "s", &text)) < 0)
                         return r;
@@ -391,6 +399,8 @@ static const struct {
         { "list", "ListRequests", ANSWER_AT_ONCE_USEC },
         { "metrics", "GetMetrics", ANSWER_AT_ONCE_USEC },
         { "tokenize", "Tokenize", ANSWER_AT_ONCE_USEC },
+        { "start_profile", "StartProfile", ANSWER_AT_ONCE_USEC },
+        { "stop_profile", "StopProfile", ANSWER_AT_ONCE_USEC },
         { "detokenize", "Detokenize", ANSWER_AT_ONCE_USEC },
         /* its own timeout ends it with TimedOut */
         { "wait_for_requests_to_drain", "WaitForRequestsToDrain", WAIT_FOR_ENGINE_USEC },

@@ -18,6 +18,7 @@ int ctl_wake_up(struct ctl *ctl, int argc, char **argv);
 int ctl_rpc(struct ctl *ctl, int argc, char **argv);
 int ctl_reset_prefix_cache(struct ctl *ctl, int argc, char **argv);
 int ctl_drain(struct ctl *ctl, int argc, char **argv);
+int ctl_profile(struct ctl *ctl, int argc, char **argv);
 
 /* ctl-tokenizer.c */
 int ctl_tokenize(struct ctl *ctl, int argc, char **argv);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The commands that act on the engine or on one request: abort, pause, resume, sleep,
- * wake-up, rpc, reset-prefix-cache and drain. They print nothing on success (rpc prints its
- * result); the exit status tells. */
+ * wake-up, rpc, reset-prefix-cache, drain and profile. They print nothing on success (rpc
+ * prints its result, profile stop the trace's path); the exit status tells. */
 #include "config.h"
 
 #include <errno.h>
@@ -377,4 +377,34 @@ int ctl_drain(struct ctl *ctl, int argc, char **argv) {
         struct json_object *args = json_object_new_object();
         json_object_object_add(args, "timeout", json_object_new_double(timeout));
         return call_quietly(ctl, "wait_for_requests_to_drain", args);
+}
+
+/* ---- profile ---- */
+
+static void profile_help(void) {
+        printf("Usage: asyncllmctl [--socket PATH | --bus system|user] profile [OPTIONS] start|stop\n"
+               "\n"
+               "start begins recording the engine's steps (scheduling, the forward pass by layer and\n"
+               "phase, sampling) and the frontend's detokenization; stop writes them as a Chrome trace\n"
+               "(chrome://tracing, Perfetto) into the daemon's profile-dir and prints the file's path.\n"
+               "Needs root or the admin group, and profile-dir set in the daemon.\n"
+               "\n"
+               "Options:\n"
+               "  -h, --help                        show this help\n");
+}
+
+int ctl_profile(struct ctl *ctl, int argc, char **argv) {
+        struct json_object *result = NULL;
+        int status = parse_help_only(ctl, argc, argv, profile_help);
+        if (status >= 0 || (status = no_more_arguments(ctl, argc, argv, 1)) >= 0)
+                return status;
+        const char *what = argv[optind];
+        if (strcmp(what, "start") != 0 && strcmp(what, "stop") != 0)
+                return ctl_fail(ctl, CTL_EXIT_USAGE, "takes start or stop, got '%s'", what);
+        bool start = strcmp(what, "start") == 0;
+        status = ctl_call(ctl, start ? "start_profile" : "stop_profile", NULL, &result);
+        if (status == CTL_EXIT_OK && !start)
+                printf("%s\n", json_object_get_string(ctl_json_member(result, "path")));
+        json_object_put(result);
+        return status;
 }

@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <math.h>
 
+#include "clock.h"
 #include "cpu-runner-internal.h"
+#include "profiler.h"
 #include "quantize.h"
 #include "rms-norm.h"
 
@@ -283,6 +285,17 @@ static void embed(struct cpu_runner *r, float *row_scratch, unsigned ith, unsign
         }
 }
 
+/* Under the profiler, thread 0 times each phase of a layer from the barrier that began it to
+ * the one that ended it: every thread's share of the phase, the wait for the slowest
+ * included. Returns the phase's end, the next one's start. */
+static double phase_done(bool profiled, const char *phase, uint32_t layer, double start) {
+        if (!profiled)
+                return 0;
+        double end = monotonic_seconds();
+        profiler_span(PROFILE_TRACK_ENGINE, "layer", phase, start, end, "layer", layer);
+        return end;
+}
+
 static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
         struct cpu_runner *r = ctx;
         const struct model *m = r->model;
@@ -297,13 +310,18 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
         const struct activations *a = small ? &r->own[ith] : &r->shared;
         unsigned feed_ith = small ? 0 : ith, feed_nth = small ? 1 : nth;
 
+        bool profiled = ith == 0 && profiler_active();
+        double mark = profiled ? monotonic_seconds() : 0;
+
         embed(r, row_scratch, ith, nth);
         rope_tables(r, ith, nth);
         barrier_before_matmul(r, 0, T, ith, nth);
+        mark = phase_done(profiled, "embed", 0, mark);
 
         for (uint32_t layer = 0; layer < hp->n_layer; layer++) {
                 const struct model_layer *l = &m->layers[layer];
                 size_t w = (size_t) layer * WEIGHTS_PER_LAYER; /* the layer's first weight */
+                double layer_start = mark;
 
                 norm_tokens(r, a, l->attn_norm, NULL, T, feed_ith, feed_nth);
                 if (!small)
@@ -312,6 +330,7 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
                 matmul(r, w + 1, a, T, r->k, r->kv_dim, false, row_scratch, ith, nth);
                 matmul(r, w + 2, a, T, r->v, r->kv_dim, false, row_scratch, ith, nth);
                 barrier_before_matmul(r, w + 3, T, ith, nth);
+                mark = phase_done(profiled, "qkv", layer, mark);
                 if (!r->store_own_kv) {
                         store_kv(r, layer, ith, nth);
                         barrier_before_matmul(r, w + 3, T, ith, nth);
@@ -321,11 +340,13 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
                 else
                         attention(r, layer, ith, nth); /* into shared.xn */
                 barrier_before_matmul(r, w + 3, T, ith, nth);
+                mark = phase_done(profiled, "attention", layer, mark);
                 quantize_tokens(r, a, r->shared.xn, r->q_dim, T, feed_ith, feed_nth);
                 if (!small)
                         barrier_before_matmul(r, w + 3, T, ith, nth);
                 residual_matmul(r, w + 3, l->attn_post_norm, a, row_scratch, ith, nth);
                 barrier_before_matmul(r, w + 4, T, ith, nth);
+                mark = phase_done(profiled, "attn_output", layer, mark);
 
                 norm_tokens(r, a, l->ffn_norm, NULL, T, feed_ith, feed_nth);
                 if (!small)
@@ -333,6 +354,7 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
                 matmul(r, w + 4, a, T, r->gate, hp->n_ff, false, row_scratch, ith, nth);
                 matmul(r, w + 5, a, T, r->up, hp->n_ff, false, row_scratch, ith, nth);
                 barrier_before_matmul(r, w + 6, T, ith, nth);
+                mark = phase_done(profiled, "ffn_gate_up", layer, mark);
                 gated_activation(r, a, feed_ith, feed_nth);
                 if (!small)
                         barrier_before_matmul(r, w + 6, T, ith, nth);
@@ -341,6 +363,9 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
                         barrier_before_matmul(r, w + WEIGHTS_PER_LAYER, T, ith, nth);
                 else
                         barrier_before_matmul(r, n_matmul_weights(m) - 1, b->n_outputs, ith, nth);
+                mark = phase_done(profiled, "ffn_down", layer, mark);
+                if (profiled)
+                        profiler_span(PROFILE_TRACK_ENGINE, "layer", "layer", layer_start, mark, "layer", layer);
         }
 
         norm_tokens(r, a, m->output_norm, b->output_tokens, b->n_outputs, feed_ith, feed_nth);
@@ -351,6 +376,8 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
                 thread_pool_barrier(r->pool);
                 softcap_logits(r, ith, nth);
         }
+        /* thread 0's own share of the logits: the others may still be at theirs */
+        phase_done(profiled, "logits", hp->n_layer, mark);
 }
 
 static void run_slice(struct cpu_runner *r, const struct batch *slice, float *logits) {

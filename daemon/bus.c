@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "connection.h"
 #include "log.h"
+#include "profiling.h"
 #include "protocol.h"
 #include "server.h"
 
@@ -584,6 +585,30 @@ static int method_reset_absent_cache(sd_bus_message *m, void *userdata, sd_bus_e
         return sd_bus_reply_method_return(m, "b", 0);
 }
 
+/* StartProfile() and StopProfile() -> (s path, t spans, b truncated). */
+static int method_profile(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        struct server *s = userdata;
+        struct connection creds;
+        struct error err = { 0 };
+        struct json_object *o = NULL;
+        int r;
+        if ((r = require(m, s, true, &creds, error)) < 0)
+                return r;
+        bool start = strcmp(sd_bus_message_get_member(m), "StartProfile") == 0;
+        r = start ? profiling_start(s, &err) : profiling_stop(s, &o, &err);
+        if (r < 0)
+                return sd_bus_error_set(error, r == -EOPNOTSUPP || r == -EALREADY || r == -ENOENT ? BUS_ERROR("Busy")
+                                                                                                 : BUS_ERROR("Internal"),
+                                        err.message);
+        if (start)
+                return sd_bus_reply_method_return(m, "");
+        r = sd_bus_reply_method_return(m, "stb", json_object_get_string(json_object_object_get(o, "path")),
+                                       (uint64_t) json_object_get_int64(json_object_object_get(o, "spans")),
+                                       (int) json_object_get_boolean(json_object_object_get(o, "truncated")));
+        json_object_put(o);
+        return r;
+}
+
 static int property_get(sd_bus *bus, const char *path, const char *interface, const char *property,
                         sd_bus_message *reply, void *userdata, sd_bus_error *error) {
         struct server *s = userdata;
@@ -641,6 +666,9 @@ static const sd_bus_vtable vtable[] = {
                                 SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("ResetEncoderCache", SD_BUS_NO_ARGS, SD_BUS_RESULT("b", reset), method_reset_absent_cache,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("StartProfile", SD_BUS_NO_ARGS, SD_BUS_NO_RESULT, method_profile, SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("StopProfile", SD_BUS_NO_ARGS, SD_BUS_RESULT("s", path, "t", spans, "b", truncated),
+                                method_profile, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_PROPERTY("Model", "s", property_get, 0, SD_BUS_VTABLE_PROPERTY_CONST),
         SD_BUS_PROPERTY("State", "s", property_get, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("NumRunning", "u", property_get, 0, 0),

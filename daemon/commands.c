@@ -10,6 +10,7 @@
 #include "chat-template.h"
 #include "commands.h"
 #include "log.h"
+#include "profiling.h"
 #include "protocol.h"
 #include "server.h"
 
@@ -598,6 +599,18 @@ static struct json_object *no_cache_json(const char *which) {
         return o;
 }
 
+static void do_profile(struct connection *c, const struct client_message *m) {
+        struct error err = { 0 };
+        struct json_object *o = NULL;
+        int r = m->op == CLIENT_OP_START_PROFILE ? profiling_start(c->server, &err) : profiling_stop(c->server, &o, &err);
+        /* not configured, or not in the state the op needs: the caller's to fix */
+        bool refused = r == -EOPNOTSUPP || r == -EALREADY || r == -ENOENT;
+        if (r < 0)
+                return commands_send_error(c, m->id, refused ? PROTOCOL_INVALID_REQUEST : PROTOCOL_INTERNAL_ERROR,
+                                           err.message);
+        send_result(c, m->id, o ? o : json_object_new_object());
+}
+
 static void on_drained(int result, void *userdata) {
         struct pending_reply *p = userdata;
         struct connection *c = p->conn;
@@ -739,6 +752,8 @@ void commands_handle_line(struct connection *c, const char *line, size_t len) {
                 case CLIENT_OP_WAIT_FOR_REQUESTS_TO_DRAIN: do_drain(c, &m); break;
                 case CLIENT_OP_RESET_MM_CACHE: send_result(c, m.id, no_cache_json("multimodal")); break;
                 case CLIENT_OP_RESET_ENCODER_CACHE: send_result(c, m.id, no_cache_json("encoder")); break;
+                case CLIENT_OP_START_PROFILE:
+                case CLIENT_OP_STOP_PROFILE: do_profile(c, &m); break;
                 case CLIENT_OP_HELLO: do_hello(c, &m); break;
                 case _CLIENT_OP_MAX: break;
                 }

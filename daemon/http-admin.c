@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "http-admin.h"
 #include "log.h"
+#include "profiling.h"
 #include "protocol.h"
 #include "server.h"
 
@@ -339,6 +340,26 @@ enum MHD_Result http_admin_reset_mm_cache(struct http_exchange *ex) {
         json_object_object_add(o, "reset", json_object_new_boolean(false));
         json_object_object_add(o, "message", json_object_new_string("the model has no multimodal cache: nothing to reset"));
         return http_queue_json(ex, MHD_HTTP_OK, o);
+}
+
+/* vLLM's /start_profile and /stop_profile; the latter answers where the trace went. */
+static enum MHD_Result profile_answer(struct http_exchange *ex, int r, struct json_object *o, const struct error *err) {
+        if (r < 0)
+                return http_reply_error(ex, r == -EOPNOTSUPP || r == -EALREADY || r == -ENOENT ? 409 : 500,
+                                        "invalid_request_error", NULL, err->message);
+        return http_queue_json(ex, MHD_HTTP_OK, o ? o : json_object_new_object());
+}
+
+enum MHD_Result http_admin_start_profile(struct http_exchange *ex) {
+        struct error err = { 0 };
+        return profile_answer(ex, profiling_start(ex->front->server, &err), NULL, &err);
+}
+
+enum MHD_Result http_admin_stop_profile(struct http_exchange *ex) {
+        struct error err = { 0 };
+        struct json_object *o = NULL;
+        int r = profiling_stop(ex->front->server, &o, &err);
+        return profile_answer(ex, r, o, &err);
 }
 
 void http_admin_exchange_done(struct http_exchange *ex) {

@@ -16,6 +16,8 @@ enum MHD_Result http_admin_sleep(struct http_exchange *ex);
 enum MHD_Result http_admin_wake_up(struct http_exchange *ex);
 enum MHD_Result http_admin_is_sleeping(struct http_exchange *ex);
 enum MHD_Result http_admin_reset_mm_cache(struct http_exchange *ex);
+enum MHD_Result http_admin_start_profile(struct http_exchange *ex);
+enum MHD_Result http_admin_stop_profile(struct http_exchange *ex);
 enum MHD_Result http_admin_reset_prefix_cache(struct http_exchange *ex);
 enum MHD_Result http_admin_collective_rpc(struct http_exchange *ex);
 

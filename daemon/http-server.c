@@ -449,6 +449,8 @@ static enum MHD_Result route(struct http_exchange *ex, const char *url, const ch
                 { "/reset_prefix_cache", "POST", -1, http_admin_reset_prefix_cache, ROUTE_ADMIN },
                 { "/collective_rpc", "POST", -1, http_admin_collective_rpc, ROUTE_ADMIN },
                 { "/reset_mm_cache", "POST", -1, http_admin_reset_mm_cache, ROUTE_ADMIN },
+                { "/start_profile", "POST", -1, http_admin_start_profile, ROUTE_ADMIN },
+                { "/stop_profile", "POST", -1, http_admin_stop_profile, ROUTE_ADMIN },
         };
         struct http_front *h = ex->front;
         if (http_cors_is_preflight(ex, method)) {

@@ -49,6 +49,8 @@ static const char *const op_names[_CLIENT_OP_MAX] = {
         [CLIENT_OP_WAIT_FOR_REQUESTS_TO_DRAIN] = "wait_for_requests_to_drain",
         [CLIENT_OP_RESET_MM_CACHE] = "reset_mm_cache",
         [CLIENT_OP_RESET_ENCODER_CACHE] = "reset_encoder_cache",
+        [CLIENT_OP_START_PROFILE] = "start_profile",
+        [CLIENT_OP_STOP_PROFILE] = "stop_profile",
         [CLIENT_OP_HELLO] = "hello",
 };
 
@@ -74,6 +76,8 @@ bool client_op_is_admin(enum client_op op) {
         case CLIENT_OP_RESET_PREFIX_CACHE:
         case CLIENT_OP_RESET_MM_CACHE:
         case CLIENT_OP_RESET_ENCODER_CACHE:
+        case CLIENT_OP_START_PROFILE:
+        case CLIENT_OP_STOP_PROFILE:
                 return true;
         default:
                 return false;

@@ -88,6 +88,8 @@ enum client_op {
         CLIENT_OP_WAIT_FOR_REQUESTS_TO_DRAIN,
         CLIENT_OP_RESET_MM_CACHE,
         CLIENT_OP_RESET_ENCODER_CACHE,
+        CLIENT_OP_START_PROFILE,
+        CLIENT_OP_STOP_PROFILE,
         CLIENT_OP_HELLO,
         _CLIENT_OP_MAX,
 };
@@ -95,9 +97,9 @@ enum client_op {
 /* The op's name on the wire ("generate", "wake_up", ...); NULL when out of range. */
 const char *client_op_name(enum client_op op);
 int client_op_from_string(const char *s, enum client_op *ret);
-/* pause, resume, sleep, wake_up, collective_rpc, reset_prefix_cache, reset_mm_cache and
- * reset_encoder_cache: root and the admin group only. Everything else is for the service
- * group. */
+/* pause, resume, sleep, wake_up, collective_rpc, reset_prefix_cache, reset_mm_cache,
+ * reset_encoder_cache, start_profile and stop_profile: root and the admin group only.
+ * Everything else is for the service group. */
 bool client_op_is_admin(enum client_op op);
 
 enum prompt_kind {

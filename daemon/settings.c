@@ -101,6 +101,7 @@ enum setting_id {
         KEY_CLIENT_TIMEOUT,
         KEY_ADMIN_GROUP,
         KEY_SERVICE_GROUP,
+        KEY_PROFILE_DIR,
         N_KEYS,
 };
 
@@ -353,6 +354,11 @@ static const struct setting table[N_KEYS] = {
         [KEY_SERVICE_GROUP] = {
                 "service-group", SETTING_GROUP, FIELD(service_group), .reloadable = true, .arg = "GROUP",
                 .help = "members may generate",
+        },
+        [KEY_PROFILE_DIR] = {
+                "profile-dir", SETTING_PATH, FIELD(profile_dir), .max = 4096, .reloadable = true, .arg = "DIR",
+                .help = "where start_profile and stop_profile write their traces",
+                .default_text = "none: profiling is refused",
         },
 };
 

@@ -80,6 +80,7 @@ struct daemon_settings {
         double client_timeout;        /* seconds a client may stop reading before it is disconnected */
         char *admin_group;
         char *service_group;
+        char *profile_dir;            /* where stop_profile writes its trace; NULL: profiling refused */
 
         /* Bookkeeping. */
         enum daemon_settings_action action;

@@ -12,6 +12,7 @@
 #include "clock.h"
 #include "detokenizer.h"
 #include "id-map.h"
+#include "profiler.h"
 #include "stop-strings.h"
 
 /* One completion of a request: an engine request of its own. */
@@ -283,7 +284,12 @@ static void on_update(struct engine_update *u, void *userdata) {
                         s->prompt_logprobs = u->prompt_logprobs;
                         u->prompt_logprobs = NULL;
                 }
-                if (u->n_tokens && take_tokens(c, u) < 0) {
+                double detokenize_start = profiler_active() ? monotonic_seconds() : 0;
+                int taken = u->n_tokens ? take_tokens(c, u) : 0;
+                if (detokenize_start && u->n_tokens)
+                        profiler_span(PROFILE_TRACK_FRONTEND, "frontend", "detokenize", detokenize_start, monotonic_seconds(),
+                                      "tokens", u->n_tokens);
+                if (taken < 0) {
                         fail_stream(s, "out of memory while taking the request's output");
                         finish_child(c, FINISH_ERROR);
                         engine_thread_abort(s->llm->engine, c->engine_id);
@@ -321,8 +327,11 @@ static void notify_before_reply(void *userdata) {
 }
 
 void async_llm_dispatch(struct async_llm *llm) {
+        double start = profiler_active() ? monotonic_seconds() : 0;
         engine_thread_dispatch(llm->engine, on_update, notify_before_reply, llm);
         notify_touched(llm);
+        if (start)
+                profiler_span(PROFILE_TRACK_FRONTEND, "frontend", "outputs", start, monotonic_seconds(), NULL, 0);
 }
 
 int async_llm_fd(const struct async_llm *llm) {

@@ -10,6 +10,7 @@
 #include "engine-core.h"
 #include "kv-blocks.h"
 #include "id-map.h"
+#include "profiler.h"
 #include "scheduler.h"
 #include "step-trace.h"
 
@@ -385,11 +386,13 @@ int engine_core_step(struct engine_core *ec, struct error *err) {
                 return error_set(err, ESHUTDOWN, "the engine is dead");
         if (!scheduler_has_work(&ec->sched))
                 return 0;
-        if ((rc = scheduler_schedule(&ec->sched, monotonic_seconds())) < 0)
+        double step_start = monotonic_seconds();
+        if ((rc = scheduler_schedule(&ec->sched, step_start)) < 0)
                 return error_set(err, -rc, "out of memory while scheduling");
         if (ec->sched.n_plan == 0)
                 return 0;
         double now = monotonic_seconds();
+        profiler_span(PROFILE_TRACK_ENGINE, "engine", "schedule", step_start, now, "requests", ec->sched.n_plan);
         for (uint32_t i = 0; i < ec->sched.n_plan; i++)
                 if (!ec->sched.plan[i].req->scheduled_time)
                         ec->sched.plan[i].req->scheduled_time = now;
@@ -404,6 +407,7 @@ int engine_core_step(struct engine_core *ec, struct error *err) {
                 return rc;
         }
         double seconds = monotonic_seconds() - started;
+        profiler_span(PROFILE_TRACK_ENGINE, "backend", "forward", started, started + seconds, "tokens", b.n_tokens);
         if (ec->step_trace)
                 step_trace_write(ec->step_trace, started, &ec->sched.plan_shape, predicted, seconds);
         scheduler_record_step(&ec->sched, seconds);
@@ -424,6 +428,11 @@ int engine_core_step(struct engine_core *ec, struct error *err) {
                         continue;
                 if ((rc = record(ec, i, now)) < 0)
                         return error_set(err, -rc, "out of memory while recording outputs");
+        }
+        if (profiler_active()) {
+                double end = monotonic_seconds();
+                profiler_span(PROFILE_TRACK_ENGINE, "engine", "sample", now, end, "requests", n_plan);
+                profiler_span(PROFILE_TRACK_ENGINE, "engine", "step", step_start, end, "tokens", b.n_tokens);
         }
         return 0;
 }

@@ -64,7 +64,7 @@ check "--help" 0 "" "$ctl" --help
 expect "--help lists the commands and exit statuses" bash -c "grep -q '^Commands:' '$tmp/out' && grep -q 'reset-prefix-cache' '$tmp/out' && grep -q '130' '$tmp/out' && grep -q '^  75 ' '$tmp/out'"
 check "--version" 0 "" "$ctl" --version
 expect "--version prints the version" grep -qE '^asyncllmctl [0-9]' "$tmp/out"
-for command in generate chat abort pause resume sleep wake-up rpc reset-prefix-cache drain tokenize detokenize health status list metrics; do
+for command in generate chat abort pause resume sleep wake-up rpc reset-prefix-cache drain profile tokenize detokenize health status list metrics; do
     check "$command --help" 0 "" "$ctl" "$command" --help
 done
 check "no command" 2 "no command given" "$ctl"
@@ -93,6 +93,7 @@ check "abort without an id" 2 "missing argument" "$ctl" abort
 check "detokenize without ids" 2 "needs token ids" "$ctl" detokenize
 check "detokenize of a word" 2 "'one' is not a token id" "$ctl" detokenize 1 one
 check "tokenize of two texts" 2 "quote a text of several words" "$ctl" tokenize one two
+check "profile of neither" 2 "takes start or stop, got 'go'" "$ctl" profile go
 check "drain with a timeout of 0" 2 "--timeout takes seconds, more than 0" "$ctl" drain --timeout 0
 check "rpc --timeout over D-Bus" 2 "--timeout is the socket's" "$ctl" --bus user rpc --timeout 1 ping
 check "status with an argument" 2 "takes no arguments" "$ctl" status now
@@ -188,6 +189,7 @@ check "detokenize" 0 "" "$ctl" "${S[@]}" detokenize $(cat "$tmp/ids")
 expect "the text back" test "$(cat "$tmp/out")" = "The capital of France is"
 check "detokenize out of range" 1 "out of range" "$ctl" "${S[@]}" detokenize 99999999
 check "drain with nothing in flight" 0 "" "$ctl" "${S[@]}" drain --timeout 5
+check "profile without the daemon's profile-dir" 1 "set profile-dir" "$ctl" "${S[@]}" profile start
 "$ctl" "${S[@]}" generate --id drain1 --ignore-eos --max-tokens 900 "Once upon a time" >/dev/null 2>&1 &
 job=$!
 if wait_list "/drain1" "${S[@]}"; then

@@ -881,12 +881,51 @@ START_TEST(test_engine_ops) {
         snprintf(env_file, sizeof(env_file), "ASYNCLLMD_FAULT_STALL_FILE=%s", stall);
         snprintf(env_stall, sizeof(env_stall), "ASYNCLLMD_FAULT_STALL_MS=%.0f", test_scaled(2) * 1000);
         const char *const env[] = { env_stall, env_file, NULL };
-        daemon_start_with(&d, NULL, env, false);
+        const char *const extra[] = { "--profile-dir", dir, NULL };
+        daemon_start_with(&d, extra, env, false);
         struct client c, h;
         client_hello(&c, d.socket);
         client_hello(&h, d.socket);
 
-        struct json_object *o = call(&h, "{\"op\":\"tokenize\",\"id\":\"t\",\"prompt\":\"The cat sat on the mat.\"}\n", "t");
+        /* the profiler: a generate's steps, by layer and phase, and its detokenization */
+        expect_error(&h, "{\"op\":\"stop_profile\",\"id\":\"p0\"}\n", "invalid_request", "not running");
+        struct json_object *o = call(&h, "{\"op\":\"start_profile\",\"id\":\"p1\"}\n", "p1");
+        json_object_put(o);
+        expect_error(&h, "{\"op\":\"start_profile\",\"id\":\"p2\"}\n", "invalid_request", "running already");
+        client_send(&c, "{\"op\":\"generate\",\"id\":\"gp\",\"prompt\":\"Hello\",\"params\":{\"max_tokens\":3,"
+                        "\"ignore_eos\":true,\"output_kind\":\"final\"}}\n");
+        o = client_read(&c, 60);
+        ck_assert_ptr_nonnull(o);
+        json_object_put(o);
+        o = call(&h, "{\"op\":\"stop_profile\",\"id\":\"p3\"}\n", "p3");
+        const char *trace_path = str_at(o, "result.path");
+        ck_assert_ptr_nonnull(trace_path);
+        ck_assert_msg(strncmp(trace_path, dir, strlen(dir)) == 0, "the trace %s is not in profile-dir", trace_path);
+        ck_assert_str_eq(str_at(o, "result.truncated"), "false");
+        long spans = atol(str_at(o, "result.spans"));
+        struct json_object *trace = json_object_from_file(trace_path);
+        ck_assert_msg(trace, "the trace %s is not JSON", trace_path);
+        struct json_object *events = at(trace, "traceEvents");
+        long complete = 0;
+        bool seen[6] = { false };
+        static const char *const wanted_spans[] = { "step", "forward", "qkv", "attention", "ffn_down", "detokenize" };
+        for (size_t i = 0; i < json_object_array_length(events); i++) {
+                struct json_object *e = json_object_array_get_idx(events, i);
+                if (strcmp(str_at(e, "ph"), "X") != 0)
+                        continue;
+                complete++;
+                ck_assert_msg(atof(str_at(e, "dur")) >= 0, "a span of negative duration");
+                for (size_t k = 0; k < 6; k++)
+                        seen[k] |= strcmp(str_at(e, "name"), wanted_spans[k]) == 0;
+        }
+        ck_assert_int_eq(complete, spans);
+        for (size_t k = 0; k < 6; k++)
+                ck_assert_msg(seen[k], "the trace has no %s span", wanted_spans[k]);
+        json_object_put(trace);
+        unlink(trace_path);
+        json_object_put(o);
+
+        o = call(&h, "{\"op\":\"tokenize\",\"id\":\"t\",\"prompt\":\"The cat sat on the mat.\"}\n", "t");
         long count = atol(str_at(o, "result.count"));
         struct json_object *tokens = at(at(o, "result"), "tokens");
         ck_assert_int_eq(json_object_array_length(tokens), count);
@@ -1377,6 +1416,10 @@ START_TEST(test_dbus) {
                 { "ResetEncoderCache", "b false" },
                 { "WaitForRequestsToDrain d 5", "" },
         };
+        r = sd_bus_call_method(bus, ENGINE, "StartProfile", &error, NULL, "");
+        ck_assert_msg(r < 0 && strstr(error.message, "profile-dir"), "StartProfile without profile-dir: %s",
+                      error.message ? error.message : "no error");
+        sd_bus_error_free(&error);
         for (size_t i = 0; i < sizeof(calls) / sizeof(*calls); i++) {
                 char *call_out = test_path_join(b.dir, "call.out");
                 pid_t pid = busctl_spawn(b.address, calls[i].call, call_out);

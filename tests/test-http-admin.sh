@@ -48,7 +48,8 @@ expect "CORS off: a preflight is handled as any OPTIONS is (405), without CORS h
 call POST /nothing
 cp "$tmp/out" "$tmp/unknown"
 for route in "POST /pause" "POST /resume" "GET /is_paused" "POST /sleep" "POST /wake_up" "GET /is_sleeping" \
-        "POST /reset_prefix_cache" "POST /collective_rpc" "POST /reset_mm_cache"; do
+        "POST /reset_prefix_cache" "POST /collective_rpc" "POST /reset_mm_cache" "POST /start_profile" \
+        "POST /stop_profile"; do
         call $route
         expect "without --enable-admin-http, $route is 404 as an unknown route" \
                 json "d['error']['code'] == 404 and d['error']['type'] == 'NotFoundError' and d['error']['message'].startswith('no route ')"
@@ -186,6 +187,8 @@ call POST /collective_rpc "${adm[@]}" -d '{"method": "kv_cache_info", "timeout":
 expect "POST /collective_rpc kv_cache_info" json "d['results'][0]['num_blocks'] > 0"
 call POST /collective_rpc "${adm[@]}" -d '{"method": "reset_prefix_cache", "kwargs": {"preempt": true}}'
 expect "POST /collective_rpc with kwargs: its argument" json "d['results'][0] is True"
+call POST /start_profile "${adm[@]}"
+expect "POST /start_profile without profile-dir: 409 naming it ($status)" json "d['error']['code'] == 409 and 'profile-dir' in d['error']['message']"
 call POST /reset_mm_cache "${adm[@]}"
 expect "POST /reset_mm_cache: 200, nothing to reset ($status)" json "d['reset'] is False and 'multimodal' in d['message']"
 call POST /collective_rpc "${adm[@]}" -d '{"method": "no_such_method"}'

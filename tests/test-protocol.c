@@ -391,6 +391,8 @@ START_TEST(test_control_ops) {
                 { "get_supported_tasks", CLIENT_OP_GET_SUPPORTED_TASKS },
                 { "reset_mm_cache", CLIENT_OP_RESET_MM_CACHE },
                 { "reset_encoder_cache", CLIENT_OP_RESET_ENCODER_CACHE },
+                { "start_profile", CLIENT_OP_START_PROFILE },
+                { "stop_profile", CLIENT_OP_STOP_PROFILE },
         };
         for (size_t i = 0; i < sizeof(plain) / sizeof(*plain); i++) {
                 char line[128];
@@ -455,6 +457,8 @@ START_TEST(test_ops_and_admin) {
         ck_assert(!client_op_is_admin(CLIENT_OP_HELLO));
         ck_assert(client_op_is_admin(CLIENT_OP_RESET_MM_CACHE));
         ck_assert(client_op_is_admin(CLIENT_OP_RESET_ENCODER_CACHE));
+        ck_assert(client_op_is_admin(CLIENT_OP_START_PROFILE));
+        ck_assert(client_op_is_admin(CLIENT_OP_STOP_PROFILE));
         ck_assert(!client_op_is_admin(CLIENT_OP_TOKENIZE));
         ck_assert(!client_op_is_admin(CLIENT_OP_DETOKENIZE));
         ck_assert(!client_op_is_admin(CLIENT_OP_GET_SUPPORTED_TASKS));
