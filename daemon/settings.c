@@ -514,6 +514,8 @@ static int parse_digits(const char *v, uint64_t *ret, const char **end) {
 }
 
 /* A whole unsigned number; "-N" is a number out of range, not garbage. */
+/* Digits only; a leading minus sign reads as a value out of range (-0 too: integers take no
+ * sign), so that "-1" is told it is too small rather than not a number. */
 static int parse_unsigned(const char *v, uint64_t *ret) {
         const char *end;
         int r;
@@ -523,9 +525,7 @@ static int parse_unsigned(const char *v, uint64_t *ret) {
                 return -EINVAL;
         if (r < 0)
                 return r;
-        if (negative && *ret != 0)
-                return -ERANGE;
-        return 0;
+        return negative ? -ERANGE : 0;
 }
 
 static int parse_size(const char *v, uint64_t *ret) {

@@ -426,8 +426,6 @@ static int on_output(asyncllm_client *c, struct pending *p, struct json_object *
                 return die(c, q, NULL, "out of memory");
         if (q < 0)
                 return die(c, q, NULL, "the daemon sent an output for %s without an array of outputs", p->id);
-        if (o.finished && o.any_error_finish)
-                p->awaiting_error = true;
         if (o.done)
                 pending_detach(c, p); /* the callback may reuse the id */
         if (!p->abandoned) {
@@ -454,8 +452,11 @@ static int on_message(asyncllm_client *c, struct json_object *msg, const char *l
                         return die(c, client_errno_from_code(code), code, "%s", message);
                 return 0;
         }
-        if (!(p = id_map_get(&c->by_id, json_object_get_string(idv))))
-                return 0; /* for a request given up and gone */
+        /* an id with a NUL inside is none of ours (they hold none): as a C string it would
+         * match the one it starts with */
+        const char *id = json_object_get_string(idv);
+        if (strlen(id) != (size_t) json_object_get_string_len(idv) || !(p = id_map_get(&c->by_id, id)))
+                return 0; /* for a request given up and gone, or not ours */
 
         if (error_member(msg, &code, &message)) {
                 int error = client_errno_from_code(code);

@@ -45,7 +45,6 @@ struct pending {
         asyncllm_reply_fn reply_cb;   /* PENDING_CALL; may be NULL */
         void *userdata;
         bool abandoned;      /* given up: whatever comes for it is dropped */
-        bool awaiting_error; /* finished with a completion in "error": the error line follows */
         struct pending *prev, *next;
 };
 

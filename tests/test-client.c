@@ -41,6 +41,7 @@ struct fake_opts {
         size_t long_line;    /* > 0: the first generate gets a line of this many bytes */
         int bufsize;         /* > 0: small socket buffers, and reads slowly */
         unsigned start_after; /* streams nothing before this many generate requests came */
+        bool nul_ids;        /* before each output, a finished one for the id with "\u0000x" after it */
 };
 
 /* A generate request that streams: " tok1", " tok2", ... up to total (-1: never a word). */
@@ -112,6 +113,11 @@ static void send_output(struct fake_server *fs, struct active *a) {
                 fs->closed = true;
                 return;
         }
+        if (fs->opts.nul_ids)
+                send_line(fs,
+                          "{\"id\": \"%s\\u0000x\", \"outputs\": [{\"index\": 0, \"text\": \"bogus\", \"token_ids\": [7], "
+                          "\"finish_reason\": \"stop\"}], \"finished\": true}",
+                          a->id);
         send_line(fs,
                   "{\"id\": \"%s\", \"outputs\": [{\"index\": 0, \"text\": \" tok%d\", \"token_ids\": [%d], "
                   "\"cumulative_logprob\": null, \"logprobs\": null, \"finish_reason\": %s, \"stop_reason\": null}], "
@@ -687,6 +693,25 @@ START_TEST(test_streaming_in_order) {
 }
 END_TEST
 
+/* A line whose id holds a NUL is nobody's: as a C string it would be the id it starts with. */
+START_TEST(test_ids_with_nul) {
+        struct fake_server *fs;
+        struct fake_opts opts = { .nul_ids = true };
+        asyncllm_client *c = connect_to(&fs, &opts);
+        asyncllm_request *r = request_with_prompt("count 3");
+        struct seen s = { 0 };
+        ck_assert_int_eq(asyncllm_request_set_id(r, "mine"), 0);
+        ck_assert_int_eq(asyncllm_client_generate(c, r, record, &s), 0);
+        ck_assert_uint_eq(s.n, 3);
+        for (size_t i = 0; i < 3; i++)
+                ck_assert_str_ne(s.texts[i], "bogus");
+        ck_assert_int_eq(s.done[2], 1);
+        asyncllm_request_free(r);
+        asyncllm_client_free(c);
+        fake_stop(fs);
+}
+END_TEST
+
 /* The view's stop reasons, read inside the callback. */
 static int check_stop(asyncllm_client *c, const asyncllm_output *o, void *userdata) {
         int *calls = userdata;
@@ -1199,6 +1224,7 @@ int main(void) {
         tcase_add_test(tc, test_protocol_versions);
         tcase_add_test(tc, test_streaming_in_order);
         tcase_add_test(tc, test_stop_reasons);
+        tcase_add_test(tc, test_ids_with_nul);
         tcase_add_test(tc, test_concurrent_requests);
         tcase_add_test(tc, test_errors);
         tcase_add_test(tc, test_daemon_closes_mid_stream);

@@ -35,5 +35,10 @@ rc=$?
 expect "a bad file is refused, naming its line, with nothing printed ($(cat "$tmp/err"))" \
     test $rc -ne 0 -a ! -s "$tmp/out" -a -n "$(grep -F "bad.conf:1:" "$tmp/err")"
 
+"$daemon" --config "$tmp" --print-settings >"$tmp/out" 2>"$tmp/err"
+rc=$?
+expect "a directory given as the file is refused by name, with nothing printed ($(cat "$tmp/err"))" \
+    test $rc -ne 0 -a ! -s "$tmp/out" -a -n "$(grep -F "$tmp: cannot read the configuration file: Is a directory" "$tmp/err")"
+
 echo "$passed passed, $failed failed"
 ((failed == 0))

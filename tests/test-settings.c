@@ -246,6 +246,7 @@ START_TEST(test_flag_errors) {
         expect_flag_error(ARGS("--max-num-seqs= 8"), "'\x20""8' is not an integer");
         expect_flag_error(ARGS("--max-num-seqs=0x10"), "'0x10' is not an integer");
         expect_flag_error(ARGS("--max-num-seqs=+8"), "'+8' is not an integer");
+        expect_flag_error(ARGS("--seed=-0"), "--seed: -0 is out of range; allowed: 0 to 18446744073709551615");
         expect_flag_error(ARGS("--seed=18446744073709551616"),
                           "--seed: 18446744073709551616 is out of range; allowed: 0 to 18446744073709551615");
         expect_flag_error(ARGS("--threads=99999999999999999999999"),
