@@ -969,6 +969,29 @@ START_TEST(test_engine_ops) {
         o = call(&h, "{\"op\":\"get_supported_tasks\",\"id\":\"k\"}\n", "k");
         ck_assert_str_eq(json_object_to_json_string_ext(at(at(o, "result"), "tasks"), JSON_C_TO_STRING_PLAIN), "[\"generate\"]");
         json_object_put(o);
+        /* sleep empties the prefix cache first, as AsyncLLM.sleep does */
+        static const char *const cached_prompt =
+                "{\"op\":\"generate\",\"id\":\"%s\",\"prompt\":\"The old lighthouse keeper climbed the stairs every evening, "
+                "counted the ships on the horizon and wrote their names in a book that nobody read.\","
+                "\"params\":{\"max_tokens\":1,\"output_kind\":\"final\"}}\n";
+        long cached[3];
+        for (int i = 0; i < 3; i++) {
+                char id[8];
+                snprintf(id, sizeof(id), "pc%d", i);
+                snprintf(line, sizeof(line), cached_prompt, id);
+                if (i == 2) {
+                        json_object_put(call(&h, "{\"op\":\"sleep\",\"id\":\"sl\",\"level\":1}\n", "sl"));
+                        json_object_put(call(&h, "{\"op\":\"wake_up\",\"id\":\"wu\"}\n", "wu"));
+                }
+                client_send(&c, line);
+                o = client_read(&c, 60);
+                ck_assert_ptr_nonnull(o);
+                cached[i] = atol(str_at(o, "num_cached_tokens"));
+                json_object_put(o);
+        }
+        ck_assert_msg(cached[0] == 0 && cached[1] >= 16 && cached[2] == 0,
+                      "cached prompt tokens %ld, %ld, then %ld after sleep (want 0, at least a block, 0)", cached[0],
+                      cached[1], cached[2]);
         o = call(&h, "{\"op\":\"reset_mm_cache\",\"id\":\"mm\"}\n", "mm");
         ck_assert_str_eq(str_at(o, "result.reset"), "false");
         json_object_put(o);
