@@ -52,6 +52,7 @@ struct cpu_runner {
         /* Scratch for one slice of a step, T = slice_tokens, reused across slices and steps. */
         uint32_t slice_tokens;   /* max_slice_tokens, at most max_batch_tokens */
         int32_t *slice_outputs;  /* (T) the slice's output token indices, from its first token */
+        int32_t *slice_hidden;   /* (T) the slice's hidden-state token indices, likewise */
         float *x;                /* (T, n_embd) the residual stream */
         struct activations shared; /* (T, ...) written by the threads together */
         /* Per thread, for batches of at most SMALL_BATCH tokens: each thread normalizes and

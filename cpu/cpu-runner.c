@@ -110,6 +110,7 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
         r->thread_scratch_stride = r->attn_scores_floats + r->attn_queries_floats + attn_rows * 64 * hp->head_dim;
         r->attn_done_until = calloc((size_t) config->n_threads * hp->n_head_kv, sizeof(*r->attn_done_until));
         r->slice_outputs = alloc_scratch(r, T, sizeof(*r->slice_outputs));
+        r->slice_hidden = alloc_scratch(r, T, sizeof(*r->slice_hidden));
         r->x = alloc_floats(r, T * hp->n_embd);
         r->k_quants = any_k_quant_weight(r);
         bool ok = activations_alloc(r, T, &r->shared);
@@ -143,7 +144,7 @@ int cpu_runner_new(const struct model *model, const struct cpu_runner_config *co
                 ok = false;
         r->shares = aligned_alloc(_Alignof(struct matmul_share),
                                   n_matmul_weights(r->model) * config->n_threads * sizeof(struct matmul_share));
-        if (!ok || !r->slice_outputs || !r->x || !r->q || !r->k || !r->v || !r->gate || !r->up || !r->rope_cos ||
+        if (!ok || !r->slice_outputs || !r->slice_hidden || !r->x || !r->q || !r->k || !r->v || !r->gate || !r->up || !r->rope_cos ||
             !r->rope_sin || !r->thread_scratch || !r->shares || !r->attn_done_until) {
                 cpu_runner_free(r);
                 return error_set(err, ENOMEM, "cannot allocate scratch for slices of %zu tokens", T);
@@ -159,6 +160,7 @@ void cpu_runner_free(struct cpu_runner *r) {
         kv_pool_free(r->kv);
         packed_model_free(&r->packed);
         free(r->slice_outputs);
+        free(r->slice_hidden);
         free(r->k_orders);
         free(r->x);
         activations_free(&r->shared);

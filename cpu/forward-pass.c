@@ -285,6 +285,18 @@ static void embed(struct cpu_runner *r, float *row_scratch, unsigned ith, unsign
         }
 }
 
+/* The final hidden states the batch asks for: the residual stream through the output norm,
+ * in float, as the logits' matmul reads it (before its quantization). */
+static void hidden_states(struct cpu_runner *r, unsigned ith, unsigned nth) {
+        const struct model_hparams *hp = &r->model->hp;
+        const struct batch *b = r->batch;
+        uint64_t begin, end;
+        split(b->n_hidden, ith, nth, &begin, &end);
+        for (uint64_t i = begin; i < end; i++)
+                rms_norm(r->x + (size_t) b->hidden_tokens[i] * hp->n_embd, r->model->output_norm,
+                         b->hidden + i * hp->n_embd, hp->n_embd, hp->rms_eps);
+}
+
 /* Under the profiler, thread 0 times each phase of a layer from the barrier that began it to
  * the one that ended it: every thread's share of the phase, the wait for the slowest
  * included. Returns the phase's end, the next one's start. */
@@ -368,6 +380,7 @@ static void forward_worker(void *ctx, unsigned ith, unsigned nth) {
                         profiler_span(PROFILE_TRACK_ENGINE, "layer", "layer", layer_start, mark, "layer", layer);
         }
 
+        hidden_states(r, ith, nth);
         norm_tokens(r, a, m->output_norm, b->output_tokens, b->n_outputs, feed_ith, feed_nth);
         if (!small)
                 barrier_before_matmul(r, n_matmul_weights(m) - 1, b->n_outputs, ith, nth);
@@ -420,12 +433,14 @@ int cpu_runner_forward(struct cpu_runner *r, const struct batch *batch, float *l
         /* A long step goes through the layers in slices of consecutive tokens: a slice's
          * tokens read the keys and values of earlier slices' tokens as a later chunk reads
          * an earlier chunk's, so each token gets the bits it would get in one slice. */
-        uint32_t n_vocab = r->model->hp.n_vocab, out = 0;
+        uint32_t n_vocab = r->model->hp.n_vocab, n_embd = r->model->hp.n_embd, out = 0, hid = 0;
         for (uint32_t first = 0; first < batch->n_tokens; first += r->slice_tokens) {
                 uint32_t n = batch->n_tokens - first < r->slice_tokens ? batch->n_tokens - first : r->slice_tokens;
-                uint32_t n_out = 0;
+                uint32_t n_out = 0, n_hid = 0;
                 for (; out + n_out < batch->n_outputs && (uint32_t) batch->output_tokens[out + n_out] < first + n; n_out++)
                         r->slice_outputs[n_out] = batch->output_tokens[out + n_out] - (int32_t) first;
+                for (; hid + n_hid < batch->n_hidden && (uint32_t) batch->hidden_tokens[hid + n_hid] < first + n; n_hid++)
+                        r->slice_hidden[n_hid] = batch->hidden_tokens[hid + n_hid] - (int32_t) first;
                 struct batch slice = {
                         .n_tokens = n,
                         .tokens = batch->tokens + first,
@@ -435,9 +450,13 @@ int cpu_runner_forward(struct cpu_runner *r, const struct batch *batch, float *l
                         .seqs = batch->seqs,
                         .n_outputs = n_out,
                         .output_tokens = r->slice_outputs,
+                        .n_hidden = n_hid,
+                        .hidden_tokens = r->slice_hidden,
+                        .hidden = batch->hidden ? batch->hidden + (size_t) hid * n_embd : NULL,
                 };
                 run_slice(r, &slice, logits ? logits + (size_t) out * n_vocab : NULL);
                 out += n_out;
+                hid += n_hid;
         }
         return 0;
 }

@@ -17,6 +17,16 @@ int batch_validate(const struct batch *b, const struct batch_limits *limits, str
                         return error_set(err, EINVAL, "output token indices must rise: %d follows %d",
                                          b->output_tokens[i], b->output_tokens[i - 1]);
         }
+        if (b->n_hidden > b->n_tokens || (b->n_hidden && !b->hidden))
+                return error_set(err, EINVAL, "batch asks for %u hidden states from %u tokens%s", b->n_hidden, b->n_tokens,
+                                 b->hidden ? "" : " and gives no room for them");
+        for (uint32_t i = 0; i < b->n_hidden; i++) {
+                if (b->hidden_tokens[i] < 0 || (uint32_t) b->hidden_tokens[i] >= b->n_tokens)
+                        return error_set(err, EINVAL, "hidden-state token index %d out of range", b->hidden_tokens[i]);
+                if (i > 0 && b->hidden_tokens[i] <= b->hidden_tokens[i - 1])
+                        return error_set(err, EINVAL, "hidden-state token indices must rise: %d follows %d",
+                                         b->hidden_tokens[i], b->hidden_tokens[i - 1]);
+        }
         for (uint32_t t = 0; t < b->n_tokens; t++) {
                 if (b->tokens[t] < 0 || (uint32_t) b->tokens[t] >= limits->n_vocab)
                         return error_set(err, EINVAL, "token id %d outside the vocabulary [0, %u)", b->tokens[t], limits->n_vocab);

@@ -28,6 +28,13 @@ struct batch {
         const struct batch_seq *seqs;
         uint32_t n_outputs;
         const int32_t *output_tokens; /* (n_outputs) indices of the tokens whose logits are wanted, rising */
+        /* Tokens whose final hidden state (after the output norm: what the logits are computed
+         * from, and what embeddings pool) is wanted, written as n_embd floats each into hidden
+         * in this order. Independent of output_tokens: an encode request's prompt tokens
+         * want no logits. */
+        uint32_t n_hidden;
+        const int32_t *hidden_tokens; /* (n_hidden) indices, rising */
+        float *hidden;                /* (n_hidden, n_embd), the caller's */
 };
 
 /* What a backend can run: its step size, sequence length, vocabulary and KV pool. */

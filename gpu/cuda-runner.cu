@@ -653,6 +653,8 @@ extern "C" int cuda_runner_forward(struct cuda_runner *r, const struct batch *b,
         int rc = batch_validate(b, &limits, err);
         if (rc < 0)
                 return rc;
+        if (b->n_hidden)
+                return error_set(err, EOPNOTSUPP, "the cuda backend gives no hidden states yet (encode runs on the cpu)");
         CUDA_TRY(cudaSetDevice(r->config.device));
         bool graph = b->n_tokens <= r->graph_max_batch && is_decode_step(b);
         uint32_t rows = graph ? graph_size(b->n_tokens) : b->n_outputs;

@@ -139,7 +139,8 @@ static void ref_residual(float *x, float *branch, const float *post_norm, const 
                 x[i] += branch[i];
 }
 
-static void ref_step(struct reference *ref, int32_t token, float *logits) {
+/* One token through the reference; hidden (may be NULL) gets its final hidden state. */
+static void ref_step(struct reference *ref, int32_t token, float *logits, float *hidden) {
         const struct model *m = ref->m;
         const struct model_hparams *hp = &m->hp;
         uint32_t E = hp->n_embd, hd = hp->head_dim, qd = hp->n_head * hd, kvd = hp->n_head_kv * hd, F = hp->n_ff;
@@ -207,6 +208,8 @@ static void ref_step(struct reference *ref, int32_t token, float *logits) {
                 ref_residual(x, tmp, L->ffn_post_norm, hp);
         }
         ref_rmsnorm(x, m->output_norm, xn, E, hp->rms_eps);
+        if (hidden)
+                memcpy(hidden, xn, sizeof(float) * E);
         ref_matvec(&m->output, xn, logits);
         free(x); free(xn); free(q); free(k); free(v); free(att); free(tmp); free(g); free(u); free(scores);
 }
@@ -256,7 +259,8 @@ static void run_batched(struct cpu_runner *r, const struct model *m, struct test
                 }
                 if (n == 0)
                         break;
-                struct batch b = { n, tokens, positions, seq_ids, n_seqs, bs, n, outputs };
+                struct batch b = { .n_tokens = n, .tokens = tokens, .positions = positions, .seq_ids = seq_ids,
+                        .n_seqs = n_seqs, .seqs = bs, .n_outputs = n, .output_tokens = outputs };
                 struct error err;
                 ck_assert_msg(cpu_runner_forward(r, &b, out, &err) == 0, "%s", err.message);
                 for (uint32_t t = 0; t < n; t++) {
@@ -358,7 +362,7 @@ START_TEST(test_matches_reference) {
                                  calloc((size_t) m->hp.n_layer * MAX_LEN * kvd, 2), 0 };
         double worst = 0.0;
         for (uint32_t t = 0; t < n; t++) {
-                ref_step(&ref, tokens[t], want);
+                ref_step(&ref, tokens[t], want, NULL);
                 double scale = 0.0;
                 for (uint32_t v = 0; v < V; v++)
                         scale = fmax(scale, fabs(want[v]));
@@ -377,6 +381,72 @@ START_TEST(test_matches_reference) {
         free(ref.v);
         free(got);
         free(want);
+        cpu_runner_free(r);
+        model_free(m);
+}
+END_TEST
+
+/* The final hidden states a batch asks for (what embeddings pool) are the reference's, for
+ * the tokens asked, across slices; asking for them changes no logit bit. */
+START_TEST(test_hidden_states) {
+        const struct synthetic_llama_config *cfg = &shapes[_i];
+        struct model *m = load_synthetic(cfg);
+        uint32_t V = m->hp.n_vocab, E = m->hp.n_embd, n = 20, kvd = m->hp.n_head_kv * m->hp.head_dim;
+        int32_t tokens[20], positions[20], seq_ids[20], outputs[20], wanted[20];
+        uint32_t n_wanted = 0;
+        make_tokens(tokens, n, V, 11);
+        int32_t table[MAX_LEN / BLOCK_SIZE];
+        for (uint32_t i = 0; i < MAX_LEN / BLOCK_SIZE; i++)
+                table[i] = (int32_t) i;
+        for (uint32_t t = 0; t < n; t++) {
+                positions[t] = (int32_t) t;
+                seq_ids[t] = 0;
+                outputs[t] = (int32_t) t;
+                if (t % 3 == 0 || t == n - 1)
+                        wanted[n_wanted++] = (int32_t) t;
+        }
+        struct batch_seq bs = { table, MAX_LEN / BLOCK_SIZE, n };
+        float *plain = malloc(sizeof(float) * n * V), *with = malloc(sizeof(float) * n * V);
+        float *hidden = malloc(sizeof(float) * n_wanted * E), *want = malloc(sizeof(float) * V),
+              *want_hidden = malloc(sizeof(float) * E);
+        struct error err;
+        struct cpu_runner *r = new_sliced_runner(m, 2, 64, 7);
+        struct batch b = { .n_tokens = n, .tokens = tokens, .positions = positions, .seq_ids = seq_ids,
+                .n_seqs = 1, .seqs = &bs, .n_outputs = n, .output_tokens = outputs };
+        ck_assert_msg(cpu_runner_forward(r, &b, plain, &err) == 0, "%s", err.message);
+        b.n_hidden = n_wanted;
+        b.hidden_tokens = wanted;
+        b.hidden = hidden;
+        ck_assert_msg(cpu_runner_forward(r, &b, with, &err) == 0, "%s", err.message);
+        ck_assert_msg(memcmp(plain, with, sizeof(float) * n * V) == 0, "shape %d: hidden states changed the logits", _i);
+
+        struct reference ref = { m, calloc((size_t) m->hp.n_layer * MAX_LEN * kvd, 2),
+                                 calloc((size_t) m->hp.n_layer * MAX_LEN * kvd, 2), 0 };
+        double worst = 0.0;
+        for (uint32_t t = 0, w = 0; t < n; t++) {
+                ref_step(&ref, tokens[t], want, want_hidden);
+                if (w == n_wanted || wanted[w] != (int32_t) t)
+                        continue;
+                double scale = 0.0;
+                for (uint32_t i = 0; i < E; i++)
+                        scale = fmax(scale, fabs(want_hidden[i]));
+                for (uint32_t i = 0; i < E; i++)
+                        worst = fmax(worst, fabs(hidden[(size_t) w * E + i] - want_hidden[i]) / (scale + 1e-6));
+                w++;
+        }
+        printf("shape %d: largest hidden-state error relative to its range %.2e\n", _i, worst);
+        ck_assert_msg(worst < 5e-3, "shape %d: relative error %.3e", _i, worst);
+
+        b.hidden = NULL; /* no room for what it asks */
+        ck_assert_int_eq(cpu_runner_forward(r, &b, with, &err), -EINVAL);
+        ck_assert_ptr_nonnull(strstr(err.message, "no room"));
+        free(ref.k);
+        free(ref.v);
+        free(plain);
+        free(with);
+        free(hidden);
+        free(want);
+        free(want_hidden);
         cpu_runner_free(r);
         model_free(m);
 }
@@ -521,7 +591,7 @@ START_TEST(test_sliding_window_long) {
         float *want = malloc(sizeof(float) * V);
         double worst = 0.0;
         for (uint32_t t = 0; t < lens[0]; t++) {
-                ref_step(&ref, tokens[0][t], want);
+                ref_step(&ref, tokens[0][t], want, NULL);
                 double scale = 0.0;
                 for (uint32_t v = 0; v < V; v++)
                         scale = fmax(scale, fabs(want[v]));
@@ -571,7 +641,8 @@ START_TEST(test_rejects_bad_batches) {
         struct batch_seq bs = { table, MAX_LEN / BLOCK_SIZE, 0 };
         float *logits = malloc(sizeof(float) * m->hp.n_vocab);
         struct error err;
-        struct batch b = { 1, &tok, &pos, &sid, 1, &bs, 1, &out };
+        struct batch b = { .n_tokens = 1, .tokens = &tok, .positions = &pos, .seq_ids = &sid,
+                .n_seqs = 1, .seqs = &bs, .n_outputs = 1, .output_tokens = &out };
 
         tok = (int32_t) m->hp.n_vocab;
         ck_assert_int_eq(cpu_runner_forward(r, &b, logits, &err), -EINVAL);
@@ -591,7 +662,8 @@ START_TEST(test_rejects_bad_batches) {
         b.n_tokens = 9;
         ck_assert_int_eq(cpu_runner_forward(r, &b, logits, &err), -EINVAL);
         int32_t toks[2] = { 5, 6 }, poss[2] = { 0, 1 }, sids[2] = { 0, 0 }, outs[2] = { 1, 0 };
-        struct batch two = { 2, toks, poss, sids, 1, &bs, 2, outs };
+        struct batch two = { .n_tokens = 2, .tokens = toks, .positions = poss, .seq_ids = sids,
+                .n_seqs = 1, .seqs = &bs, .n_outputs = 2, .output_tokens = outs };
         ck_assert_int_eq(cpu_runner_forward(r, &two, logits, &err), -EINVAL);
         ck_assert_ptr_nonnull(strstr(err.message, "must rise"));
         b.n_tokens = 1;
@@ -663,6 +735,7 @@ int main(void) {
         int n_shapes = (int) (sizeof(shapes) / sizeof(shapes[0]));
         tcase_add_loop_test(tc, test_matches_reference, 0, n_shapes);
         tcase_add_loop_test(tc, test_invariance, 0, n_shapes);
+        tcase_add_loop_test(tc, test_hidden_states, 0, n_shapes);
         tcase_add_loop_test(tc, test_packed_matches_tiles, 0, n_shapes);
         tcase_add_test(tc, test_rejects_bad_batches);
         tcase_add_loop_test(tc, test_shared_attention_matches, 0, 2 + n_shapes);

@@ -180,7 +180,8 @@ static int step(const struct backend *b, struct seqs *s, uint32_t n_seqs, int32_
                         outs[n_out++] = (int32_t) n - 1;
                 s->len[i] += n_take[i];
         }
-        struct batch batch = { n, tok, pos, sid, n_seqs, s->seqs, n_out, outs };
+        struct batch batch = { .n_tokens = n, .tokens = tok, .positions = pos, .seq_ids = sid,
+                .n_seqs = n_seqs, .seqs = s->seqs, .n_outputs = n_out, .output_tokens = outs };
         float *rows;
         struct error err;
         if (b->forward(b->impl, &batch, &rows, &err) < 0) {
