@@ -100,6 +100,7 @@ int cpu_backend_new(const struct model *model, const struct cpu_runner_config *c
                         .n_blocks = config->n_kv_blocks,
                         .block_bytes = kv_pool_block_bytes(hp->n_layer, config->block_size, hp->n_head_kv * hp->head_dim),
                 },
+                .n_embd = hp->n_embd,
                 .kernels = cpu_runner_kernels(b->runner),
                 .weights = cpu_runner_weights_cached(b->runner) ? "cached" : "streamed",
                 .free = backend_free_impl,

@@ -126,6 +126,7 @@ int commands_send_output(struct daemon_request *r, const struct request_output *
                 .completion_tokens = r->n_generated,
                 .logprobs = r->logprobs,
                 .prompt_logprobs = r->prompt_logprobs,
+                .encode = r->encode,
         };
         char *line = NULL;
         size_t len;
@@ -219,6 +220,7 @@ static void do_generate(struct connection *c, struct client_message *m) {
         req->logprobs = g->params.logprobs;
         req->delta = g->params.output_kind == OUTPUT_DELTA;
         req->prompt_logprobs = g->params.prompt_logprobs;
+        req->encode = g->encode;
         struct request_spec spec;
         generate_message_to_spec(g, req->daemon_id, rendered, &spec);
         /* linked first: the stream may notify (and finish) from inside generate */
@@ -721,7 +723,8 @@ void commands_handle_line(struct connection *c, const char *line, size_t len) {
                                     "only root and members of the admin group may control the engine");
         else
                 switch (m.op) {
-                case CLIENT_OP_GENERATE: do_generate(c, &m); break;
+                case CLIENT_OP_GENERATE:
+                case CLIENT_OP_ENCODE: do_generate(c, &m); break;
                 case CLIENT_OP_ABORT: do_abort(c, &m); break;
                 case CLIENT_OP_PAUSE:
                 case CLIENT_OP_RESUME:

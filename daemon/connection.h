@@ -48,6 +48,7 @@ struct daemon_request {
         uint32_t n_generated;   /* summed over the completions, for usage */
         int32_t logprobs, prompt_logprobs; /* as asked: how many top entries to write */
         bool delta;             /* output kind delta: each output holds only new tokens */
+        bool encode;            /* its output is a pooled vector */
         bool finished;          /* its last output went out */
         double last_token_time; /* for the inter-token latency metric */
         struct daemon_request *prev, *next;

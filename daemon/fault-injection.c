@@ -73,7 +73,7 @@ int fault_injection_wrap(const struct backend *inner, struct fault_injection **r
         *ret = (struct backend) {
                 .name = inner->name, .impl = f, .forward = faulty_forward, .release_memory = faulty_release,
                 .restore_memory = faulty_restore, .n_workers = inner->n_workers, .memory_usage = faulty_usage,
-                .kv = inner->kv, .kernels = inner->kernels, .weights = inner->weights,
+                .kv = inner->kv, .n_embd = inner->n_embd, .kernels = inner->kernels, .weights = inner->weights,
                 .weights_on_device = inner->weights_on_device,
         };
         *ret_state = f;

@@ -202,6 +202,24 @@ uint64_t protocol_output_tokens(const struct request_output *o) {
         return n;
 }
 
+/* vLLM's PoolingOutput: {"data": [the pooled vector]}, null while there is none (a failed
+ * request). Each component as the float it is: 9 significant digits give it back exactly. */
+static struct json_object *new_pooling_output(int *r, const struct request_output *o) {
+        struct json_object *p = json_object_new_object(), *data = o->embedding ? new_array(o->n_embedding) : NULL;
+        char text[32];
+        for (uint32_t i = 0; data && i < o->n_embedding && *r >= 0; i++) {
+                snprintf(text, sizeof(text), "%.9g", o->embedding[i]);
+                push(r, data, json_object_new_double_s(o->embedding[i], text));
+        }
+        if (!p)
+                json_object_put(data);
+        else if (o->embedding)
+                set(r, p, "data", data);
+        else
+                set_null(r, p, "data");
+        return p;
+}
+
 struct json_object *protocol_output_json(const char *id, const struct request_output *o,
                                          const struct output_line_options *opts) {
         struct json_object *obj = json_object_new_object(), *outputs = new_array(o->n_outputs);
@@ -213,9 +231,14 @@ struct json_object *protocol_output_json(const char *id, const struct request_ou
                 return NULL;
         }
         set(&r, obj, "id", new_string(id));
-        for (uint32_t i = 0; i < o->n_outputs && r >= 0; i++)
-                push(&r, outputs, new_completion(&r, &o->outputs[i], opts));
-        set(&r, obj, "outputs", outputs);
+        if (opts->encode) {
+                json_object_put(outputs);
+                set(&r, obj, "outputs", new_pooling_output(&r, o));
+        } else {
+                for (uint32_t i = 0; i < o->n_outputs && r >= 0; i++)
+                        push(&r, outputs, new_completion(&r, &o->outputs[i], opts));
+                set(&r, obj, "outputs", outputs);
+        }
         set(&r, obj, "finished", json_object_new_boolean(o->finished));
         set(&r, obj, "num_cached_tokens", json_object_new_int64(o->num_cached_tokens));
 

@@ -29,6 +29,7 @@
 
 static const char *const op_names[_CLIENT_OP_MAX] = {
         [CLIENT_OP_GENERATE] = "generate",
+        [CLIENT_OP_ENCODE] = "encode",
         [CLIENT_OP_ABORT] = "abort",
         [CLIENT_OP_PAUSE] = "pause",
         [CLIENT_OP_RESUME] = "resume",
@@ -909,6 +910,40 @@ static int collective_rpc_finish(struct parser *p) {
         return 0;
 }
 
+/* encode: generate's prompt and class fields, and the pooling's instead of params. */
+static int encode_field(struct parser *p, const char *key, struct json_object *v) {
+        struct pooling_params *pp = &p->m->generate.pooling;
+        char q[QUOTE_MAX + 4];
+        const char *s;
+        int32_t dimensions = 0;
+        int r;
+
+        if (strcmp(key, "pooling_type") == 0) {
+                if ((r = get_string(p, key, v, &s)) < 0)
+                        return r;
+                if (pooling_type_from_string(s, &pp->type) < 0)
+                        return invalid_params(p, "pooling_type must be \"last\", \"mean\" or \"cls\", got \"%s\"", quote(s, q));
+                return 0;
+        }
+        if (strcmp(key, "normalize") == 0)
+                return get_bool(p, key, v, &pp->normalize);
+        if (strcmp(key, "dimensions") == 0) {
+                if (!v) {
+                        pp->dimensions = 0;
+                        return 0;
+                }
+                if ((r = get_int32(p, key, v, &dimensions)) < 0)
+                        return r;
+                if (dimensions < 1)
+                        return invalid_params(p, "dimensions must be at least 1, got %" PRId32, dimensions);
+                pp->dimensions = (uint32_t) dimensions;
+                return 0;
+        }
+        if (strcmp(key, "params") == 0)
+                return invalid_params(p, "encode takes no params: its fields are pooling_type, normalize and dimensions");
+        return generate_field(p, key, v);
+}
+
 /* tokenize: a prompt or messages, as generate takes them, and add_generation_prompt. */
 static int tokenize_field(struct parser *p, const char *key, struct json_object *v) {
         if (strcmp(key, "add_generation_prompt") == 0)
@@ -979,6 +1014,7 @@ struct op_parser {
 
 static const struct op_parser op_parsers[_CLIENT_OP_MAX] = {
         [CLIENT_OP_GENERATE] = { generate_field, generate_finish },
+        [CLIENT_OP_ENCODE] = { encode_field, generate_finish },
         [CLIENT_OP_ABORT] = { abort_field, abort_finish },
         [CLIENT_OP_PAUSE] = { pause_field, NULL },
         [CLIENT_OP_SLEEP] = { sleep_field, NULL },
@@ -997,6 +1033,13 @@ static void init_defaults(struct client_message *m) {
                 sampling_params_init_default(&m->generate.params);
                 m->generate.params.output_kind = OUTPUT_DELTA; /* a stream wants what is new */
                 m->generate.add_generation_prompt = true;
+                break;
+        case CLIENT_OP_ENCODE:
+                sampling_params_init_default(&m->generate.params);
+                m->generate.params.output_kind = OUTPUT_FINAL_ONLY;
+                m->generate.add_generation_prompt = true;
+                m->generate.encode = true;
+                m->generate.pooling = (struct pooling_params) { .type = POOLING_LAST, .normalize = true };
                 break;
         case CLIENT_OP_TOKENIZE:
                 m->generate.add_generation_prompt = true; /* vLLM's /tokenize default */
@@ -1229,6 +1272,7 @@ void client_message_free(struct client_message *m) {
                 free(m->detokenize.tokens);
                 break;
         case CLIENT_OP_TOKENIZE: /* its prompt fields only: the others stay NULL */
+        case CLIENT_OP_ENCODE:
         case CLIENT_OP_GENERATE:
                 free(m->generate.prompt_token_ids);
                 free(m->generate.messages);
@@ -1266,7 +1310,8 @@ int protocol_negotiate(const struct client_message *hello, int32_t *ret) {
 
 void generate_message_to_spec(const struct generate_message *g, const char *request_id, const char *prompt_text,
                               struct request_spec *ret) {
-        *ret = (struct request_spec) { .id = request_id, .params = g->params, .class = g->class };
+        *ret = (struct request_spec) { .id = request_id, .params = g->params, .class = g->class, .encode = g->encode,
+                                       .pooling = g->pooling };
         switch (g->prompt_kind) {
         case PROMPT_TEXT:
                 ret->prompt_text = g->prompt;

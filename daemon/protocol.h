@@ -29,6 +29,7 @@
 #include "chat-template.h"
 #include "engine-thread.h"
 #include "error.h"
+#include "pooling.h"
 #include "request-output.h"
 #include "sampling-params.h"
 
@@ -68,6 +69,7 @@
 
 enum client_op {
         CLIENT_OP_GENERATE,
+        CLIENT_OP_ENCODE,
         CLIENT_OP_ABORT,
         CLIENT_OP_PAUSE,
         CLIENT_OP_RESUME,
@@ -108,7 +110,8 @@ enum prompt_kind {
         PROMPT_MESSAGES,  /* "messages", to render with the chat template */
 };
 
-/* generate's, and tokenize's prompt fields (prompt or messages) with add_generation_prompt. */
+/* generate's; encode's (its prompt, class and pooling); and tokenize's prompt fields (prompt
+ * or messages) with add_generation_prompt. */
 struct generate_message {
         enum prompt_kind prompt_kind;
         const char *prompt;             /* PROMPT_TEXT; no NUL inside */
@@ -127,6 +130,11 @@ struct generate_message {
          * (0, PROTOCOL_SLO_MAX], or 0 for the engine's default; they are carried for
          * best-effort requests too, where they do nothing. */
         struct request_class class;
+
+        /* encode: one pooled vector instead of generated tokens. The pooling type defaults to
+         * last (what a causal model has read the whole prompt in), normalize to true. */
+        bool encode;
+        struct pooling_params pooling;
 
         /* Owned storage behind params; private to protocol-request.c. */
         const char **stop_storage;
@@ -241,6 +249,8 @@ struct output_line_options {
          * output holds only the new ones (sum protocol_output_tokens() over every output
          * taken); cumulative and final outputs hold them all. */
         uint64_t completion_tokens;
+        /* encode: outputs is {"data": [the pooled vector]} (vLLM's PoolingOutput) */
+        bool encode;
         /* The request's params.logprobs and params.prompt_logprobs: how many top entries
          * follow the chosen token. The sampler appends the chosen token to the top N when it
          * is not among them; it is written first already, so that entry is dropped. Negative:

@@ -66,6 +66,8 @@ struct async_stream {
         char *error;
         int error_code;     /* the engine's -errno with error, when it gave one */
         double retry_after; /* with -EAGAIN */
+        float *embedding;   /* encode: the engine's pooled vector, until the last output takes it */
+        uint32_t n_embedding;
 
         struct async_child *children;
         uint32_t n_children, n_finished;
@@ -109,6 +111,7 @@ static void stream_free(struct async_stream *s) {
         sample_results_free(s->prompt_logprobs, s->n_prompt);
         free(s->request_id);
         free(s->error);
+        free(s->embedding);
         free(s);
 }
 
@@ -280,6 +283,11 @@ static void on_update(struct engine_update *u, void *userdata) {
                         c->first_token_time = u->first_token_time;
                 if (u->last_token_time)
                         c->last_token_time = u->last_token_time;
+                if (u->embedding && !s->embedding) {
+                        s->embedding = u->embedding;
+                        s->n_embedding = u->n_embedding;
+                        u->embedding = NULL;
+                }
                 if (u->prompt_logprobs && !s->prompt_logprobs) {
                         s->prompt_logprobs = u->prompt_logprobs;
                         u->prompt_logprobs = NULL;
@@ -442,6 +450,11 @@ int async_llm_generate(struct async_llm *llm, const struct request_spec *req, as
         struct request_spec spec = *req;
         int32_t *tokenized = NULL;
         int r;
+
+        if (spec.encode) { /* one vector, once: no completions to fan out or stream */
+                spec.params.n = 1;
+                spec.params.output_kind = OUTPUT_FINAL_ONLY;
+        }
 
         struct bad_word_sequences bad_words = { 0 };
         if (!spec.prompt && spec.prompt_text) {
@@ -629,8 +642,12 @@ struct request_output *async_stream_take(struct async_stream *s) {
                 c->taken_text = c->text_visible;
                 c->taken_finish = c->finished;
         }
-        if (o->finished)
+        if (o->finished) {
                 s->final_taken = true;
+                o->embedding = s->embedding;
+                o->n_embedding = s->n_embedding;
+                s->embedding = NULL;
+        }
         return o;
 }
 

@@ -57,6 +57,9 @@ struct backend {
         /* What worker (0 .. n_workers - 1) holds now. */
         void (*memory_usage)(void *impl, unsigned worker, struct backend_memory_usage *ret);
         struct backend_kv_geometry kv;
+        /* The length of the final hidden states a batch's hidden rows receive (batch.h); 0:
+         * the backend gives none, and encode is refused. */
+        uint32_t n_embd;
         /* How it runs, for logs and benchmark reports: the kernel set ("avx512vnni") and
          * where the weights are read from each step ("cached", "streamed"). */
         const char *kernels;

@@ -36,6 +36,11 @@ struct engine_core {
          * next prompt token (prompt_logprobs), and the first such position */
         uint32_t *prompt_rows_first, *prompt_rows_count, *prompt_rows_pos;
         struct scheduled_chunk *plan_copy; /* (max_num_seqs) the step's plan, kept across the hook */
+        /* encode: the tokens whose final hidden states the step pools, and per plan entry the
+         * first of its rows and how many; hidden holds them, allocated with the first encode */
+        int32_t *batch_hidden;
+        uint32_t *hidden_first, *hidden_count;
+        float *hidden;
         float *logits;                /* the step's rows of n_vocab, the backend's (backend.h) */
 
         struct engine_output *outputs;
@@ -106,9 +111,12 @@ int engine_core_new(const struct engine_config *config, const struct backend *ba
         ec->prompt_rows_count = calloc(S, sizeof(uint32_t));
         ec->prompt_rows_pos = calloc(S, sizeof(uint32_t));
         ec->plan_copy = calloc(S, sizeof(*ec->plan_copy));
+        ec->batch_hidden = calloc(T, sizeof(int32_t));
+        ec->hidden_first = calloc(S, sizeof(uint32_t));
+        ec->hidden_count = calloc(S, sizeof(uint32_t));
         if (!ec->batch_tokens || !ec->batch_positions || !ec->batch_seq_ids || !ec->batch_outputs || !ec->batch_seqs ||
             !ec->logits_row || !ec->prompt_rows_first || !ec->prompt_rows_count || !ec->prompt_rows_pos ||
-            !ec->plan_copy) {
+            !ec->plan_copy || !ec->batch_hidden || !ec->hidden_first || !ec->hidden_count) {
                 engine_core_free(ec);
                 return error_set(err, ENOMEM, "out of memory for the step buffers");
         }
@@ -148,6 +156,10 @@ void engine_core_free(struct engine_core *ec) {
         free(ec->prompt_rows_count);
         free(ec->prompt_rows_pos);
         free(ec->plan_copy);
+        free(ec->batch_hidden);
+        free(ec->hidden_first);
+        free(ec->hidden_count);
+        free(ec->hidden);
         free(ec->outputs);
         step_trace_close(ec->step_trace);
         free(ec->eog_ids);
@@ -186,6 +198,22 @@ static int finish(struct engine_core *ec, struct request *r, enum finish_reason 
         return rc;
 }
 
+/* An encode request needs a backend that gives hidden states, dimensions it has, and room
+ * for a step's states (allocated with the first such request: a server that only generates
+ * never pays for it). */
+static int prepare_encode(struct engine_core *ec, const struct request_spec *spec, struct error *err) {
+        uint32_t n_embd = ec->backend.n_embd;
+        if (!n_embd)
+                return error_set(err, EOPNOTSUPP, "the %s backend gives no hidden states: encode runs on the cpu",
+                                 ec->backend.name ? ec->backend.name : "");
+        if (spec->pooling.dimensions > n_embd)
+                return error_set(err, EINVAL, "dimensions must be at most the model's hidden size, %u; got %u", n_embd,
+                                 spec->pooling.dimensions);
+        if (!ec->hidden && !(ec->hidden = malloc((size_t) ec->config.max_num_batched_tokens * n_embd * sizeof(float))))
+                return error_set(err, ENOMEM, "out of memory for the hidden states");
+        return 0;
+}
+
 int engine_core_add_request(struct engine_core *ec, struct request_spec *spec, double *retry_after,
                             struct error *err) {
         struct request *r;
@@ -198,9 +226,17 @@ int engine_core_add_request(struct engine_core *ec, struct request_spec *spec, d
                 request_spec_done(spec);
                 return rc;
         }
+        if (spec->encode && (rc = prepare_encode(ec, spec, err)) < 0) {
+                request_spec_done(spec);
+                return rc;
+        }
         uint64_t order = ec->next_arrival++;
         if ((rc = request_new(spec, order, (int32_t) ec->n_vocab, ec->config.seed + order, &r, err)) < 0)
                 return rc;
+        if (r->encode && pooler_init(&r->pooler, r->pooling.type, ec->backend.n_embd) < 0) {
+                request_free(r);
+                return error_set(err, ENOMEM, "out of memory");
+        }
         if (!r->class.slo)
                 r->class.slo = ec->config.default_slo;
         if (!r->class.ttft_slo)
@@ -244,7 +280,7 @@ bool engine_core_is_dead(const struct engine_core *ec) {
  * Rows follow token order. */
 static void build_batch(struct engine_core *ec, struct batch *b) {
         const struct scheduler *s = &ec->sched;
-        uint32_t n = 0, n_out = 0;
+        uint32_t n = 0, n_out = 0, n_hidden = 0;
         for (uint32_t i = 0; i < s->n_plan; i++) {
                 const struct scheduled_chunk *c = &s->plan[i];
                 struct request *r = c->req;
@@ -260,14 +296,18 @@ static void build_batch(struct engine_core *ec, struct batch *b) {
                 ec->prompt_rows_first[i] = n_out;
                 ec->prompt_rows_count[i] = rate_to - rate_from;
                 ec->prompt_rows_pos[i] = rate_from;
+                ec->hidden_first[i] = n_hidden;
                 for (uint32_t pos = start; pos < end; pos++, n++) {
                         ec->batch_tokens[n] = r->tokens[pos];
                         ec->batch_positions[n] = (int32_t) pos;
                         ec->batch_seq_ids[n] = (int32_t) i;
                         if (pos >= rate_from && pos < rate_to)
                                 ec->batch_outputs[n_out++] = (int32_t) n;
+                        if (r->encode && pooling_reads(r->pooling.type, pos, r->n_prompt))
+                                ec->batch_hidden[n_hidden++] = (int32_t) n;
                 }
-                if (end == r->n_tokens) {
+                ec->hidden_count[i] = n_hidden - ec->hidden_first[i];
+                if (end == r->n_tokens && !r->encode) { /* encode samples nothing */
                         ec->logits_row[i] = (int32_t) n_out;
                         ec->batch_outputs[n_out++] = (int32_t) (n - 1);
                 } else
@@ -282,6 +322,9 @@ static void build_batch(struct engine_core *ec, struct batch *b) {
                 .seqs = ec->batch_seqs,
                 .n_outputs = n_out,
                 .output_tokens = ec->batch_outputs,
+                .n_hidden = n_hidden,
+                .hidden_tokens = ec->batch_hidden,
+                .hidden = n_hidden ? ec->hidden : NULL,
         };
 }
 
@@ -344,6 +387,24 @@ static int rate_prompt(struct engine_core *ec, struct request *r, uint32_t first
         return 0;
 }
 
+/* An encode chunk's states into its pooler; the prompt complete, the pooled vector ends it.
+ * A chunk from position 0 starts the pooling over: the request was preempted and its
+ * prompt is computed again. */
+static int record_encode(struct engine_core *ec, uint32_t i, uint32_t before, double now) {
+        struct request *r = ec->plan_copy[i].req;
+        struct error err;
+        if (before == 0)
+                pooler_restart(&r->pooler);
+        for (uint32_t k = 0; k < ec->hidden_count[i]; k++)
+                pooler_add(&r->pooler, ec->hidden + (size_t) (ec->hidden_first[i] + k) * ec->backend.n_embd);
+        if (r->num_computed_tokens < r->n_prompt)
+                return 0;
+        r->first_token_time = r->last_token_time = now;
+        if (pooler_finish(&r->pooler, &r->pooling, &r->embedding, &r->n_embedding, &err) < 0)
+                return finish(ec, r, FINISH_ERROR, false) < 0 ? -ENOMEM : 0;
+        return finish(ec, r, FINISH_STOP, false);
+}
+
 static int record(struct engine_core *ec, uint32_t i, double now) {
         const struct scheduled_chunk *c = &ec->plan_copy[i];
         int32_t row = ec->logits_row[i];
@@ -353,6 +414,8 @@ static int record(struct engine_core *ec, uint32_t i, double now) {
         r->num_computed_tokens += c->n_tokens;
         if (before < r->n_prompt) /* prompt tokens computed, recomputation included */
                 ec->prompt_tokens += (r->num_computed_tokens < r->n_prompt ? r->num_computed_tokens : r->n_prompt) - before;
+        if (r->encode)
+                return record_encode(ec, i, before, now);
         if (ec->prompt_rows_count[i] &&
             rate_prompt(ec, r, ec->prompt_rows_first[i], ec->prompt_rows_count[i], ec->prompt_rows_pos[i]) < 0)
                 return finish(ec, r, FINISH_ERROR, false) < 0 ? -ENOMEM : 0;

@@ -121,6 +121,7 @@ static void update_clear(struct engine_update *u) {
         sample_results_free(u->logprobs, u->n_tokens);
         sample_results_free(u->prompt_logprobs, u->n_prompt);
         free(u->message);
+        free(u->embedding);
 }
 
 static void event_free(struct event *e) {
@@ -359,6 +360,11 @@ static void collect_outputs(struct engine_thread *et) {
                         u->n_prompt = r->n_prompt;
                         if (sample_results_copy(r->prompt_logprobs, r->n_prompt, &u->prompt_logprobs) < 0)
                                 failed = true;
+                }
+                if (outs[i].finished && r->embedding) { /* moved: the request is freed with the outputs */
+                        u->embedding = r->embedding;
+                        u->n_embedding = r->n_embedding;
+                        r->embedding = NULL;
                 }
                 if (outs[i].finished && r->finish_reason == FINISH_ERROR)
                         u->message = strdup(engine_core_is_dead(et->core) ? et->dead_message

@@ -38,6 +38,8 @@ struct engine_update {
         int error;                    /* -errno when the engine refused or failed it */
         double retry_after;           /* with -EAGAIN (overloaded): seconds until a retry may succeed */
         char *message;                /* why, when error != 0 or finish_reason is error */
+        float *embedding;             /* encode: the pooled vector (n_embedding), with the finished update */
+        uint32_t n_embedding;
 };
 
 enum pause_mode {
@@ -54,7 +56,7 @@ int pause_mode_from_string(const char *s, enum pause_mode *ret);
 typedef void (*engine_reply_fn)(int rc, const char *message, struct json_object *result, void *userdata);
 
 /* Called by engine_thread_dispatch() for each update, in order. It may take ownership of
- * tokens, logprobs, prompt_logprobs and message by setting the fields to NULL. */
+ * tokens, logprobs, prompt_logprobs, message and embedding by setting the fields to NULL. */
 typedef void (*engine_update_fn)(struct engine_update *u, void *userdata);
 
 struct engine_thread_state {

@@ -17,5 +17,6 @@ void request_output_free(struct request_output *o) {
         sample_results_free(o->prompt_logprobs, o->n_prompt);
         free(o->request_id);
         free(o->error);
+        free(o->embedding);
         free(o);
 }

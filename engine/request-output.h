@@ -45,6 +45,8 @@ struct request_output {
         char *error;                       /* why the request failed, when it did */
         int error_code;                    /* -errno with error: -EAGAIN = refused as overloaded */
         double retry_after;                /* with -EAGAIN: seconds until a retry may succeed */
+        float *embedding;                  /* encode: the pooled vector (n_embedding), on the last output */
+        uint32_t n_embedding;
 };
 
 void request_output_free(struct request_output *o);

@@ -105,6 +105,8 @@ int request_new(struct request_spec *spec, uint64_t arrival_order, int32_t n_voc
         r->owner = spec->owner;
         r->arrival_order = arrival_order;
         r->class = spec->class;
+        r->encode = spec->encode;
+        r->pooling = spec->pooling;
         r->n_prompt = r->n_tokens = spec->n_prompt;
         r->arrival_time = spec->arrival_time > 0 ? spec->arrival_time : monotonic_seconds();
         *spec = (struct request_spec) { 0 };
@@ -144,6 +146,8 @@ void request_free(struct request *r) {
         sample_results_free(r->prompt_logprobs, r->n_prompt_logprobs);
         sampler_seq_free(&r->sampler);
         kv_block_list_free(&r->blocks);
+        pooler_done(&r->pooler);
+        free(r->embedding);
         free((void *) r->params.logit_bias);
         free((void *) r->params.allowed_token_ids);
         free((void *) r->params.stop_token_ids);

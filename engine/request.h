@@ -11,6 +11,7 @@
 #include "engine-config.h"
 #include "error.h"
 #include "kv-blocks.h"
+#include "pooling.h"
 #include "sampler.h"
 #include "sampling-params.h"
 
@@ -56,6 +57,10 @@ struct request_spec {
         struct request_class class;
         double arrival_time;     /* CLOCK_MONOTONIC seconds; 0 = now */
         void *owner;             /* the caller's, handed back with every output */
+        /* encode: one pooled vector from the prompt's final hidden states, no tokens
+         * generated; params are not used */
+        bool encode;
+        struct pooling_params pooling;
 };
 
 /* Checks the request's own fields against the engine's limits: a non-empty id, a prompt of
@@ -109,6 +114,12 @@ struct request {
         enum request_state state;
         enum finish_reason finish_reason;
         int32_t stop_token; /* the stop_token_ids entry that ended it, else -1 */
+
+        bool encode; /* the spec's */
+        struct pooling_params pooling;
+        struct pooler pooler;     /* encode: the states pooled so far */
+        float *embedding;         /* encode: the result (n_embedding), once the prompt is computed */
+        uint32_t n_embedding;
 
         double arrival_time;
         double scheduled_time;  /* first admission */

@@ -98,8 +98,10 @@ void scheduler_commit_chunk(struct scheduler *s, const struct scheduled_chunk *c
 }
 
 int scheduler_match_prefix(struct scheduler *s, struct request *req) {
-        /* a request that wants prompt logprobs needs every prompt position's logits */
-        if (req->num_computed_tokens == 0 && req->blocks.n == 0 && req->params.prompt_logprobs < 0) {
+        /* a request that wants prompt logprobs needs every prompt position's logits, and one
+         * that pools its states over the prompt (mean, cls) every state it pools */
+        bool every_position = req->params.prompt_logprobs >= 0 || (req->encode && req->pooling.type != POOLING_LAST);
+        if (req->num_computed_tokens == 0 && req->blocks.n == 0 && !every_position) {
                 int hit = kv_blocks_match_prefix(s->kv, &req->blocks, req->tokens, req->n_tokens);
                 if (hit < 0)
                         return hit;

@@ -95,7 +95,7 @@ static void engine_start(struct engine *e, struct engine_config *c) {
         e->backend = (struct backend) {
                 .name = e->inject.inner.name, .impl = &e->inject, .forward = injecting_forward,
                 .release_memory = injecting_release, .restore_memory = injecting_restore, .n_workers = 1,
-                .memory_usage = injecting_usage, .kv = e->inject.inner.kv,
+                .memory_usage = injecting_usage, .kv = e->inject.inner.kv, .n_embd = e->inject.inner.n_embd,
                 .weights_on_device = e->inject.inner.weights_on_device,
         };
         ck_assert_msg(async_llm_new(c, &e->backend, tk, &e->llm, &err) == 0, "%s",
