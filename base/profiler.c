@@ -70,18 +70,20 @@ static int write_trace(FILE *f) {
         long pid = (long) getpid();
         fprintf(f, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"truncated\":%s},\"traceEvents\":[\n",
                 truncated ? "true" : "false");
+        /* Each event after the first is preceded by its comma, so that a trace of no spans
+         * is valid JSON too. */
         for (int t = PROFILE_TRACK_ENGINE; t <= PROFILE_TRACK_FRONTEND; t++)
-                fprintf(f, "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%ld,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n", pid,
-                        t, track_names[t]);
+                fprintf(f, "%s{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":%ld,\"tid\":%d,\"args\":{\"name\":\"%s\"}}",
+                        t == PROFILE_TRACK_ENGINE ? "" : ",\n", pid, t, track_names[t]);
         for (size_t i = 0; i < n_spans; i++) {
                 const struct span *s = &spans[i];
-                fprintf(f, "{\"ph\":\"X\",\"cat\":\"%s\",\"name\":\"%s\",\"pid\":%ld,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f", s->category,
-                        s->name, pid, (int) s->track, (s->start - origin) * 1e6, (s->end - s->start) * 1e6);
+                fprintf(f, ",\n{\"ph\":\"X\",\"cat\":\"%s\",\"name\":\"%s\",\"pid\":%ld,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f",
+                        s->category, s->name, pid, (int) s->track, (s->start - origin) * 1e6, (s->end - s->start) * 1e6);
                 if (s->arg_name)
                         fprintf(f, ",\"args\":{\"%s\":%" PRId64 "}", s->arg_name, s->arg);
-                fprintf(f, "}%s\n", i + 1 < n_spans ? "," : "");
+                fputc('}', f);
         }
-        fprintf(f, "]}\n");
+        fprintf(f, "\n]}\n");
         return ferror(f) ? -EIO : 0;
 }
 
