@@ -19,6 +19,7 @@ static const struct {
 } commands[] = {
         { "generate", ctl_generate, "generate [PROMPT|-]", "generate text from a prompt, streamed to stdout" },
         { "chat", ctl_chat, "chat", "a conversation with the model on the terminal" },
+        { "encode", ctl_encode, "encode [PROMPT|-]", "the embedding of a prompt" },
         { "abort", ctl_abort, "abort ID", "abort a request in flight" },
         { "pause", ctl_pause, "pause", "pause the engine" },
         { "resume", ctl_resume, "resume", "end a pause" },

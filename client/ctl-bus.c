@@ -146,6 +146,8 @@ static int append_entry(sd_bus_message *m, const char *key, struct json_object *
         return sd_bus_message_close_container(m);
 }
 
+static int dictionary_to_json(sd_bus_message *m, struct json_object **ret);
+
 static int append_generation(sd_bus_message *m, const struct ctl_generation *g) {
         int r;
         if ((r = sd_bus_message_append(m, "s", g->prompt ? g->prompt : "")) < 0 ||
@@ -160,7 +162,52 @@ static int append_generation(sd_bus_message *m, const struct ctl_generation *g) 
         if ((r = append_entry(m, "prompt_token_ids", g->prompt_token_ids)) < 0 ||
             (r = append_entry(m, "messages", g->messages)) < 0)
                 return r;
+        if (g->encode &&
+            ((g->pooling_type && (r = sd_bus_message_append(m, "{sv}", "pooling_type", "s", g->pooling_type)) < 0) ||
+             (r = sd_bus_message_append(m, "{sv}", "normalize", "b", (int) g->normalize)) < 0 ||
+             (g->dimensions && (r = sd_bus_message_append(m, "{sv}", "dimensions", "u", g->dimensions)) < 0)))
+                return r;
         return sd_bus_message_close_container(m);
+}
+
+int ctl_bus_encode(struct ctl *ctl, const struct ctl_generation *g, struct json_object **ret_result) {
+        sd_bus_message *m = NULL, *reply = NULL;
+        sd_bus_error error = SD_BUS_ERROR_NULL;
+        const double *vector;
+        size_t size;
+        uint32_t n_prompt = 0;
+        int r, status = bus_connect(ctl);
+
+        if (status != CTL_EXIT_OK)
+                return status;
+        if ((r = sd_bus_message_new_method_call(ctl->sd_bus, &m, BUS_SERVICE, BUS_PATH, BUS_INTERFACE, "Encode")) < 0 ||
+            (r = append_generation(m, g)) < 0) {
+                sd_bus_message_unref(m);
+                return ctl_fail(ctl, r == -EINVAL ? CTL_EXIT_USAGE : CTL_EXIT_REQUEST,
+                                "cannot express the request in D-Bus types: %s", strerror(-r));
+        }
+        r = sd_bus_call(ctl->sd_bus, m, WAIT_FOR_ENGINE_USEC, &error, &reply);
+        sd_bus_message_unref(m);
+        if (r < 0) {
+                status = bus_failure(ctl, "Encode", &error, r);
+                sd_bus_error_free(&error);
+                return status;
+        }
+        if ((r = sd_bus_message_read_array(reply, 'd', (const void **) &vector, &size)) < 0) {
+                sd_bus_message_unref(reply);
+                return ctl_fail(ctl, CTL_EXIT_REQUEST, "Encode answered with other types than (ad, a{sv}): %s", strerror(-r));
+        }
+        struct json_object *usage = NULL, *data = json_object_new_array_ext((int) (size / sizeof(double)));
+        for (size_t i = 0; data && i < size / sizeof(double); i++)
+                json_object_array_add(data, json_object_new_double(vector[i]));
+        if (dictionary_to_json(reply, &usage) >= 0)
+                n_prompt = (uint32_t) json_object_get_int64(json_object_object_get(usage, "prompt_tokens"));
+        json_object_put(usage);
+        sd_bus_message_unref(reply);
+        *ret_result = json_object_new_object();
+        json_object_object_add(*ret_result, "data", data);
+        json_object_object_add(*ret_result, "prompt_tokens", json_object_new_int64(n_prompt));
+        return CTL_EXIT_OK;
 }
 
 int ctl_bus_generate(struct ctl *ctl, const struct ctl_generation *g, char **ret_request_id, char **ret_stream_id,

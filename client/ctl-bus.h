@@ -20,3 +20,7 @@ int ctl_bus_call(struct ctl *ctl, const char *op, struct json_object *args, stru
  * status, the failure printed. */
 int ctl_bus_generate(struct ctl *ctl, const struct ctl_generation *g, char **ret_request_id, char **ret_stream_id,
                      int *ret_fd);
+
+/* Runs an encode request (g->encode) with Encode: *ret_result gets {"data": [...],
+ * "prompt_tokens": N}. Returns an exit status, the failure printed. */
+int ctl_bus_encode(struct ctl *ctl, const struct ctl_generation *g, struct json_object **ret_result);

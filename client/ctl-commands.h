@@ -8,6 +8,7 @@
 
 int ctl_generate(struct ctl *ctl, int argc, char **argv); /* ctl-generate.c */
 int ctl_chat(struct ctl *ctl, int argc, char **argv);     /* ctl-chat.c */
+int ctl_encode(struct ctl *ctl, int argc, char **argv);   /* ctl-encode.c */
 
 /* ctl-control.c */
 int ctl_abort(struct ctl *ctl, int argc, char **argv);

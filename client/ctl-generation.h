@@ -6,6 +6,8 @@
 
 #include <getopt.h>
 #include <json-c/json.h>
+#include <stdbool.h>
+#include <stdint.h>
 
 #include "ctl.h"
 
@@ -16,6 +18,11 @@ struct ctl_generation {
         struct json_object *params;           /* the message's "params" object */
         struct json_object *request_fields;   /* priority, latency_sensitive, slo, ttft_slo */
         const char *id;                       /* the request's id, or NULL for the library's */
+        /* encode instead of generate: one pooled vector (params stay empty) */
+        bool encode;
+        const char *pooling_type; /* NULL: the daemon's default */
+        bool normalize;
+        uint32_t dimensions;      /* 0: all */
 };
 
 /* Returns 0 or -ENOMEM. */

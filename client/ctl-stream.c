@@ -79,6 +79,8 @@ static int build_request(const struct ctl_generation *g, asyncllm_request **ret)
                 q = asyncllm_request_set_prompt(r, g->prompt ? g->prompt : "");
         if (q >= 0 && g->id)
                 q = asyncllm_request_set_id(r, g->id);
+        if (q >= 0 && g->encode)
+                q = asyncllm_request_set_encode(r, g->pooling_type, g->normalize, g->dimensions);
         json_object_object_foreach(g->params, key, value)
                 if (q >= 0)
                         q = asyncllm_request_set_param_json(r, key, json_object_to_json_string_ext(value, JSON_C_TO_STRING_PLAIN));

@@ -92,11 +92,18 @@ static int require(sd_bus_message *m, struct server *s, bool admin, struct conne
         return 0;
 }
 
-/* Builds the socket protocol's generate line from (prompt, a{sv}): the request-level keys
+/* Which line a call becomes: Generate's stream, Complete's one answer, Encode's vector. */
+enum bus_request_kind {
+        BUS_GENERATE,
+        BUS_COMPLETE,
+        BUS_ENCODE,
+};
+
+/* Builds the socket protocol's line from (prompt, a{sv}). generate: the request-level keys
  * (priority, the scheduling class's, and prompt_token_ids or messages in place of an empty
- * prompt) go beside the prompt, the rest into params. final_only forces that output kind
- * (Complete answers once). */
-static int generate_line(sd_bus_message *m, const char *id, bool final_only, char **ret, sd_bus_error *error) {
+ * prompt) go beside the prompt, the rest into params; Complete forces the final-only output
+ * kind (it answers once). encode: every key beside the prompt (encode has no params). */
+static int request_line(sd_bus_message *m, const char *id, enum bus_request_kind kind, char **ret, sd_bus_error *error) {
         const char *prompt;
         int r = sd_bus_message_read(m, "s", &prompt);
         if (r < 0)
@@ -110,13 +117,18 @@ static int generate_line(sd_bus_message *m, const char *id, bool final_only, cha
                                                    : "params must be a{sv} of basic values, arrays and dictionaries");
 
         struct json_object *line = json_object_new_object();
-        json_object_object_add(line, "op", json_object_new_string("generate"));
+        json_object_object_add(line, "op", json_object_new_string(kind == BUS_ENCODE ? "encode" : "generate"));
         json_object_object_add(line, "id", json_object_new_string(id));
         /* an empty prompt with prompt_token_ids or messages is no prompt: the parser refuses two */
         if (*prompt || !(json_object_object_get_ex(params, "prompt_token_ids", NULL) ||
                          json_object_object_get_ex(params, "messages", NULL)))
                 json_object_object_add(line, "prompt", json_object_new_string(prompt));
-        if (final_only) {
+        if (kind == BUS_ENCODE) {
+                json_object_object_foreach(params, key, value) json_object_object_add(line, key, json_object_get(value));
+                json_object_put(params);
+                goto done;
+        }
+        if (kind == BUS_COMPLETE) {
                 struct json_object *n;
                 if (json_object_object_get_ex(params, "n", &n) && json_object_get_int64(n) != 1) {
                         json_object_put(params);
@@ -137,6 +149,7 @@ static int generate_line(sd_bus_message *m, const char *id, bool final_only, cha
                 }
         }
         json_object_object_add(line, "params", params);
+done:
         *ret = strdup(json_object_to_json_string_ext(line, JSON_C_TO_STRING_PLAIN));
         json_object_put(line);
         return *ret ? 0 : -ENOMEM;
@@ -153,7 +166,7 @@ static int method_generate(sd_bus_message *m, void *userdata, sd_bus_error *erro
         if ((r = require(m, s, false, &creds, error)) < 0)
                 return r;
         snprintf(id, sizeof(id), "bus%" PRIu64, s->next_connection + 1);
-        if ((r = generate_line(m, id, false, &line, error)) < 0)
+        if ((r = request_line(m, id, BUS_GENERATE, &line, error)) < 0)
                 return r;
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, fds) < 0) {
                 free(line);
@@ -181,15 +194,16 @@ static int method_generate(sd_bus_message *m, void *userdata, sd_bus_error *erro
         return r;
 }
 
-/* Complete: the request runs on a connection without a socket, like any socket request
- * (limits, list, Abort, metrics, the SIGTERM drain); its final-only output collects there and
- * becomes the reply when the request ends. The caller leaving the bus aborts it. */
+/* Complete and Encode: the request runs on a connection without a socket, like any socket
+ * request (limits, list, Abort, metrics, the SIGTERM drain); its final-only output collects
+ * there and becomes the reply when the request ends. The caller leaving the bus aborts it. */
 #define COMPLETE_ID "complete"
 
 struct completion {
         sd_bus_message *call;
         sd_bus_track *caller;
         struct connection *conn;
+        enum bus_request_kind kind;
 };
 
 static struct json_object *error_of(struct json_object *line) {
@@ -208,9 +222,30 @@ static int64_t int_at(struct json_object *o, const char *key) {
         return o && json_object_object_get_ex(o, key, &v) ? json_object_get_int64(v) : 0;
 }
 
+/* Encode's reply: the vector and the usage. */
+static void reply_embedding(sd_bus_message *call, struct json_object *final) {
+        struct json_object *data = json_object_object_get(json_object_object_get(final, "outputs"), "data");
+        size_t n = json_object_is_type(data, json_type_array) ? json_object_array_length(data) : 0;
+        double *vector = malloc((n ? n : 1) * sizeof(double));
+        sd_bus_message *reply = NULL;
+        if (!vector) {
+                sd_bus_reply_method_errno(call, ENOMEM, NULL);
+                return;
+        }
+        for (size_t i = 0; i < n; i++)
+                vector[i] = json_object_get_double(json_object_array_get_idx(data, i));
+        uint32_t n_prompt = (uint32_t) int_at(json_object_object_get(final, "usage"), "prompt_tokens");
+        if (sd_bus_message_new_method_return(call, &reply) < 0 ||
+            sd_bus_message_append_array(reply, 'd', vector, n * sizeof(double)) < 0 ||
+            sd_bus_message_append(reply, "a{sv}", 1, "prompt_tokens", "u", n_prompt) < 0 || sd_bus_send(NULL, reply, NULL) < 0)
+                log_warning("cannot send an Encode reply");
+        sd_bus_message_unref(reply);
+        free(vector);
+}
+
 /* Replies from the lines the request left: its error if it has one, else its final output,
  * else the connection's last word (shutting_down, engine_dead). */
-static void reply_completion(sd_bus_message *call, const char *out, size_t len) {
+static void reply_completion(sd_bus_message *call, enum bus_request_kind kind, const char *out, size_t len) {
         struct json_object *final = NULL, *request_error = NULL, *other_error = NULL;
         for (const char *p = out, *end = out + len; p < end;) {
                 const char *nl = memchr(p, '\n', (size_t) (end - p));
@@ -240,7 +275,9 @@ static void reply_completion(sd_bus_message *call, const char *out, size_t len) 
                 else
                         snprintf(text, sizeof(text), "%s", message);
                 sd_bus_reply_method_error(call, &SD_BUS_ERROR_MAKE_CONST(error_name(string_at(e, "code")), text));
-        } else if (final) {
+        } else if (final && kind == BUS_ENCODE)
+                reply_embedding(call, final);
+        else if (final) {
                 struct json_object *outputs = json_object_object_get(final, "outputs");
                 struct json_object *first = json_object_array_length(outputs) ? json_object_array_get_idx(outputs, 0) : NULL;
                 struct json_object *usage = json_object_object_get(final, "usage");
@@ -257,7 +294,7 @@ static void reply_completion(sd_bus_message *call, const char *out, size_t len) 
 
 static void on_completion_closed(struct connection *c, void *userdata) {
         struct completion *cp = userdata;
-        reply_completion(cp->call, c->out + c->out_sent, c->out_len - c->out_sent);
+        reply_completion(cp->call, cp->kind, c->out + c->out_sent, c->out_len - c->out_sent);
         sd_bus_message_unref(cp->call);
         sd_bus_track_unref(cp->caller);
         free(cp);
@@ -266,13 +303,12 @@ static void on_completion_closed(struct connection *c, void *userdata) {
 static int on_caller_gone(sd_bus_track *track, void *userdata) {
         struct completion *cp = userdata;
         (void) track;
-        log_debug("a D-Bus caller left before its Complete answer: aborting the request");
+        log_debug("a D-Bus caller left before its answer: aborting the request");
         connection_close_later(cp->conn);
         return 0;
 }
 
-static int method_complete(sd_bus_message *m, void *userdata, sd_bus_error *error) {
-        struct server *s = userdata;
+static int answer_once(sd_bus_message *m, struct server *s, enum bus_request_kind kind, sd_bus_error *error) {
         struct connection creds, *c;
         struct completion *cp;
         struct error err;
@@ -280,7 +316,7 @@ static int method_complete(sd_bus_message *m, void *userdata, sd_bus_error *erro
         int r;
         if ((r = require(m, s, false, &creds, error)) < 0)
                 return r;
-        if ((r = generate_line(m, COMPLETE_ID, true, &line, error)) < 0)
+        if ((r = request_line(m, COMPLETE_ID, kind, &line, error)) < 0)
                 return r;
         if (!(cp = calloc(1, sizeof(*cp)))) {
                 free(line);
@@ -292,6 +328,7 @@ static int method_complete(sd_bus_message *m, void *userdata, sd_bus_error *erro
                 return sd_bus_error_set(error, BUS_ERROR("Internal"), err.message);
         }
         cp->conn = c;
+        cp->kind = kind;
         cp->call = sd_bus_message_ref(m);
         c->refs++;
         commands_handle_line(c, line, strlen(line));
@@ -304,9 +341,17 @@ static int method_complete(sd_bus_message *m, void *userdata, sd_bus_error *erro
         }
         if (sd_bus_track_new(sd_bus_message_get_bus(m), &cp->caller, on_caller_gone, cp) < 0 ||
             sd_bus_track_add_sender(cp->caller, m) < 0)
-                log_warning("cannot watch a D-Bus caller: its Complete request runs on if it leaves");
+                log_warning("cannot watch a D-Bus caller: its request runs on if it leaves");
         connection_unref(c);
         return 1; /* answered when the request ends */
+}
+
+static int method_complete(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        return answer_once(m, userdata, BUS_COMPLETE, error);
+}
+
+static int method_encode(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        return answer_once(m, userdata, BUS_ENCODE, error);
 }
 
 static int method_abort(sd_bus_message *m, void *userdata, sd_bus_error *error) {
@@ -543,7 +588,9 @@ static int method_get_supported_tasks(sd_bus_message *m, void *userdata, sd_bus_
         int r;
         if ((r = require(m, userdata, false, &creds, error)) < 0)
                 return r;
-        return sd_bus_reply_method_return(m, "as", 1, "generate");
+        struct server *s = userdata;
+        return async_llm_can_encode(s->model.llm) ? sd_bus_reply_method_return(m, "as", 2, "generate", "encode")
+                                                  : sd_bus_reply_method_return(m, "as", 1, "generate");
 }
 
 static void on_drained(int result, void *userdata) {
@@ -635,6 +682,8 @@ static const sd_bus_vtable vtable[] = {
         SD_BUS_METHOD_WITH_ARGS("Complete", SD_BUS_ARGS("s", prompt, "a{sv}", params),
                                 SD_BUS_RESULT("s", text, "s", finish_reason, "a{sv}", usage), method_complete,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("Encode", SD_BUS_ARGS("s", prompt, "a{sv}", params),
+                                SD_BUS_RESULT("ad", embedding, "a{sv}", usage), method_encode, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("Abort", SD_BUS_ARGS("s", request_id), SD_BUS_RESULT("b", aborted), method_abort,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("Pause", SD_BUS_ARGS("s", mode, "b", clear_cache), SD_BUS_NO_RESULT, method_control,

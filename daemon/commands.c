@@ -583,9 +583,11 @@ static void do_detokenize(struct connection *c, const struct client_message *m) 
 }
 
 /* What the served model can do, as vLLM's get_supported_tasks names it. */
-static struct json_object *supported_tasks_json(void) {
+static struct json_object *supported_tasks_json(const struct server *s) {
         struct json_object *o = json_object_new_object(), *tasks = json_object_new_array();
         json_object_array_add(tasks, json_object_new_string("generate"));
+        if (async_llm_can_encode(s->model.llm))
+                json_object_array_add(tasks, json_object_new_string("encode"));
         json_object_object_add(o, "tasks", tasks);
         return o;
 }
@@ -751,7 +753,7 @@ void commands_handle_line(struct connection *c, const char *line, size_t len) {
                 case CLIENT_OP_METRICS: do_metrics(c, &m); break;
                 case CLIENT_OP_TOKENIZE: do_tokenize(c, &m); break;
                 case CLIENT_OP_DETOKENIZE: do_detokenize(c, &m); break;
-                case CLIENT_OP_GET_SUPPORTED_TASKS: send_result(c, m.id, supported_tasks_json()); break;
+                case CLIENT_OP_GET_SUPPORTED_TASKS: send_result(c, m.id, supported_tasks_json(c->server)); break;
                 case CLIENT_OP_WAIT_FOR_REQUESTS_TO_DRAIN: do_drain(c, &m); break;
                 case CLIENT_OP_RESET_MM_CACHE: send_result(c, m.id, no_cache_json("multimodal")); break;
                 case CLIENT_OP_RESET_ENCODER_CACHE: send_result(c, m.id, no_cache_json("encoder")); break;

@@ -203,20 +203,28 @@ uint64_t protocol_output_tokens(const struct request_output *o) {
 }
 
 /* vLLM's PoolingOutput: {"data": [the pooled vector]}, null while there is none (a failed
- * request). Each component as the float it is: 9 significant digits give it back exactly. */
+ * or aborted request), with the request's finish_reason beside it. Each component as the
+ * float it is: 9 significant digits give it back exactly. */
 static struct json_object *new_pooling_output(int *r, const struct request_output *o) {
         struct json_object *p = json_object_new_object(), *data = o->embedding ? new_array(o->n_embedding) : NULL;
+        enum finish_reason reason = o->n_outputs ? o->outputs[0].finish_reason : FINISH_NONE;
         char text[32];
         for (uint32_t i = 0; data && i < o->n_embedding && *r >= 0; i++) {
                 snprintf(text, sizeof(text), "%.9g", o->embedding[i]);
                 push(r, data, json_object_new_double_s(o->embedding[i], text));
         }
-        if (!p)
+        if (!p) {
                 json_object_put(data);
-        else if (o->embedding)
+                return NULL;
+        }
+        if (o->embedding)
                 set(r, p, "data", data);
         else
                 set_null(r, p, "data");
+        if (finish_reason_name(reason))
+                set(r, p, "finish_reason", json_object_new_string(finish_reason_name(reason)));
+        else
+                set_null(r, p, "finish_reason");
         return p;
 }
 

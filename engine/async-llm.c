@@ -79,6 +79,7 @@ struct async_llm {
         struct engine_config config;
         const struct tokenizer *tk;
         int32_t n_vocab;
+        uint32_t n_embd; /* the backend's hidden size; 0: it gives no hidden states to pool */
         struct engine_thread *engine;
         struct id_map streams; /* in flight, by request id */
         struct async_stream *all;
@@ -355,6 +356,7 @@ int async_llm_new(const struct engine_config *config, const struct backend *back
         llm->config = *config;
         llm->tk = tk;
         llm->n_vocab = tokenizer_vocab_size(tk);
+        llm->n_embd = backend->n_embd;
         id_map_init(&llm->streams, offsetof(struct async_stream, request_id));
         size_t n_eog;
         const int32_t *eog = tokenizer_eog_ids(tk, &n_eog);
@@ -444,6 +446,10 @@ static int submit_children(struct async_llm *llm, struct async_stream *s, const 
         return 0;
 }
 
+bool async_llm_can_encode(const struct async_llm *llm) {
+        return llm->n_embd > 0;
+}
+
 int async_llm_generate(struct async_llm *llm, const struct request_spec *req, async_stream_notify notify,
                        void *userdata, struct async_stream **ret, struct error *err) {
         struct engine_thread_state state;
@@ -452,6 +458,11 @@ int async_llm_generate(struct async_llm *llm, const struct request_spec *req, as
         int r;
 
         if (spec.encode) { /* one vector, once: no completions to fan out or stream */
+                if (!llm->n_embd)
+                        return error_set(err, EOPNOTSUPP, "this backend gives no hidden states to pool: encode runs on the cpu");
+                if (spec.pooling.dimensions > llm->n_embd)
+                        return error_set(err, EINVAL, "dimensions must be at most the model's hidden size, %u; got %u",
+                                         llm->n_embd, spec.pooling.dimensions);
                 spec.params.n = 1;
                 spec.params.output_kind = OUTPUT_FINAL_ONLY;
         }

@@ -50,10 +50,13 @@ int async_llm_fd(const struct async_llm *llm);
 /* Applies what the engine reported: updates streams, notifies them, runs control replies. */
 void async_llm_dispatch(struct async_llm *llm);
 
+/* Whether encode requests can run: the backend gives the final hidden states they pool. */
+bool async_llm_can_encode(const struct async_llm *llm);
+
 /* Validates and submits a request. req borrows its arrays (copied here); its id is unique
  * among the requests in flight; arrival_time and owner are set here. A bad request fails
- * here alone, with a message naming the parameter and its allowed range (-EINVAL);
- * -EEXIST for an id in flight; -ESHUTDOWN once the engine is dead. On success *ret is the
+ * here alone, with a message naming the parameter and its allowed range (-EINVAL), or an
+ * encode on a backend without hidden states (-EOPNOTSUPP); -EEXIST for an id in flight; -ESHUTDOWN once the engine is dead. On success *ret is the
  * stream, which the caller releases. */
 int async_llm_generate(struct async_llm *llm, const struct request_spec *req, async_stream_notify notify,
                        void *userdata, struct async_stream **ret, struct error *err);

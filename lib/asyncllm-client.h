@@ -154,6 +154,15 @@ int asyncllm_request_set_slo(asyncllm_request *r, double ttft, double tpot);
  * "op" and "id" are refused (-EINVAL). */
 int asyncllm_request_set_field_json(asyncllm_request *r, const char *key, const char *json);
 
+/* Makes the request an encode request: one vector pooled from the prompt's final hidden
+ * states instead of generated tokens (asyncllm_output_embedding() reads it). pooling_type:
+ * "last", "mean", "cls", or NULL for the daemon's default (last); normalize: scale it to unit
+ * length; dimensions: keep the first this many components (before normalizing), 0 for all.
+ * An encode request takes no params (the daemon refuses them); its prompt and its
+ * scheduling class are set as for generate, and asyncllm_client_generate() and
+ * asyncllm_client_submit_generate() send it. -EINVAL (pooling_type not UTF-8), -ENOMEM. */
+int asyncllm_request_set_encode(asyncllm_request *r, const char *pooling_type, bool normalize, uint32_t dimensions);
+
 /* The message as it would be sent (without its id), malloc()ed JSON text. -ENOMEM, or
  * -EINVAL when no prompt is set. */
 int asyncllm_request_to_json(const asyncllm_request *r, char **ret);
@@ -204,6 +213,10 @@ const char *asyncllm_output_finish_reason(const asyncllm_output *o, size_t i);
 const char *asyncllm_output_stop_reason(const asyncllm_output *o, size_t i);
 /* The stop token id that ended it, or -1. */
 int64_t asyncllm_output_stop_token_id(const asyncllm_output *o, size_t i);
+
+/* An encode request's vector, on its finished output: *ret_n (may be NULL) gets its length.
+ * NULL and 0 for any other output. Each component is the float the daemon computed. */
+const float *asyncllm_output_embedding(const asyncllm_output *o, size_t *ret_n);
 
 /* "usage" of a finished output; -1 when absent. */
 int64_t asyncllm_output_prompt_tokens(const asyncllm_output *o);

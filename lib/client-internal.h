@@ -108,6 +108,8 @@ struct asyncllm_output {
         const char *json;     /* the line; NULL for a local failure */
         struct completion_view *completions; /* (n_completions), owned */
         size_t n_completions;
+        float *embedding; /* an encode request's vector (n_embedding), owned */
+        size_t n_embedding;
         int64_t prompt_tokens, completion_tokens;
 };
 

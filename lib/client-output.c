@@ -49,15 +49,43 @@ static int completion_parse(struct completion_view *c, struct json_object *o) {
         return 0;
 }
 
+/* An encode request's outputs: {"data": [numbers]}, or null data for a failed one. */
+static int embedding_parse(struct asyncllm_output *o, struct json_object *pooling) {
+        struct json_object *data = client_json_member(pooling, "data", json_type_array);
+        size_t n = data ? json_object_array_length(data) : 0;
+        if (n == 0)
+                return 0;
+        if (!(o->embedding = malloc(n * sizeof(*o->embedding))))
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                struct json_object *x = json_object_array_get_idx(data, i);
+                if (!json_object_is_type(x, json_type_double) && !json_object_is_type(x, json_type_int)) {
+                        free(o->embedding);
+                        o->embedding = NULL;
+                        return -EPROTO;
+                }
+                o->embedding[i] = (float) json_object_get_double(x);
+        }
+        o->n_embedding = n;
+        return 0;
+}
+
 int output_view_parse(struct asyncllm_output *o, const char *id, struct json_object *msg, const char *line) {
         struct json_object *outputs = client_json_member(msg, "outputs", json_type_array), *v;
+        struct json_object *pooling = outputs ? NULL : client_json_member(msg, "outputs", json_type_object);
 
         *o = (struct asyncllm_output) {
                 .id = id, .json = line, .retry_after = -1, .prompt_tokens = -1, .completion_tokens = -1,
         };
-        if (!outputs)
+        if (!outputs && !pooling)
                 return -EPROTO;
-        size_t n = json_object_array_length(outputs);
+        int q = pooling ? embedding_parse(o, pooling) : 0;
+        if (q < 0)
+                return q;
+        if (pooling && (v = client_json_member(pooling, "finish_reason", json_type_string)) &&
+            strcmp(json_object_get_string(v), "error") == 0)
+                o->any_error_finish = true; /* the daemon's error follows */
+        size_t n = outputs ? json_object_array_length(outputs) : 0;
         if (n > 0) {
                 o->completions = calloc(n, sizeof(*o->completions));
                 if (!o->completions)
@@ -70,7 +98,7 @@ int output_view_parse(struct asyncllm_output *o, const char *id, struct json_obj
                         return -EPROTO;
                 }
                 o->n_completions = i + 1;
-                int q = completion_parse(&o->completions[i], c);
+                q = completion_parse(&o->completions[i], c);
                 if (q < 0) {
                         output_view_done(o);
                         return q;
@@ -105,6 +133,9 @@ void output_view_failure(struct asyncllm_output *o, const char *id, int error, c
 }
 
 void output_view_done(struct asyncllm_output *o) {
+        free(o->embedding);
+        o->embedding = NULL;
+        o->n_embedding = 0;
         for (size_t i = 0; i < o->n_completions; i++)
                 free(o->completions[i].token_ids);
         free(o->completions);
@@ -180,6 +211,12 @@ const char *asyncllm_output_stop_reason(const asyncllm_output *o, size_t i) {
 int64_t asyncllm_output_stop_token_id(const asyncllm_output *o, size_t i) {
         const struct completion_view *c = completion(o, i);
         return c ? c->stop_token_id : -1;
+}
+
+const float *asyncllm_output_embedding(const asyncllm_output *o, size_t *ret_n) {
+        if (ret_n)
+                *ret_n = o->n_embedding;
+        return o->embedding;
 }
 
 int64_t asyncllm_output_prompt_tokens(const asyncllm_output *o) {

@@ -15,6 +15,7 @@ struct asyncllm_request {
         char *id;                    /* NULL: the client picks one */
         struct json_object *fields;  /* top-level members other than op, id and params */
         struct json_object *params;  /* NULL until a parameter is set */
+        bool encode;                 /* op encode: a pooled vector instead of tokens */
 };
 
 static const char *const prompt_keys[] = { "prompt", "prompt_token_ids", "messages" };
@@ -254,6 +255,20 @@ int asyncllm_request_set_field_json(asyncllm_request *r, const char *key, const 
         return set_field(r, key, v);
 }
 
+int asyncllm_request_set_encode(asyncllm_request *r, const char *pooling_type, bool normalize, uint32_t dimensions) {
+        int q;
+        if (pooling_type && !text_valid(pooling_type))
+                return -EINVAL;
+        json_object_object_del(r->fields, "pooling_type");
+        json_object_object_del(r->fields, "dimensions");
+        if ((pooling_type && (q = set_field(r, "pooling_type", json_object_new_string(pooling_type))) < 0) ||
+            (q = set_field(r, "normalize", json_object_new_boolean(normalize))) < 0 ||
+            (dimensions && (q = set_field(r, "dimensions", json_object_new_int64(dimensions))) < 0))
+                return q;
+        r->encode = true;
+        return 0;
+}
+
 static bool has_prompt(const asyncllm_request *r) {
         for (size_t i = 0; i < sizeof(prompt_keys) / sizeof(prompt_keys[0]); i++)
                 if (json_object_object_get_ex(r->fields, prompt_keys[i], NULL))
@@ -277,7 +292,7 @@ static int build(const asyncllm_request *r, const char *id, struct json_object *
         struct json_object *m = json_object_new_object();
         if (!m)
                 return -ENOMEM;
-        if (add(m, "op", json_object_new_string("generate"), false) < 0 ||
+        if (add(m, "op", json_object_new_string(r->encode ? "encode" : "generate"), false) < 0 ||
             (id && add(m, "id", json_object_new_string(id), false) < 0))
                 goto oom;
         json_object_object_foreach(r->fields, key, value)
