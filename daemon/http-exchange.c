@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "config.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,16 @@ enum MHD_Result http_reply_error(struct http_exchange *ex, int status, const cha
         struct openai_error e;
         openai_error_set(&e, status, type, param, "%s", message);
         return http_queue_error(ex, &e, 0);
+}
+
+void http_output_failure(const struct request_output *o, struct openai_error *e, double *retry_after) {
+        if (o->error_code == -EAGAIN) {
+                openai_error_set(e, 429, "overloaded", NULL, "%s", o->error);
+                *retry_after = o->retry_after;
+        } else if (o->error_code == -ESHUTDOWN || strncmp(o->error, "engine_dead", 11) == 0)
+                openai_error_set(e, 503, "engine_dead", NULL, "%s", o->error);
+        else
+                openai_error_set(e, 500, "internal_error", NULL, "%s", o->error);
 }
 
 void http_exchange_wake(struct http_exchange *ex) {

@@ -16,6 +16,7 @@
 
 struct server;
 struct control_call;
+struct embedding_batch;
 
 struct http_front {
         struct server *server;
@@ -77,6 +78,9 @@ struct http_exchange {
         struct control_call *call;  /* the op, until the engine answers it */
         sd_event_source *deadline;  /* collective_rpc's timeout */
         struct json_object *reply;  /* the answer's body, once the engine answered */
+
+        /* /v1/embeddings: its inputs' requests (http-embeddings.c) */
+        struct embedding_batch *embeddings;
         struct http_exchange *prev, *next;
 };
 
@@ -93,5 +97,8 @@ enum MHD_Result http_queue_json(struct http_exchange *ex, unsigned status, struc
 enum MHD_Result http_queue_error(struct http_exchange *ex, const struct openai_error *e, double retry_after);
 enum MHD_Result http_reply_error(struct http_exchange *ex, int status, const char *type, const char *param,
                                  const char *message);
+/* A failed output's error (o->error): the status and OpenAI's type for it; *retry_after
+ * gets the overloaded error's hint. */
+void http_output_failure(const struct request_output *o, struct openai_error *e, double *retry_after);
 /* Resumes a suspended exchange, whose answer is then due. */
 void http_exchange_wake(struct http_exchange *ex);

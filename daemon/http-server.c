@@ -17,6 +17,7 @@
 
 #include "commands.h"
 #include "http-admin.h"
+#include "http-embeddings.h"
 #include "http-cors.h"
 #include "http-exchange.h"
 #include "http-server.h"
@@ -52,6 +53,7 @@ static void exchange_free(struct http_exchange *ex) {
         bool was_in_flight = ex->submitted;
         sd_event_source_disable_unref(ex->hangup);
         http_admin_exchange_done(ex);
+        http_embeddings_exchange_done(ex);
         if (ex->stream)
                 async_stream_release(ex->stream); /* aborts it if it still runs */
         if (ex->prev)
@@ -70,17 +72,6 @@ static void exchange_free(struct http_exchange *ex) {
                 h->server->http_in_flight--;
                 server_request_ended(h->server);
         }
-}
-
-/* An output's error: the status and OpenAI's type for it. */
-static void record_failure(struct http_exchange *ex, const struct request_output *o) {
-        if (o->error_code == -EAGAIN) {
-                openai_error_set(&ex->failure, 429, "overloaded", NULL, "%s", o->error);
-                ex->retry_after = o->retry_after;
-        } else if (o->error_code == -ESHUTDOWN || strncmp(o->error, "engine_dead", 11) == 0)
-                openai_error_set(&ex->failure, 503, "engine_dead", NULL, "%s", o->error);
-        else
-                openai_error_set(&ex->failure, 500, "internal_error", NULL, "%s", o->error);
 }
 
 /* The metrics of an output (delta: its tokens are new), as the socket's requests feed them. */
@@ -114,7 +105,7 @@ static void on_stream(struct async_stream *stream, void *userdata) {
         while ((o = async_stream_take(ex->stream))) {
                 int r = 0;
                 if (o->error)
-                        record_failure(ex, o);
+                        http_output_failure(o, &ex->failure, &ex->retry_after);
                 observe(ex, o);
                 if (ex->req.stream && o->error && !ex->responded && !ex->events_len) {
                         /* refused before its first token: the answer is an error status */
@@ -162,15 +153,11 @@ static ssize_t read_events(void *cls, uint64_t pos, char *buf, size_t max) {
         return 0;
 }
 
-static const char *served_name(const struct server *s) {
-        return s->settings->served_model_name ? s->settings->served_model_name : s->model.name;
-}
-
 static enum MHD_Result answer_models(struct http_exchange *ex) {
         struct server *s = ex->front->server;
         struct json_object *o = json_object_new_object(), *list = json_object_new_array(), *m = json_object_new_object();
         json_object_object_add(o, "object", json_object_new_string("list"));
-        json_object_object_add(m, "id", json_object_new_string(served_name(s)));
+        json_object_object_add(m, "id", json_object_new_string(server_served_name(s)));
         json_object_object_add(m, "object", json_object_new_string("model"));
         json_object_object_add(m, "created", json_object_new_int64((int64_t) time(NULL)));
         json_object_object_add(m, "owned_by", json_object_new_string("asyncllmd"));
@@ -184,13 +171,13 @@ static enum MHD_Result answer_models(struct http_exchange *ex) {
 /* GET /v1/models/{id}: the model, or 404 for another name. */
 static enum MHD_Result answer_model(struct http_exchange *ex, const char *id) {
         struct server *s = ex->front->server;
-        if (strcmp(id, served_name(s)) != 0) {
+        if (strcmp(id, server_served_name(s)) != 0) {
                 struct openai_error e;
                 openai_error_set(&e, 404, "NotFoundError", "model", "The model `%.200s` does not exist.", id);
                 return http_queue_error(ex, &e, 0);
         }
         struct json_object *m = json_object_new_object();
-        json_object_object_add(m, "id", json_object_new_string(served_name(s)));
+        json_object_object_add(m, "id", json_object_new_string(server_served_name(s)));
         json_object_object_add(m, "object", json_object_new_string("model"));
         json_object_object_add(m, "created", json_object_new_int64((int64_t) time(NULL)));
         json_object_object_add(m, "owned_by", json_object_new_string("asyncllmd"));
@@ -352,7 +339,7 @@ static enum MHD_Result start_generate(struct http_exchange *ex, enum openai_rout
                 return http_reply_error(ex, 503, "shutting_down", NULL, "the daemon is stopping and takes no new requests");
         if (openai_parse(ex->body ? ex->body : "", ex->body_len, route, &ex->req, &e) < 0)
                 return http_queue_error(ex, &e, 0);
-        if (ex->req.model && strcmp(ex->req.model, served_name(s)) != 0) {
+        if (ex->req.model && strcmp(ex->req.model, server_served_name(s)) != 0) {
                 openai_error_set(&e, 404, "NotFoundError", "model", "The model `%s` does not exist.", ex->req.model);
                 return http_queue_error(ex, &e, 0);
         }
@@ -372,7 +359,7 @@ static enum MHD_Result start_generate(struct http_exchange *ex, enum openai_rout
         snprintf(ex->request_id, sizeof(ex->request_id), "http/%" PRIu64, serial);
         snprintf(ex->answer_id, sizeof(ex->answer_id), "%s-%016" PRIx64 "%08x",
                  route == OPENAI_CHAT_COMPLETIONS ? "chatcmpl" : "cmpl", serial, (unsigned) getpid());
-        ex->answer = (struct openai_answer) { ex->answer_id, served_name(s), (int64_t) time(NULL), 0, ex->prompt };
+        ex->answer = (struct openai_answer) { ex->answer_id, server_served_name(s), (int64_t) time(NULL), 0, ex->prompt };
         ex->first_event = true;
         struct request_spec spec;
         generate_message_to_spec(g, ex->request_id, rendered, &spec);
@@ -434,6 +421,7 @@ static enum MHD_Result route(struct http_exchange *ex, const char *url, const ch
         } routes[] = {
                 { "/v1/completions", "POST", OPENAI_COMPLETIONS, NULL, ROUTE_KEYED },
                 { "/v1/chat/completions", "POST", OPENAI_CHAT_COMPLETIONS, NULL, ROUTE_KEYED },
+                { "/v1/embeddings", "POST", -1, http_embeddings_start, ROUTE_KEYED },
                 { "/v1/models", "GET", -1, answer_models, ROUTE_KEYED },
                 { "/tokenize", "POST", -1, answer_tokenize, ROUTE_KEYED },
                 { "/detokenize", "POST", -1, answer_detokenize, ROUTE_KEYED },
@@ -486,7 +474,7 @@ static enum MHD_Result route(struct http_exchange *ex, const char *url, const ch
                 return answer_model(ex, url + 11);
         }
         char msg[256];
-        snprintf(msg, sizeof(msg), "no route %.100s; the routes are /v1/completions, /v1/chat/completions, /v1/models, "
+        snprintf(msg, sizeof(msg), "no route %.100s; the routes are /v1/completions, /v1/chat/completions, /v1/embeddings, /v1/models, "
                  "/tokenize, /detokenize, /health, /version and /metrics", url);
         return http_reply_error(ex, 404, "NotFoundError", NULL, msg);
 }
@@ -535,6 +523,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                 return answer_submitted(ex);
         if (ex->controlling)
                 return http_admin_answer(ex);
+        if (ex->embeddings)
+                return http_embeddings_answer(ex);
         if (ex->body_too_large) {
                 char msg[128];
                 snprintf(msg, sizeof(msg), "the body is over %" PRIu64 " bytes (max-line-bytes)",

@@ -75,7 +75,7 @@ static int message_content(struct json_object *content, size_t i, struct json_ob
         return 0;
 }
 
-static int copy_messages(struct json_object *v, struct json_object *line, struct openai_error *e) {
+int openai_copy_messages(struct json_object *v, struct json_object *line, struct openai_error *e) {
         if (!json_object_is_type(v, json_type_array))
                 return bad_field(e, "messages", "messages must be a list of {\"role\", \"content\"} objects");
         size_t n = json_object_array_length(v);
@@ -151,7 +151,7 @@ static int body_field(struct openai_request *req, const char *key, struct json_o
                                          "a request)");
         }
         if (chat && strcmp(key, "messages") == 0)
-                return copy_messages(v, line, e);
+                return openai_copy_messages(v, line, e);
         if (strcmp(key, "stream") == 0)
                 return get_bool(v, key, &req->stream, e);
         if (strcmp(key, "stream_options") == 0) {
@@ -216,9 +216,7 @@ int openai_refused(const char *message, struct openai_error *e) {
         return bad_field(e, m[i] == ' ' || m[i] == '[' || m[i] == '.' ? param : "", "%s", m);
 }
 
-int openai_parse(const char *body, size_t len, enum openai_route route, struct openai_request *ret,
-                 struct openai_error *err) {
-        *ret = (struct openai_request) { .route = route, .n = 1 };
+int openai_body_object(const char *body, size_t len, struct json_object **ret, struct openai_error *err) {
         struct json_tokener *tok = json_tokener_new_ex(MAX_BODY_DEPTH);
         if (!tok)
                 return openai_error_set(err, 500, "internal_error", NULL, "out of memory");
@@ -236,6 +234,16 @@ int openai_parse(const char *body, size_t len, enum openai_route route, struct o
                 json_object_put(root);
                 return bad_field(err, "", "the body must be a JSON object");
         }
+        *ret = root;
+        return 0;
+}
+
+int openai_parse(const char *body, size_t len, enum openai_route route, struct openai_request *ret,
+                 struct openai_error *err) {
+        *ret = (struct openai_request) { .route = route, .n = 1 };
+        struct json_object *root;
+        if (openai_body_object(body, len, &root, err) < 0)
+                return -EINVAL;
         struct json_object *line = json_object_new_object(), *params = json_object_new_object();
         int r = line && params ? 0 : openai_error_set(err, 500, "internal_error", NULL, "out of memory");
         if (r == 0) {

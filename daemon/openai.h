@@ -44,6 +44,13 @@ struct openai_error {
 int openai_error_set(struct openai_error *e, int status, const char *type, const char *param, const char *fmt, ...)
         __attribute__((format(printf, 5, 6)));
 
+/* len bytes of body as one JSON object (nested at most 32 deep) in *ret, or -EINVAL
+ * (-ENOMEM) with *err naming what is wrong. */
+int openai_body_object(const char *body, size_t len, struct json_object **ret, struct openai_error *err);
+/* OpenAI's chat messages (content a string or a list of text parts) copied into line's
+ * "messages" as the socket protocol takes them. -EINVAL with *err naming the message. */
+int openai_copy_messages(struct json_object *v, struct json_object *line, struct openai_error *err);
+
 /* Parses len bytes of body for route. 0 and *ret (free with openai_request_free()), or a
  * negative errno with *err (400 naming the field; 500 when out of memory). */
 int openai_parse(const char *body, size_t len, enum openai_route route, struct openai_request *ret,

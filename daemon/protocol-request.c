@@ -481,7 +481,11 @@ static int parse_param(struct parser *p, const struct param_field *f, struct jso
         int64_t x;
         int r;
 
-        path_printf(path, sizeof(path), "params.%s", f->name);
+        /* encode takes its one sampling field beside the prompt, not in params */
+        if (p->m->op == CLIENT_OP_ENCODE)
+                path_printf(path, sizeof(path), "%s", f->name);
+        else
+                path_printf(path, sizeof(path), "params.%s", f->name);
         switch (f->type) {
         case PARAM_NUMBER:
                 return get_number(p, path, v, at);
@@ -939,8 +943,14 @@ static int encode_field(struct parser *p, const char *key, struct json_object *v
                 pp->dimensions = (uint32_t) dimensions;
                 return 0;
         }
+        if (strcmp(key, "truncate_prompt_tokens") == 0) {
+                for (size_t i = 0; i < sizeof(param_fields) / sizeof(param_fields[0]); i++)
+                        if (strcmp(param_fields[i].name, key) == 0)
+                                return parse_param(p, &param_fields[i], v);
+        }
         if (strcmp(key, "params") == 0)
-                return invalid_params(p, "encode takes no params: its fields are pooling_type, normalize and dimensions");
+                return invalid_params(p, "encode takes no params: its fields are pooling_type, normalize, dimensions and "
+                                      "truncate_prompt_tokens");
         return generate_field(p, key, v);
 }
 
@@ -1039,7 +1049,7 @@ static void init_defaults(struct client_message *m) {
                 m->generate.params.output_kind = OUTPUT_FINAL_ONLY;
                 m->generate.add_generation_prompt = true;
                 m->generate.encode = true;
-                m->generate.pooling = (struct pooling_params) { .type = POOLING_LAST, .normalize = true };
+                m->generate.pooling = (struct pooling_params) { .type = POOLING_MODEL_DEFAULT, .normalize = true };
                 break;
         case CLIENT_OP_TOKENIZE:
                 m->generate.add_generation_prompt = true; /* vLLM's /tokenize default */

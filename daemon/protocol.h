@@ -132,7 +132,7 @@ struct generate_message {
         struct request_class class;
 
         /* encode: one pooled vector instead of generated tokens. The pooling type defaults to
-         * last (what a causal model has read the whole prompt in), normalize to true. */
+         * the model's (POOLING_MODEL_DEFAULT), normalize to true. */
         bool encode;
         struct pooling_params pooling;
 

@@ -57,6 +57,7 @@ int served_model_load(const char *path, const char *device, unsigned threads, co
                 goto fail;
         if ((r = engine_config_finalize(&m->config, m->model->hp.n_ctx_max, err)) < 0)
                 goto fail;
+        m->config.default_pooling = pooling_type_from_gguf(m->model->hp.pooling_type);
         struct backend_options options = backend_options_for_engine(&m->config, threads);
         if ((r = backend_open(device, &options, m->model, &m->device, err)) < 0)
                 goto fail;

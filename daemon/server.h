@@ -64,6 +64,12 @@ static inline uint32_t server_in_flight(const struct server *s) {
         return s->requests.n + s->http_in_flight;
 }
 
+/* The model's name as the HTTP routes answer with it and requests name it: --served-model-name,
+ * else the file's. */
+static inline const char *server_served_name(const struct server *s) {
+        return s->settings->served_model_name ? s->settings->served_model_name : s->model.name;
+}
+
 /* A request of any front ended: the drain waiters are answered, and the daemon exits, once
  * the last one does. */
 static inline void server_request_ended(struct server *s) {

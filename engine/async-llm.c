@@ -463,6 +463,8 @@ int async_llm_generate(struct async_llm *llm, const struct request_spec *req, as
                 if (spec.pooling.dimensions > llm->n_embd)
                         return error_set(err, EINVAL, "dimensions must be at most the model's hidden size, %u; got %u",
                                          llm->n_embd, spec.pooling.dimensions);
+                if (spec.pooling.type == POOLING_MODEL_DEFAULT)
+                        spec.pooling.type = llm->config.default_pooling;
                 spec.params.n = 1;
                 spec.params.output_kind = OUTPUT_FINAL_ONLY;
         }

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "error.h"
+#include "pooling.h"
 
 enum scheduling_policy {
         SCHEDULING_FCFS,
@@ -40,6 +41,7 @@ struct engine_config {
         bool enable_prefix_caching;
         enum scheduling_policy scheduling_policy;
         uint64_t seed;                   /* seeds requests that bring no seed of their own */
+        enum pooling_type default_pooling; /* encode requests that name no pooling type */
         int32_t max_logprobs;            /* the most logprobs a request may ask for */
         /* With decodes running, every step's prompt tokens are limited so that it is predicted
          * to take at most this many times its decodes alone (engine/stall-guard.h); 0 = no

@@ -230,6 +230,8 @@ int engine_core_add_request(struct engine_core *ec, struct request_spec *spec, d
                 request_spec_done(spec);
                 return rc;
         }
+        if (spec->encode && spec->pooling.type == POOLING_MODEL_DEFAULT)
+                spec->pooling.type = ec->config.default_pooling;
         uint64_t order = ec->next_arrival++;
         if ((rc = request_new(spec, order, (int32_t) ec->n_vocab, ec->config.seed + order, &r, err)) < 0)
                 return rc;

@@ -29,6 +29,14 @@ int pooling_type_from_string(const char *s, enum pooling_type *ret) {
         return -EINVAL;
 }
 
+enum pooling_type pooling_type_from_gguf(int32_t declared) {
+        switch (declared) {
+        case 1: return POOLING_MEAN;
+        case 2: return POOLING_CLS;
+        default: return POOLING_LAST;
+        }
+}
+
 bool pooling_reads(enum pooling_type t, uint32_t position, uint32_t n_prompt) {
         switch (t) {
         case POOLING_LAST: return position + 1 == n_prompt;

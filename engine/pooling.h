@@ -14,10 +14,15 @@ enum pooling_type {
         POOLING_MEAN, /* the mean over every token */
         POOLING_CLS,  /* the first token's state */
         _POOLING_MAX,
+        /* a request that names none: the model's, as the engine's configuration says */
+        POOLING_MODEL_DEFAULT = _POOLING_MAX,
 };
 
 const char *pooling_type_name(enum pooling_type t);
 int pooling_type_from_string(const char *s, enum pooling_type *ret);
+/* The pooling a model file declares (llama.cpp's numbering: 1 mean, 2 cls, 3 last), or
+ * last, a causal model's natural choice, for any other value (-1: none declared). */
+enum pooling_type pooling_type_from_gguf(int32_t declared);
 
 struct pooling_params {
         enum pooling_type type;

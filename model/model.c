@@ -248,6 +248,10 @@ static int read_hparams(const struct gguf_file *f, const struct architecture *a,
         hp->rope_theta = 10000.0f;
         if (arch_key_f32(f, arch, "rope.freq_base", &hp->rope_theta, err) == -EINVAL)
                 return -EINVAL;
+        uint32_t pooling = UINT32_MAX;
+        if (arch_key_u32(f, arch, "pooling_type", &pooling, err) == -EINVAL)
+                return -EINVAL;
+        hp->pooling_type = pooling <= INT32_MAX ? (int32_t) pooling : -1;
 
         if (hp->n_head_kv == 0 || hp->n_head % hp->n_head_kv != 0)
                 return error_set(err, EINVAL, "%s: head_count %u is not a multiple of head_count_kv %u", f->path,

@@ -66,6 +66,9 @@ struct model_hparams {
          * positions, their own included, with RoPE base rope_theta_local; 0 = none. */
         uint32_t sliding_window;
         float rope_theta_local;
+        /* pooling_type as the file declares it for embeddings (llama.cpp's numbering: 0 none,
+         * 1 mean, 2 cls, 3 last, 4 rank); -1 when it declares none. */
+        int32_t pooling_type;
 };
 
 /* The widest row of activations a forward pass keeps: the hidden state (n_embd), the
