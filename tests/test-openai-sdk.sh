@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: MIT
 # The HTTP front with a real client: the openai Python package (scripts/setup installs it in
 # .venv-test) against the real daemon and model: completions and chat, streamed and not,
-# n = 2, logprobs, stop, seeds, usage, model retrieval, and the SDK's errors for bad fields,
-# an unknown model and a missing key.
+# n = 2, logprobs, stop, seeds, usage, model retrieval, embeddings (base64 and float), and the
+# SDK's errors for bad fields, an unknown model and a missing key.
 set -u
 daemon=${ASYNCLLMD:?ASYNCLLMD must name the asyncllmd binary}
 model=${ASYNCLLM_MODEL:?ASYNCLLM_MODEL must name the model}
@@ -25,6 +25,7 @@ for _ in $(seq $((300 * slowdown))); do
 done
 
 "$python" - "$port" "$(cat "$tmp/key")" <<'PY'
+import struct
 import sys
 import openai
 
@@ -97,6 +98,22 @@ def models():
     check("models: retrieved", client.models.retrieve(name).id == name)
 
 
+def embeddings():
+    # the SDK asks for base64 and decodes it (float32, little-endian) unless told float
+    texts = ["The library opens at nine.", "umbrella", "def area(r): return 3.14159 * r * r"]
+    r = client.embeddings.create(model=name, input=texts)
+    check("embeddings: one unit vector of 576 per input, in order",
+          [d.index for d in r.data] == [0, 1, 2] and all(len(d.embedding) == 576 for d in r.data) and
+          all(abs(sum(x * x for x in d.embedding) - 1) < 1e-4 for d in r.data))
+    floats = client.embeddings.create(model=name, input=texts, encoding_format="float")
+    as_float32 = lambda v: list(struct.unpack("<%df" % len(v), struct.pack("<%df" % len(v), *v)))
+    check("embeddings: base64 and float give the same float32 vectors",
+          [d.embedding for d in r.data] == [as_float32(d.embedding) for d in floats.data])
+    check("embeddings: usage counts the prompts", r.usage.prompt_tokens == r.usage.total_tokens > 3)
+    short = client.embeddings.create(model=name, input="umbrella", dimensions=8)
+    check("embeddings: dimensions", len(short.data[0].embedding) == 8)
+
+
 def errors():
     try:
         client.completions.create(model=name, prompt="x", temperature=5)
@@ -116,7 +133,7 @@ def errors():
 
 
 for what, fn in (("chat", chat), ("completions", completions), ("streamed", streamed), ("models", models),
-                 ("errors", errors)):
+                 ("embeddings", embeddings), ("errors", errors)):
     attempt(what, fn)
 print("%d passed, %d failed" % (passed, failed))
 sys.exit(1 if failed else 0)
