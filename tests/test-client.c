@@ -9,6 +9,7 @@
 
 #include <check.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <json-c/json.h>
 #include <math.h>
 #include <poll.h>
@@ -207,6 +208,31 @@ static void on_generate(struct fake_server *fs, struct json_object *m, const cha
                           id, strlen(prompt));
 }
 
+/* encode: the vector [pooling_type's length, dimensions, 0.1] for "vector"; no vector and an
+ * error after it for "fail-late"; no vector, aborted, for "aborted". The request's fields
+ * are echoed so that the test sees what went out. */
+static void on_encode(struct fake_server *fs, struct json_object *m, const char *id) {
+        const char *prompt = string_member(m, "prompt"), *pooling = string_member(m, "pooling_type");
+        struct json_object *v;
+        ck_assert_ptr_nonnull(prompt);
+        ck_assert(!json_object_object_get_ex(m, "params", NULL));
+        int64_t dimensions = json_object_object_get_ex(m, "dimensions", &v) ? json_object_get_int64(v) : 0;
+        bool normalize = json_object_object_get_ex(m, "normalize", &v) && json_object_get_boolean(v);
+        if (strcmp(prompt, "fail-late") == 0) {
+                send_line(fs, "{\"id\": \"%s\", \"outputs\": {\"data\": null, \"finish_reason\": \"error\"}, "
+                              "\"finished\": true}", id);
+                send_line(fs, "{\"id\": \"%s\", \"error\": {\"code\": \"engine_dead\", \"message\": \"kernel failed\"}}",
+                          id);
+        } else if (strcmp(prompt, "aborted") == 0)
+                send_line(fs, "{\"id\": \"%s\", \"outputs\": {\"data\": null, \"finish_reason\": \"abort\"}, "
+                              "\"finished\": true}", id);
+        else
+                send_line(fs, "{\"id\": \"%s\", \"outputs\": {\"data\": [%zu, %" PRId64 ", %d, 0.100000001], "
+                              "\"finish_reason\": \"stop\"}, \"finished\": true, \"usage\": {\"prompt_tokens\": 5, "
+                              "\"completion_tokens\": 0}}",
+                          id, pooling ? strlen(pooling) : 0, dimensions, normalize);
+}
+
 static void on_line(struct fake_server *fs, const char *line, size_t len) {
         struct json_object *m = json_tokener_parse(line);
         ck_assert_msg(m != NULL, "the client sent a line that is not JSON: %.80s", line);
@@ -222,6 +248,8 @@ static void on_line(struct fake_server *fs, const char *line, size_t len) {
                                       "\"message\": \"this daemon speaks version 2 only\"}}", id);
         } else if (strcmp(op, "generate") == 0)
                 on_generate(fs, m, id, line);
+        else if (strcmp(op, "encode") == 0)
+                on_encode(fs, m, id);
         else if (strcmp(op, "health") == 0)
                 send_line(fs, "{\"id\": \"%s\", \"result\": {\"healthy\": true}}", id);
         else if (strcmp(op, "stats") == 0)
@@ -731,6 +759,86 @@ static int check_stop(asyncllm_client *c, const asyncllm_output *o, void *userda
         return 0;
 }
 
+/* An encode request's final output: its vector, copied out of the view. */
+struct embedding_seen {
+        float vector[8];
+        size_t n;
+        size_t calls;
+        int64_t prompt_tokens;
+        size_t completions;
+};
+
+static int record_embedding(asyncllm_client *c, const asyncllm_output *o, void *userdata) {
+        struct embedding_seen *e = userdata;
+        size_t n = 99;
+        const float *v = asyncllm_output_embedding(o, &n);
+        (void) c;
+        e->calls++;
+        e->completions = asyncllm_output_n_completions(o);
+        if (v) {
+                ck_assert_uint_le(n, 8);
+                memcpy(e->vector, v, n * sizeof(*v));
+        } else
+                ck_assert_uint_eq(n, 0);
+        e->n = n;
+        e->prompt_tokens = asyncllm_output_prompt_tokens(o);
+        return 0;
+}
+
+START_TEST(test_encode) {
+        struct fake_server *fs;
+        asyncllm_client *c = connect_to(&fs, NULL);
+        asyncllm_request *r = request_with_prompt("vector");
+        struct embedding_seen e = { 0 };
+        char *json;
+
+        ck_assert_int_eq(asyncllm_request_set_encode(r, "mean", true, 3), 0);
+        ck_assert_int_eq(asyncllm_request_to_json(r, &json), 0);
+        ck_assert_ptr_nonnull(strstr(json, "\"op\":\"encode\""));
+        free(json);
+        ck_assert_int_eq(asyncllm_client_generate(c, r, record_embedding, &e), 0);
+        ck_assert_uint_eq(e.calls, 1);
+        ck_assert_uint_eq(e.completions, 0);
+        ck_assert_uint_eq(e.n, 4);
+        /* the fields went out as given; 0.100000001 reads back as the float 0.1f */
+        ck_assert_float_eq(e.vector[0], 4.0f);
+        ck_assert_float_eq(e.vector[1], 3.0f);
+        ck_assert_float_eq(e.vector[2], 1.0f);
+        ck_assert_float_eq(e.vector[3], 0.1f);
+        ck_assert_int_eq(e.prompt_tokens, 5);
+
+        /* the daemon's default pooling, no dimensions, not normalized: those fields are gone */
+        ck_assert_int_eq(asyncllm_request_set_encode(r, NULL, false, 0), 0);
+        ck_assert_int_eq(asyncllm_client_generate(c, r, record_embedding, &e), 0);
+        ck_assert_float_eq(e.vector[0], 0.0f);
+        ck_assert_float_eq(e.vector[1], 0.0f);
+        ck_assert_float_eq(e.vector[2], 0.0f);
+
+        /* a failed encode: its finished output has no vector, and the error follows */
+        asyncllm_request *failing = request_with_prompt("fail-late");
+        ck_assert_int_eq(asyncllm_request_set_encode(failing, NULL, true, 0), 0);
+        e = (struct embedding_seen) { 0 };
+        ck_assert_int_eq(asyncllm_client_generate(c, failing, record_embedding, &e), -EIO);
+        ck_assert_uint_eq(e.calls, 2);
+        ck_assert_str_eq(asyncllm_client_error_code(c), "engine_dead");
+
+        /* an aborted one ends with its finished output, no vector */
+        asyncllm_request *aborted = request_with_prompt("aborted");
+        ck_assert_int_eq(asyncllm_request_set_encode(aborted, "last", true, 0), 0);
+        e = (struct embedding_seen) { 0 };
+        ck_assert_int_eq(asyncllm_client_generate(c, aborted, record_embedding, &e), 0);
+        ck_assert_uint_eq(e.calls, 1);
+        ck_assert_uint_eq(e.n, 0);
+
+        ck_assert_int_eq(asyncllm_request_set_encode(r, "\xff", true, 0), -EINVAL);
+        asyncllm_request_free(aborted);
+        asyncllm_request_free(failing);
+        asyncllm_request_free(r);
+        asyncllm_client_free(c);
+        fake_stop(fs);
+}
+END_TEST
+
 START_TEST(test_stop_reasons) {
         struct fake_server *fs;
         asyncllm_client *c = connect_to(&fs, NULL);
@@ -1225,6 +1333,7 @@ int main(void) {
         tcase_add_test(tc, test_streaming_in_order);
         tcase_add_test(tc, test_stop_reasons);
         tcase_add_test(tc, test_ids_with_nul);
+        tcase_add_test(tc, test_encode);
         tcase_add_test(tc, test_concurrent_requests);
         tcase_add_test(tc, test_errors);
         tcase_add_test(tc, test_daemon_closes_mid_stream);

@@ -369,6 +369,21 @@ START_TEST(test_control_ops) {
         parse_ok("{\"op\": \"tokenize\", \"id\": \"t\", \"messages\": [], \"add_generation_prompt\": false}", &m);
         ck_assert(!m.generate.add_generation_prompt);
         client_message_free(&m);
+        parse_ok("{\"op\": \"encode\", \"id\": \"e\", \"prompt\": \"a b\"}", &m);
+        ck_assert_int_eq(m.op, CLIENT_OP_ENCODE);
+        ck_assert(m.generate.encode);
+        ck_assert_int_eq(m.generate.pooling.type, POOLING_MODEL_DEFAULT);
+        ck_assert(m.generate.pooling.normalize);
+        ck_assert_uint_eq(m.generate.pooling.dimensions, 0);
+        client_message_free(&m);
+        parse_ok("{\"op\": \"encode\", \"id\": \"e\", \"prompt_token_ids\": [1, 2], \"pooling_type\": \"MEAN\", "
+                 "\"normalize\": false, \"dimensions\": 8, \"truncate_prompt_tokens\": 1, \"priority\": 3}", &m);
+        ck_assert_int_eq(m.generate.pooling.type, POOLING_MEAN);
+        ck_assert(!m.generate.pooling.normalize);
+        ck_assert_uint_eq(m.generate.pooling.dimensions, 8);
+        ck_assert_int_eq(m.generate.params.truncate_prompt_tokens, 1);
+        ck_assert_int_eq(m.generate.class.priority, 3);
+        client_message_free(&m);
         parse_ok("{\"op\": \"detokenize\", \"id\": \"d\", \"tokens\": [1, 2, 3]}", &m);
         ck_assert_int_eq(m.op, CLIENT_OP_DETOKENIZE);
         ck_assert_uint_eq(m.detokenize.n, 3);
@@ -745,6 +760,21 @@ static const struct bad_line {
           "give only one of prompt and messages" },
         { "{\"op\": \"tokenize\", \"id\": \"x\", \"prompt_token_ids\": [1]}", PROTOCOL_INVALID_PARAMS, "x",
           "unknown field \"prompt_token_ids\" for op tokenize" },
+        { "{\"op\": \"encode\", \"id\": \"x\"}", PROTOCOL_INVALID_PARAMS, "x", "prompt" },
+        { "{\"op\": \"encode\", \"id\": \"x\", \"prompt\": \"a\", \"params\": {}}", PROTOCOL_INVALID_PARAMS, "x",
+          "encode takes no params" },
+        { "{\"op\": \"encode\", \"id\": \"x\", \"prompt\": \"a\", \"pooling_type\": \"max\"}", PROTOCOL_INVALID_PARAMS,
+          "x", "pooling_type must be \"last\", \"mean\" or \"cls\", got \"max\"" },
+        { "{\"op\": \"encode\", \"id\": \"x\", \"prompt\": \"a\", \"pooling_type\": 2}", PROTOCOL_INVALID_PARAMS, "x",
+          "pooling_type must be a string" },
+        { "{\"op\": \"encode\", \"id\": \"x\", \"prompt\": \"a\", \"dimensions\": 0}", PROTOCOL_INVALID_PARAMS, "x",
+          "dimensions must be at least 1, got 0" },
+        { "{\"op\": \"encode\", \"id\": \"x\", \"prompt\": \"a\", \"normalize\": 1}", PROTOCOL_INVALID_PARAMS, "x",
+          "normalize must be a boolean" },
+        { "{\"op\": \"encode\", \"id\": \"x\", \"prompt\": \"a\", \"truncate_prompt_tokens\": 0}", PROTOCOL_INVALID_PARAMS,
+          "x", "truncate_prompt_tokens must be null, -1" },
+        { "{\"op\": \"encode\", \"id\": \"x\", \"prompt\": \"a\", \"max_tokens\": 2}", PROTOCOL_INVALID_PARAMS, "x",
+          "unknown field \"max_tokens\" for op encode" },
         { "{\"op\": \"detokenize\", \"id\": \"x\"}", PROTOCOL_INVALID_PARAMS, "x", "tokens is required" },
         { "{\"op\": \"detokenize\", \"id\": \"x\", \"tokens\": [1, \"2\"]}", PROTOCOL_INVALID_PARAMS, "x",
           "tokens[1] must be an integer, got string" },
