@@ -34,8 +34,9 @@ static void encode_help(void) {
                "none is given and standard input is not a terminal (one trailing newline dropped).\n"
                "\n"
                "Options:\n"
-               "      --pooling-type TYPE           last (default: the last token's state, which has read\n"
-               "                                    the whole prompt), mean, or cls (the first token's)\n"
+               "      --pooling-type TYPE           last (the last token's state, which has read the whole\n"
+               "                                    prompt), mean, or cls (the first token's); by default\n"
+               "                                    the one the model file declares, else last\n"
                "      --no-normalize                the vector as pooled, not scaled to length 1\n"
                "      --dimensions N                keep the first N components (before normalizing)\n"
                "      --chat                        send PROMPT as a user message, rendered with the\n"
@@ -56,6 +57,7 @@ struct embedding {
         float *data;
         size_t n;
         int64_t prompt_tokens;
+        bool aborted; /* finished without a vector or an error */
 };
 
 static int keep_embedding(asyncllm_client *client, const asyncllm_output *o, void *userdata) {
@@ -63,6 +65,8 @@ static int keep_embedding(asyncllm_client *client, const asyncllm_output *o, voi
         size_t n;
         const float *data = asyncllm_output_embedding(o, &n);
         (void) client;
+        if (!data && asyncllm_output_finished(o) && asyncllm_output_error(o) == 0)
+                e->aborted = true;
         if (!data || e->data)
                 return 0;
         if (!(e->data = malloc(n * sizeof(*data))))
@@ -213,7 +217,9 @@ int ctl_encode(struct ctl *ctl, int argc, char **argv) {
         else
                 status = ctl_generate_run(ctl, &g, keep_embedding, &e);
         if (status == CTL_EXIT_OK && !e.data)
-                status = ctl_fail(ctl, CTL_EXIT_REQUEST, "the daemon's answer holds no vector");
+                status = ctl_fail(ctl, CTL_EXIT_REQUEST, e.aborted ? "the request was aborted in the daemon (by "
+                                  "`asyncllmctl abort`, a pause in abort mode, or the daemon stopping)"
+                                                                   : "the daemon's answer holds no vector");
         if (status == CTL_EXIT_OK)
                 print_vector(&e, json);
 finish:

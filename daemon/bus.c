@@ -222,10 +222,17 @@ static int64_t int_at(struct json_object *o, const char *key) {
         return o && json_object_object_get_ex(o, key, &v) ? json_object_get_int64(v) : 0;
 }
 
-/* Encode's reply: the vector and the usage. */
+/* Encode's reply: the vector and the usage; an error for a request that ended without one
+ * (aborted: a failure's own error line is answered before this). */
 static void reply_embedding(sd_bus_message *call, struct json_object *final) {
         struct json_object *data = json_object_object_get(json_object_object_get(final, "outputs"), "data");
-        size_t n = json_object_is_type(data, json_type_array) ? json_object_array_length(data) : 0;
+        if (!json_object_is_type(data, json_type_array)) {
+                sd_bus_reply_method_errorf(call, BUS_ERROR("Aborted"),
+                                           "the request was aborted (by Abort, a pause in abort mode, or the daemon "
+                                           "stopping)");
+                return;
+        }
+        size_t n = json_object_array_length(data);
         double *vector = malloc((n ? n : 1) * sizeof(double));
         sd_bus_message *reply = NULL;
         if (!vector) {

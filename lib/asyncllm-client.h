@@ -156,7 +156,8 @@ int asyncllm_request_set_field_json(asyncllm_request *r, const char *key, const 
 
 /* Makes the request an encode request: one vector pooled from the prompt's final hidden
  * states instead of generated tokens (asyncllm_output_embedding() reads it). pooling_type:
- * "last", "mean", "cls", or NULL for the daemon's default (last); normalize: scale it to unit
+ * "last", "mean", "cls", or NULL for the daemon's default (the
+ * pooling type the model file declares, else last); normalize: scale it to unit
  * length; dimensions: keep the first this many components (before normalizing), 0 for all.
  * An encode request takes no params (the daemon refuses them); its prompt and its
  * scheduling class are set as for generate, and asyncllm_client_generate() and

@@ -72,6 +72,30 @@ if [[ -n $bus_address ]]; then
         expect "on D-Bus too: exit 1 and the reason" bash -c "[[ $rc == 1 ]] && grep -q 'at most the model' '$tmp/err'"
 fi
 
+# ---- aborted in flight by a pause in abort mode: exit 1 saying so, on the socket and D-Bus ----
+python3 -c "print(' '.join('w%d' % i for i in range(450)))" >"$tmp/long" # some 1900 tokens
+"$ctl" --socket "$tmp/main.sock" encode - <"$tmp/long" >"$tmp/out-socket" 2>"$tmp/err-socket" &
+socket_pid=$!
+if [[ -n $bus_address ]]; then
+        "$ctl" --bus user encode - <"$tmp/long" >"$tmp/out-bus" 2>"$tmp/err-bus" &
+        bus_pid=$!
+fi
+want=$([[ -n $bus_address ]] && echo 2 || echo 1)
+end=$((SECONDS + $(scaled 30)))
+until (($("$ctl" --socket "$tmp/main.sock" list 2>/dev/null | wc -l) >= want)) || ((SECONDS > end)); do sleep 0.05; done
+"$ctl" --socket "$tmp/main.sock" pause --mode abort
+"$ctl" --socket "$tmp/main.sock" resume
+wait "$socket_pid"
+rc=$?
+expect "an encode aborted by a pause: exit 1, nothing printed, the reason said" \
+        bash -c "[[ $rc == 1 && ! -s '$tmp/out-socket' ]] && grep -q 'aborted in the daemon' '$tmp/err-socket'"
+if [[ -n $bus_address ]]; then
+        wait "$bus_pid"
+        rc=$?
+        expect "the same over D-Bus (Encode fails with Aborted)" \
+                bash -c "[[ $rc == 1 && ! -s '$tmp/out-bus' ]] && grep -q 'was aborted' '$tmp/err-bus'"
+fi
+
 # ---- every prompt cut into 16-token chunks: the same bits ----
 start chunked --max-num-batched-tokens 16 --max-num-seqs 16 --no-enable-prefix-caching --bus none
 for i in 0 2; do

@@ -706,7 +706,7 @@ else
         try_ctl() {
                 env ASYNCLLM_SOCKET="$tmp/no-such.sock" DBUS_SYSTEM_BUS_ADDRESS="unix:path=$tmp/no-such-bus" \
                         DBUS_SESSION_BUS_ADDRESS="unix:path=$tmp/no-such-bus" \
-                        timeout 60 "$ctl" ${cmd:+"$cmd"} "$opt" "$1" "${extra[@]}" 2>&1
+                        timeout 60 "$ctl" ${cmd:+"$cmd"} "$opt" "$1" "${extra[@]}" 2>&1 </dev/null
         }
         n_ctl=0
         ctl_failed=0
