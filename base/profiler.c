@@ -100,7 +100,7 @@ int profiler_stop(const char *path, size_t *ret_spans, bool *ret_truncated, stru
         int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0640);
         FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
         if (!f) {
-                r = error_set(err, errno, "cannot write the trace %s: %s", path, strerror(errno));
+                r = error_set(err, EIO, "cannot write the trace %s: %s", path, strerror(errno));
                 if (fd >= 0)
                         close(fd);
         } else {
@@ -108,7 +108,8 @@ int profiler_stop(const char *path, size_t *ret_spans, bool *ret_truncated, stru
                 if (fclose(f) != 0 && r == 0)
                         r = -errno;
                 if (r < 0) {
-                        error_set(err, -r, "cannot write the trace %s: %s", path, strerror(-r));
+                        error_set(err, EIO, "cannot write the trace %s: %s", path, strerror(-r));
+                        r = -EIO;
                         unlink(path);
                 }
         }

@@ -39,6 +39,6 @@ void profiler_span(enum profile_track track, const char *category, const char *n
 int profiler_start(struct error *err);
 /* Stops recording and writes what it holds to path (created with mode 0640, replacing a
  * file there), then forgets it. *ret_spans: how many; *ret_truncated: whether spans were
- * dropped for PROFILER_MAX_SPANS. -ENOENT (not started), or the file's errno (the spans are
- * dropped either way). */
+ * dropped for PROFILER_MAX_SPANS. -ENOENT (not started), or -EIO when the file cannot be
+ * written, the message saying why (the spans are dropped either way). */
 int profiler_stop(const char *path, size_t *ret_spans, bool *ret_truncated, struct error *err);

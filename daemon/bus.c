@@ -651,8 +651,7 @@ static int method_profile(sd_bus_message *m, void *userdata, sd_bus_error *error
         bool start = strcmp(sd_bus_message_get_member(m), "StartProfile") == 0;
         r = start ? profiling_start(s, &err) : profiling_stop(s, &o, &err);
         if (r < 0)
-                return sd_bus_error_set(error, r == -EOPNOTSUPP || r == -EALREADY || r == -ENOENT ? BUS_ERROR("Busy")
-                                                                                                 : BUS_ERROR("Internal"),
+                return sd_bus_error_set(error, profiling_refused(r) ? BUS_ERROR("Busy") : BUS_ERROR("Internal"),
                                         err.message);
         if (start)
                 return sd_bus_reply_method_return(m, "");

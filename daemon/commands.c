@@ -607,10 +607,8 @@ static void do_profile(struct connection *c, const struct client_message *m) {
         struct error err = { 0 };
         struct json_object *o = NULL;
         int r = m->op == CLIENT_OP_START_PROFILE ? profiling_start(c->server, &err) : profiling_stop(c->server, &o, &err);
-        /* not configured, or not in the state the op needs: the caller's to fix */
-        bool refused = r == -EOPNOTSUPP || r == -EALREADY || r == -ENOENT;
         if (r < 0)
-                return commands_send_error(c, m->id, refused ? PROTOCOL_INVALID_REQUEST : PROTOCOL_INTERNAL_ERROR,
+                return commands_send_error(c, m->id, profiling_refused(r) ? PROTOCOL_INVALID_REQUEST : PROTOCOL_INTERNAL_ERROR,
                                            err.message);
         send_result(c, m->id, o ? o : json_object_new_object());
 }

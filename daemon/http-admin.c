@@ -345,8 +345,8 @@ enum MHD_Result http_admin_reset_mm_cache(struct http_exchange *ex) {
 /* vLLM's /start_profile and /stop_profile; the latter answers where the trace went. */
 static enum MHD_Result profile_answer(struct http_exchange *ex, int r, struct json_object *o, const struct error *err) {
         if (r < 0)
-                return http_reply_error(ex, r == -EOPNOTSUPP || r == -EALREADY || r == -ENOENT ? 409 : 500,
-                                        "invalid_request_error", NULL, err->message);
+                return http_reply_error(ex, profiling_refused(r) ? 409 : 500,
+                                        profiling_refused(r) ? "invalid_request_error" : "internal_error", NULL, err->message);
         return http_queue_json(ex, MHD_HTTP_OK, o ? o : json_object_new_object());
 }
 

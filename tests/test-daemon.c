@@ -877,11 +877,12 @@ END_TEST
 START_TEST(test_engine_ops) {
         struct daemon d = { 0 };
         char env_file[600], env_stall[64];
-        char *dir = test_tmpdir(), *stall = test_path_join(dir, "stall");
+        char *dir = test_tmpdir(), *stall = test_path_join(dir, "stall"), *traces = test_path_join(dir, "traces");
         snprintf(env_file, sizeof(env_file), "ASYNCLLMD_FAULT_STALL_FILE=%s", stall);
         snprintf(env_stall, sizeof(env_stall), "ASYNCLLMD_FAULT_STALL_MS=%.0f", test_scaled(2) * 1000);
         const char *const env[] = { env_stall, env_file, NULL };
-        const char *const extra[] = { "--profile-dir", dir, NULL };
+        ck_assert_int_eq(mkdir(traces, 0700), 0);
+        const char *const extra[] = { "--profile-dir", traces, NULL };
         daemon_start_with(&d, extra, env, false);
         struct client c, h;
         client_hello(&c, d.socket);
@@ -900,7 +901,7 @@ START_TEST(test_engine_ops) {
         o = call(&h, "{\"op\":\"stop_profile\",\"id\":\"p3\"}\n", "p3");
         const char *trace_path = str_at(o, "result.path");
         ck_assert_ptr_nonnull(trace_path);
-        ck_assert_msg(strncmp(trace_path, dir, strlen(dir)) == 0, "the trace %s is not in profile-dir", trace_path);
+        ck_assert_msg(strncmp(trace_path, traces, strlen(traces)) == 0, "the trace %s is not in profile-dir", trace_path);
         ck_assert_str_eq(str_at(o, "result.truncated"), "false");
         long spans = atol(str_at(o, "result.spans"));
         struct json_object *trace = json_object_from_file(trace_path);
@@ -924,6 +925,12 @@ START_TEST(test_engine_ops) {
         json_object_put(trace);
         unlink(trace_path);
         json_object_put(o);
+        /* profile-dir gone while recording: the daemon's failure, named, not the caller's */
+        o = call(&h, "{\"op\":\"start_profile\",\"id\":\"p4\"}\n", "p4");
+        json_object_put(o);
+        ck_assert_int_eq(rmdir(traces), 0);
+        expect_error(&h, "{\"op\":\"stop_profile\",\"id\":\"p5\"}\n", "internal_error", "cannot write the trace");
+        expect_error(&h, "{\"op\":\"stop_profile\",\"id\":\"p6\"}\n", "invalid_request", "not running");
 
         o = call(&h, "{\"op\":\"tokenize\",\"id\":\"t\",\"prompt\":\"The cat sat on the mat.\"}\n", "t");
         long count = atol(str_at(o, "result.count"));
@@ -967,7 +974,8 @@ START_TEST(test_engine_ops) {
         ck_assert_ptr_nonnull(str_at(o, "result.tokenizer.chat_template"));
         json_object_put(o);
         o = call(&h, "{\"op\":\"get_supported_tasks\",\"id\":\"k\"}\n", "k");
-        ck_assert_str_eq(json_object_to_json_string_ext(at(at(o, "result"), "tasks"), JSON_C_TO_STRING_PLAIN), "[\"generate\"]");
+        ck_assert_str_eq(json_object_to_json_string_ext(at(at(o, "result"), "tasks"), JSON_C_TO_STRING_PLAIN),
+                         "[\"generate\",\"encode\"]");
         json_object_put(o);
         /* sleep empties the prefix cache first, as AsyncLLM.sleep does */
         static const char *const cached_prompt =
@@ -1032,6 +1040,7 @@ START_TEST(test_engine_ops) {
         close(h.fd);
         daemon_stop(&d);
         free(stall);
+        free(traces);
         test_tmpdir_remove(dir);
 }
 END_TEST
@@ -1434,7 +1443,7 @@ START_TEST(test_dbus) {
         } calls[] = {
                 { "Tokenize s 'Hello world'", "ai 2 19556 905" },
                 { "Detokenize ai 2 19556 905", "s \"Hello world\"" },
-                { "GetSupportedTasks", "as 1 \"generate\"" },
+                { "GetSupportedTasks", "as 2 \"generate\" \"encode\"" },
                 { "ResetMmCache", "b false" },
                 { "ResetEncoderCache", "b false" },
                 { "WaitForRequestsToDrain d 5", "" },
