@@ -181,35 +181,8 @@ int ctl_encode(struct ctl *ctl, int argc, char **argv) {
         if (status != CTL_EXIT_OK)
                 goto finish;
 
-        int n_args = argc - optind;
-        if (g.prompt_token_ids) {
-                if (n_args > 0 || chat) {
-                        status = ctl_fail(ctl, CTL_EXIT_USAGE, "--prompt-token-ids is the whole prompt: drop %s",
-                                          chat ? "--chat and --system" : "PROMPT");
-                        goto finish;
-                }
-        } else if (n_args > 1) {
-                status = ctl_fail(ctl, CTL_EXIT_USAGE, "takes one PROMPT, got %d arguments; quote a prompt of several words",
-                                  n_args);
+        if ((status = ctl_generation_take_prompt(ctl, &g, argc, argv, chat, system, &stdin_prompt)) != CTL_EXIT_OK)
                 goto finish;
-        } else if (n_args == 1 && strcmp(argv[optind], "-") != 0)
-                g.prompt = argv[optind];
-        else if (n_args == 0 && ctl_is_terminal(stdin)) {
-                status = ctl_fail(ctl, CTL_EXIT_USAGE, "needs a prompt: give it as an argument, or - to read standard input");
-                goto finish;
-        } else {
-                if ((status = ctl_read_stdin(ctl, "the prompt", &stdin_prompt)) != CTL_EXIT_OK)
-                        goto finish;
-                g.prompt = stdin_prompt;
-        }
-        if (chat) {
-                if ((system && ctl_generation_add_message(&g, "system", system) < 0) ||
-                    ctl_generation_add_message(&g, "user", g.prompt) < 0) {
-                        status = ctl_fail(ctl, CTL_EXIT_REQUEST, "out of memory");
-                        goto finish;
-                }
-                g.prompt = NULL;
-        }
         if (ctl->bus != CTL_BUS_NONE)
                 status = encode_on_bus(ctl, &g, &e);
         else if ((ctl->signal_fd = ctl_signals_open()) < 0)

@@ -215,40 +215,13 @@ int ctl_generate(struct ctl *ctl, int argc, char **argv) {
         if (status != CTL_EXIT_OK)
                 goto finish;
 
-        int n_args = argc - optind;
-        if (g.prompt_token_ids) {
-                if (n_args > 0 || chat) {
-                        status = ctl_fail(ctl, CTL_EXIT_USAGE, "--prompt-token-ids is the whole prompt: drop %s",
-                                          chat ? "--chat and --system" : "PROMPT");
-                        goto finish;
-                }
-        } else if (n_args > 1) {
-                status = ctl_fail(ctl, CTL_EXIT_USAGE, "takes one PROMPT, got %d arguments; quote a prompt of several words",
-                                  n_args);
-                goto finish;
-        } else if (n_args == 1 && strcmp(argv[optind], "-") != 0)
-                g.prompt = argv[optind];
-        else if (n_args == 0 && ctl_is_terminal(stdin)) {
-                status = ctl_fail(ctl, CTL_EXIT_USAGE, "needs a prompt: give it as an argument, or - to read standard input");
-                goto finish;
-        } else {
-                if ((status = ctl_read_stdin(ctl, "the prompt", &stdin_prompt)) != CTL_EXIT_OK)
-                        goto finish;
-                g.prompt = stdin_prompt;
-        }
         if (ctl->bus != CTL_BUS_NONE && g.id) {
                 status = ctl_fail(ctl, CTL_EXIT_USAGE, "--id does not go with --bus: the daemon names requests made over "
                                   "D-Bus (`asyncllmctl --bus ... list` shows them)");
                 goto finish;
         }
-        if (chat) {
-                if ((system && ctl_generation_add_message(&g, "system", system) < 0) ||
-                    ctl_generation_add_message(&g, "user", g.prompt) < 0) {
-                        status = ctl_fail(ctl, CTL_EXIT_REQUEST, "out of memory");
-                        goto finish;
-                }
-                g.prompt = NULL;
-        }
+        if ((status = ctl_generation_take_prompt(ctl, &g, argc, argv, chat, system, &stdin_prompt)) != CTL_EXIT_OK)
+                goto finish;
         if (output_kind) {
                 json_object_object_add(g.params, "output_kind", json_object_new_string(output_kind));
                 printer.cumulative = strcmp(output_kind, "cumulative") == 0;

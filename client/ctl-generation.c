@@ -13,6 +13,34 @@
 
 #include "ctl-generation.h"
 
+int ctl_generation_take_prompt(struct ctl *ctl, struct ctl_generation *g, int argc, char **argv, bool chat,
+                               const char *system, char **ret_stdin_prompt) {
+        int n_args = argc - optind, status;
+        if (g->prompt_token_ids) {
+                if (n_args > 0 || chat)
+                        return ctl_fail(ctl, CTL_EXIT_USAGE, "--prompt-token-ids is the whole prompt: drop %s",
+                                        chat ? "--chat and --system" : "PROMPT");
+        } else if (n_args > 1)
+                return ctl_fail(ctl, CTL_EXIT_USAGE, "takes one PROMPT, got %d arguments; quote a prompt of several words",
+                                n_args);
+        else if (n_args == 1 && strcmp(argv[optind], "-") != 0)
+                g->prompt = argv[optind];
+        else if (n_args == 0 && ctl_is_terminal(stdin))
+                return ctl_fail(ctl, CTL_EXIT_USAGE, "needs a prompt: give it as an argument, or - to read standard input");
+        else {
+                if ((status = ctl_read_stdin(ctl, "the prompt", ret_stdin_prompt)) != CTL_EXIT_OK)
+                        return status;
+                g->prompt = *ret_stdin_prompt;
+        }
+        if (chat) {
+                if ((system && ctl_generation_add_message(g, "system", system) < 0) ||
+                    ctl_generation_add_message(g, "user", g->prompt) < 0)
+                        return ctl_fail(ctl, CTL_EXIT_REQUEST, "out of memory");
+                g->prompt = NULL;
+        }
+        return CTL_EXIT_OK;
+}
+
 /* getopt_long() values of the sampling options: SAMPLING_OPTION_BASE + index in the table. */
 #define SAMPLING_OPTION_BASE 0x1000
 

@@ -31,6 +31,14 @@ void ctl_generation_done(struct ctl_generation *g);
 /* Appends a chat message ({"role", "content"}) to g->messages, made when NULL. -ENOMEM. */
 int ctl_generation_add_message(struct ctl_generation *g, const char *role, const char *content);
 
+/* The prompt the command line gives after its options (argv[optind..]), into g: the
+ * --prompt-token-ids already there, one PROMPT argument, or standard input (with -, or with
+ * none given when it is not a terminal; *ret_stdin_prompt gets that text, to free); with chat,
+ * as a user message after the system one (system may be NULL). Returns an exit status, the
+ * failure printed. */
+int ctl_generation_take_prompt(struct ctl *ctl, struct ctl_generation *g, int argc, char **argv, bool chat,
+                               const char *system, char **ret_stdin_prompt);
+
 /* The command's own long options followed by the sampling options, NULL-terminated, to
  * pass to getopt_long(); free() it. NULL when out of memory. */
 struct option *ctl_sampling_options_with(const struct option *own, size_t n_own);
