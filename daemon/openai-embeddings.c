@@ -165,20 +165,6 @@ static struct json_object *base64_vector(const float *vector, uint32_t n) {
         return s;
 }
 
-/* Each component as the float it is: 9 significant digits give it back exactly. */
-static struct json_object *float_vector(const float *vector, uint32_t n) {
-        struct json_object *a = json_object_new_array_ext((int) n);
-        char text[32];
-        for (uint32_t i = 0; a && i < n; i++) {
-                snprintf(text, sizeof(text), "%.9g", vector[i]);
-                if (json_object_array_add(a, json_object_new_double_s(vector[i], text)) < 0) {
-                        json_object_put(a);
-                        return NULL;
-                }
-        }
-        return a;
-}
-
 char *openai_embeddings_body(const struct openai_embeddings_request *req, const char *id, const char *model,
                              int64_t created, const struct openai_embedding *embeddings) {
         struct json_object *o = json_object_new_object(), *data = json_object_new_array(), *usage = json_object_new_object();
@@ -187,7 +173,7 @@ char *openai_embeddings_body(const struct openai_embeddings_request *req, const 
         for (size_t i = 0; ok && i < req->n_inputs; i++) {
                 const struct openai_embedding *e = &embeddings[i];
                 struct json_object *item = json_object_new_object(), *vector =
-                        req->base64 ? base64_vector(e->vector, e->n) : float_vector(e->vector, e->n);
+                        req->base64 ? base64_vector(e->vector, e->n) : protocol_json_float_array(e->vector, e->n);
                 ok = item && vector;
                 if (ok) {
                         json_object_object_add(item, "index", json_object_new_int64((int64_t) i));

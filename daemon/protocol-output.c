@@ -203,16 +203,51 @@ uint64_t protocol_output_tokens(const struct request_output *o) {
 }
 
 /* vLLM's PoolingOutput: {"data": [the pooled vector]}, null while there is none (a failed
- * or aborted request), with the request's finish_reason beside it. Each component as the
- * float it is: 9 significant digits give it back exactly. */
-static struct json_object *new_pooling_output(int *r, const struct request_output *o) {
-        struct json_object *p = json_object_new_object(), *data = o->embedding ? new_array(o->n_embedding) : NULL;
-        enum finish_reason reason = o->n_outputs ? o->outputs[0].finish_reason : FINISH_NONE;
+ * or aborted request), with the request's finish_reason beside it. */
+/* The vector an array object writes when serialized; its own elements are never made. */
+struct float_array {
+        uint32_t n;
+        float values[];
+};
+
+static int write_float_array(struct json_object *o, struct printbuf *pb, int level, int flags) {
+        const struct float_array *a = json_object_get_userdata(o);
         char text[32];
-        for (uint32_t i = 0; data && i < o->n_embedding && *r >= 0; i++) {
-                snprintf(text, sizeof(text), "%.9g", o->embedding[i]);
-                push(r, data, json_object_new_double_s(o->embedding[i], text));
+        (void) level, (void) flags;
+        printbuf_strappend(pb, "[");
+        for (uint32_t i = 0; i < a->n; i++) {
+                int len = isfinite(a->values[i]) ? snprintf(text, sizeof(text), "%s%.9g", i ? "," : "", a->values[i])
+                                                 : snprintf(text, sizeof(text), "%snull", i ? "," : "");
+                printbuf_memappend(pb, text, len);
         }
+        printbuf_strappend(pb, "]");
+        return 0;
+}
+
+static void free_float_array(struct json_object *o, void *userdata) {
+        (void) o;
+        free(userdata);
+}
+
+struct json_object *protocol_json_float_array(const float *values, uint32_t n) {
+        struct json_object *o = json_object_new_array();
+        struct float_array *a = o ? malloc(sizeof(*a) + (size_t) n * sizeof(float)) : NULL;
+        if (!a) {
+                json_object_put(o);
+                return NULL;
+        }
+        a->n = n;
+        memcpy(a->values, values, (size_t) n * sizeof(float));
+        json_object_set_serializer(o, write_float_array, a, free_float_array);
+        return o;
+}
+
+static struct json_object *new_pooling_output(int *r, const struct request_output *o) {
+        struct json_object *p = json_object_new_object();
+        struct json_object *data = o->embedding ? protocol_json_float_array(o->embedding, o->n_embedding) : NULL;
+        enum finish_reason reason = o->n_outputs ? o->outputs[0].finish_reason : FINISH_NONE;
+        if (o->embedding && !data)
+                *r = -ENOMEM;
         if (!p) {
                 json_object_put(data);
                 return NULL;

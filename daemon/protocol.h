@@ -231,6 +231,11 @@ int protocol_negotiate(const struct client_message *hello, int32_t *ret);
 /* A JSON string of len bytes of s (NULL: ""), valid UTF-8 whatever the bytes (ill-formed parts
  * become U+FFFD); NULL when out of memory. */
 struct json_object *protocol_json_text(const char *s, size_t len);
+/* floats as a JSON array of numbers, each written with 9 significant digits, which give the
+ * float back exactly (null for one not finite). One object however long the vector: its
+ * elements are written when the array is serialized, never made one by one. NULL when out of
+ * memory. */
+struct json_object *protocol_json_float_array(const float *values, uint32_t n);
 
 /* The request to submit for a generate message. prompt_text is what to use for a
  * PROMPT_MESSAGES prompt (the rendered chat; chat_render()), ignored otherwise. The spec

@@ -200,7 +200,8 @@ static int finish(struct engine_core *ec, struct request *r, enum finish_reason 
 
 /* An encode request needs a backend that gives hidden states, dimensions it has, and room
  * for a step's states (allocated with the first such request: a server that only generates
- * never pays for it). */
+ * never pays for it; written through at once, so that the memory is resident from then on
+ * rather than growing with the first steps that pool many tokens). */
 static int prepare_encode(struct engine_core *ec, const struct request_spec *spec, struct error *err) {
         uint32_t n_embd = ec->backend.n_embd;
         if (!n_embd)
@@ -209,8 +210,12 @@ static int prepare_encode(struct engine_core *ec, const struct request_spec *spe
         if (spec->pooling.dimensions > n_embd)
                 return error_set(err, EINVAL, "dimensions must be at most the model's hidden size, %u; got %u", n_embd,
                                  spec->pooling.dimensions);
-        if (!ec->hidden && !(ec->hidden = malloc((size_t) ec->config.max_num_batched_tokens * n_embd * sizeof(float))))
-                return error_set(err, ENOMEM, "out of memory for the hidden states");
+        size_t bytes = (size_t) ec->config.max_num_batched_tokens * n_embd * sizeof(float);
+        if (!ec->hidden) {
+                if (!(ec->hidden = malloc(bytes)))
+                        return error_set(err, ENOMEM, "out of memory for the hidden states");
+                memset(ec->hidden, 0, bytes);
+        }
         return 0;
 }
 
