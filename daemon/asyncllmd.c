@@ -2,6 +2,7 @@
 /* asyncllmd: serves a language model to local programs over a Unix socket (and D-Bus). */
 #include "config.h"
 
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,11 @@ int main(int argc, char **argv) {
         sigaddset(&mask, SIGINT);
         sigaddset(&mask, SIGHUP);
         sigprocmask(SIG_BLOCK, &mask, NULL);
+        /* A fixed threshold: glibc would otherwise raise it to the size of each large block
+         * freed (the KV pool at sleep, a profile's spans), after which blocks that size come
+         * from the heap and stay resident there once freed; a daemon that runs for months
+         * then holds memory its peaks once needed. */
+        mallopt(M_MMAP_THRESHOLD, 256 * 1024);
         log_setup();
         if (daemon_settings_load(&settings, argc, argv, &usage, &err) < 0) {
                 log_error("%s", err.message);
